@@ -1,0 +1,255 @@
+"""The metric contract: every series the exporter and the training API publish.
+
+This table is the only place metric names are spelled. The rule compiler reads it (a rule may
+only select metrics listed here), the exporter and the training API register from it, and
+`docs/metrics.md` is generated from it.
+
+Why the exporter publishes histograms and counters besides the latest-sample gauges:
+SageMaker Debugger's rules reason over a sample every 0.5 s while Prometheus scrapes every
+15-60 s. Each 0.5 s sample is therefore folded into the exporter's state at sampling time:
+
+* quantile rules (LowGPUUtilization, BatchSize) read `*_sampled_ratio` histograms, whose
+  buckets over any range hold every sample of that range, whatever the scrape interval;
+* mean rules (GPUMemoryIncrease) read the same histograms' `_sum` / `_count`;
+* joint conditions (a core above 90 % while a GPU is below 10 %) are counted per sample by the
+  exporter, over a fixed grid of thresholds (see `BUSY_THRESHOLDS`, `GPU_IDLE_THRESHOLDS`);
+  the rules select the grid point they need by label. Thresholds off the grid are counted too
+  when the exporter is given the same rule configuration (`trainprof exporter --rules.config`).
+* step outliers need every step: the training process counts them itself, for a grid of
+  `stddev` factors (`OUTLIER_STDDEVS`).
+
+Identity labels are not listed per metric: `training_job` and `node` come either from the
+process environment or from scrape-time relabelling (never both, or Prometheus renames one to
+`exported_*`); training series add `rank` and `local_rank`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from prometheus_client.utils import floatToGoString
+
+EXPORTER_IDENTITY = ("training_job", "node")
+TRAINING_IDENTITY = ("training_job", "node", "rank", "local_rank")
+
+# Bucket upper bounds of every `*_sampled_ratio` histogram: 0, 0.05, ..., 1. SageMaker's
+# default thresholds (70, 10 percent) and their usual overrides are bucket bounds, so a
+# quantile compared with them is decided by whole buckets, not by interpolation.
+UTILIZATION_BUCKETS = tuple(round(i * 0.05, 2) for i in range(21))
+
+# Step durations from 1 ms to 10 min, 1-2-5 per decade: fine enough for a heatmap.
+STEP_DURATION_BUCKETS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 600.0,
+)
+
+# LoadBalancing compares per-GPU utilization histograms of 2 % bins, as SageMaker did.
+LOAD_BALANCING_BINS = 50
+
+# Threshold grids counted by the exporter without any configuration (ratios).
+BUSY_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95)       # cpu_above, iowait_above
+GPU_IDLE_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.5)   # gpu_below
+OUTLIER_STDDEVS = (2.0, 3.0, 4.0, 5.0)             # stddev
+
+# Fixed phase names of the training API; user annotations add at most MAX_USER_PHASES more.
+PHASES = ("dataloader", "h2d", "forward", "backward", "optimizer", "collective",
+          "evaluation", "checkpoint", "other")
+MAX_USER_PHASES = 16
+MODES = ("train", "eval", "predict", "global")
+
+
+def threshold_label(value: float) -> str:
+    """The label value a threshold is exported under: 0.9 -> "0.9", 3.0 -> "3".
+
+    The exporter, the training API and the rule compiler all format thresholds here, so the
+    selector a rule writes matches the series the exporter serves.
+    """
+    return f"{float(value):.6g}"
+
+
+def bucket_label(bound: float) -> str:
+    """`le` label of a bucket bound exactly as prometheus_client writes it: 1 -> "1.0"."""
+    return floatToGoString(bound)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    name: str                     # full exposed name (counters end in _total)
+    type: str                     # counter | gauge | histogram
+    unit: str                     # base unit, or "" for plain numbers
+    labels: tuple[str, ...]       # labels besides the identity labels
+    help: str
+    source: str                   # exporter | training
+    collector: str                # which exporter collector or API part serves it
+    used_by: tuple[str, ...] = ()  # rules that read it
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        return EXPORTER_IDENTITY if self.source == "exporter" else TRAINING_IDENTITY
+
+    @property
+    def base(self) -> str:
+        """The name a client library is given: counters lose `_total`."""
+        return self.name[: -len("_total")] if self.type == "counter" else self.name
+
+
+def _m(name, type, unit, labels, help, source, collector, used_by=(), buckets=()):
+    return Metric(name, type, unit, tuple(labels), help, source, collector,
+                  tuple(used_by), tuple(buckets))
+
+
+_GPU = ("gpu", "uuid")
+_SYSTEM_USAGE = "OverallSystemUsage"
+
+METRICS: tuple[Metric, ...] = (
+    # --- exporter health -------------------------------------------------------------------
+    _m("trainprof_exporter_build_info", "gauge", "", ("version",),
+       "Always 1; the trainprof version serving these metrics.", "exporter", "exporter"),
+    _m("trainprof_collector_success", "gauge", "", ("collector",),
+       "1 if the collector's last sample succeeded, 0 if its source failed.",
+       "exporter", "exporter"),
+    _m("trainprof_collector_duration_seconds", "gauge", "seconds", ("collector",),
+       "Time the collector's last sample took.", "exporter", "exporter"),
+    _m("trainprof_sampler_interval_seconds", "gauge", "seconds", (),
+       "Configured time between two samples: what one SageMaker datapoint lasts.",
+       "exporter", "exporter", ("all system rules",)),
+    _m("trainprof_samples_total", "counter", "", (),
+       "Samples taken since the exporter started (SageMaker's datapoints).",
+       "exporter", "exporter", ("CPUBottleneck", "IOBottleneck")),
+    # --- CPU -----------------------------------------------------------------------------
+    _m("trainprof_cpu_cores", "gauge", "", (),
+       "Logical CPU cores of the host.", "exporter", "cpu"),
+    _m("trainprof_cpu_core_utilization_ratio", "gauge", "ratio", ("cpu",),
+       "Busy fraction of one logical core over the latest sample period.",
+       "exporter", "cpu"),
+    _m("trainprof_cpu_core_iowait_ratio", "gauge", "ratio", ("cpu",),
+       "I/O-wait fraction of one logical core over the latest sample period.",
+       "exporter", "cpu"),
+    _m("trainprof_cpu_utilization_sampled_ratio", "histogram", "ratio", (),
+       "Busy fraction averaged over all cores, one observation per sample.",
+       "exporter", "cpu", ("BatchSize", _SYSTEM_USAGE), UTILIZATION_BUCKETS),
+    _m("trainprof_cpu_iowait_sampled_ratio", "histogram", "ratio", (),
+       "I/O-wait fraction averaged over all cores, one observation per sample.",
+       "exporter", "cpu", (_SYSTEM_USAGE,), UTILIZATION_BUCKETS),
+    _m("trainprof_cpu_bottleneck_samples_total", "counter", "", ("cpu_above", "gpu_below"),
+       "Samples in which some core was busier than cpu_above while some GPU was less busy "
+       "than gpu_below.", "exporter", "cpu", ("CPUBottleneck",)),
+    _m("trainprof_io_bottleneck_samples_total", "counter", "", ("iowait_above", "gpu_below"),
+       "Samples in which some core's I/O wait was above iowait_above while some GPU was "
+       "less busy than gpu_below.", "exporter", "cpu", ("IOBottleneck",)),
+    # --- memory, disk, network -------------------------------------------------------------
+    _m("trainprof_memory_used_bytes", "gauge", "bytes", (),
+       "Host memory in use (total minus available) at the latest sample.", "exporter", "memory"),
+    _m("trainprof_memory_total_bytes", "gauge", "bytes", (),
+       "Host memory installed.", "exporter", "memory"),
+    _m("trainprof_memory_used_sampled_ratio", "histogram", "ratio", (),
+       "Fraction of host memory in use, one observation per sample.",
+       "exporter", "memory", (_SYSTEM_USAGE,), UTILIZATION_BUCKETS),
+    _m("trainprof_disk_read_bytes_total", "counter", "bytes", ("device",),
+       "Bytes read from a block device (loop devices excluded).", "exporter", "disk"),
+    _m("trainprof_disk_written_bytes_total", "counter", "bytes", ("device",),
+       "Bytes written to a block device (loop devices excluded).", "exporter", "disk"),
+    _m("trainprof_network_receive_bytes_total", "counter", "bytes", ("device",),
+       "Bytes received on a network interface (loopback excluded).", "exporter", "network",
+       (_SYSTEM_USAGE,)),
+    _m("trainprof_network_transmit_bytes_total", "counter", "bytes", ("device",),
+       "Bytes sent on a network interface (loopback excluded).", "exporter", "network",
+       (_SYSTEM_USAGE,)),
+    # --- GPU -----------------------------------------------------------------------------
+    _m("trainprof_gpu_info", "gauge", "", _GPU + ("name", "driver_version"),
+       "Always 1; static facts of one GPU.", "exporter", "gpu"),
+    _m("trainprof_gpu_utilization_ratio", "gauge", "ratio", _GPU,
+       "Fraction of the latest sample period in which a kernel ran on the GPU (NVML).",
+       "exporter", "gpu"),
+    _m("trainprof_gpu_utilization_sampled_ratio", "histogram", "ratio", _GPU,
+       "GPU utilization, one observation per sample.", "exporter", "gpu",
+       ("LowGPUUtilization", "BatchSize", "LoadBalancing", _SYSTEM_USAGE),
+       UTILIZATION_BUCKETS),
+    _m("trainprof_gpu_memory_used_bytes", "gauge", "bytes", _GPU,
+       "GPU framebuffer memory in use at the latest sample.", "exporter", "gpu"),
+    _m("trainprof_gpu_memory_total_bytes", "gauge", "bytes", _GPU,
+       "GPU framebuffer memory installed.", "exporter", "gpu"),
+    _m("trainprof_gpu_memory_used_sampled_ratio", "histogram", "ratio", _GPU,
+       "Fraction of GPU memory in use (SageMaker's GPUMemoryUtilization), one observation "
+       "per sample.", "exporter", "gpu",
+       ("GPUMemoryIncrease", "BatchSize", _SYSTEM_USAGE), UTILIZATION_BUCKETS),
+    _m("trainprof_gpu_utilization_js_distance", "gauge", "", _GPU + ("peer_gpu", "peer_uuid"),
+       "Jensen-Shannon distance (natural log, 0 to 0.83) between the utilization "
+       "distributions of two GPUs of this host, in 2 % bins since the exporter started.",
+       "exporter", "gpu", ("LoadBalancing",)),
+    _m("trainprof_gpu_power_watts", "gauge", "watts", _GPU,
+       "GPU power draw at the latest sample.", "exporter", "gpu"),
+    _m("trainprof_gpu_energy_joules_total", "counter", "joules", _GPU,
+       "Energy the GPU consumed since the driver loaded.", "exporter", "gpu"),
+    _m("trainprof_gpu_temperature_celsius", "gauge", "celsius", _GPU,
+       "GPU core temperature at the latest sample.", "exporter", "gpu"),
+    _m("trainprof_gpu_sm_clock_hertz", "gauge", "hertz", _GPU,
+       "SM clock at the latest sample.", "exporter", "gpu"),
+    _m("trainprof_gpu_sm_active_ratio", "gauge", "ratio", _GPU,
+       "Fraction of cycles an SM had a warp resident (NVML GPM; Hopper and newer).",
+       "exporter", "gpu"),
+    _m("trainprof_gpu_sm_occupancy_ratio", "gauge", "ratio", _GPU,
+       "Resident warps as a fraction of the maximum (NVML GPM; Hopper and newer).",
+       "exporter", "gpu"),
+    _m("trainprof_gpu_tensor_active_ratio", "gauge", "ratio", _GPU,
+       "Fraction of cycles the tensor pipes were active (NVML GPM; Hopper and newer).",
+       "exporter", "gpu"),
+    _m("trainprof_gpu_dram_active_ratio", "gauge", "ratio", _GPU,
+       "Fraction of cycles device memory was read or written (NVML GPM; Hopper and newer).",
+       "exporter", "gpu"),
+    # --- training process ------------------------------------------------------------------
+    _m("trainprof_training_info", "gauge", "", ("world_size", "framework", "framework_version"),
+       "Always 1; facts about this training process.", "training", "training"),
+    _m("trainprof_training_start_timestamp_seconds", "gauge", "seconds", (),
+       "Unix time the training process started.", "training", "training",
+       ("MaxInitializationTime", "OverallFrameworkMetrics")),
+    _m("trainprof_training_first_step_timestamp_seconds", "gauge", "seconds", (),
+       "Unix time the first training step began; absent until then.", "training", "training",
+       ("OverallFrameworkMetrics",)),
+    _m("trainprof_training_last_step_timestamp_seconds", "gauge", "seconds", (),
+       "Unix time the latest step ended.", "training", "training"),
+    _m("trainprof_training_steps_total", "counter", "", ("mode",),
+       "Steps completed.", "training", "training", ("MaxInitializationTime",)),
+    _m("trainprof_training_step_duration_seconds", "histogram", "seconds", ("mode",),
+       "Duration of each step.", "training", "training", ("OverallFrameworkMetrics",),
+       STEP_DURATION_BUCKETS),
+    _m("trainprof_training_step_outliers_total", "counter", "", ("mode", "stddev"),
+       "Steps, after the first 100 of their mode, slower than the mean plus stddev standard "
+       "deviations of all earlier steps of that mode.", "training", "training",
+       ("StepOutlier",)),
+    _m("trainprof_training_phase_seconds_total", "counter", "seconds", ("phase",),
+       "Time spent in each phase of the training loop.", "training", "training",
+       ("OverallFrameworkMetrics",)),
+    _m("trainprof_training_samples_total", "counter", "", (),
+       "Training samples (examples) processed.", "training", "training"),
+    _m("trainprof_training_tokens_total", "counter", "", (),
+       "Tokens processed.", "training", "training"),
+    _m("trainprof_gpu_assignment_info", "gauge", "", _GPU,
+       "Always 1; a GPU this rank uses, for joining node-level GPU metrics to the job.",
+       "training", "training"),
+    _m("trainprof_instrumentation_errors_total", "counter", "", (),
+       "Exceptions raised inside trainprof instrumentation and kept from the training loop.",
+       "training", "training"),
+)
+
+BY_NAME = {m.name: m for m in METRICS}
+
+
+def metric(name: str) -> Metric:
+    """The contract entry for `name`; a KeyError names the close matches."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, BY_NAME, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"{name} is not in the metric contract{hint}") from None
+
+
+def series_names(m: Metric) -> tuple[str, ...]:
+    """The sample names a metric appears under in an exposition."""
+    if m.type == "histogram":
+        return (m.name + "_bucket", m.name + "_sum", m.name + "_count")
+    return (m.name,)

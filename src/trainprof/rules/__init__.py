@@ -1,0 +1,1 @@
+"""The rule catalog and the compiler from SageMaker-style configuration to PromQL."""

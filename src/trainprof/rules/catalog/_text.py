@@ -1,0 +1,6 @@
+"""Template snippets shared by the alert descriptions."""
+
+JOB = '{{ or $labels.training_job "(no training_job label)" }}'
+HOST = "{{ or $labels.node $labels.instance }}"
+GPU = f"GPU {{{{ $labels.gpu }}}} on {HOST}"
+PCT = "{{ $value | humanizePercentage }}"

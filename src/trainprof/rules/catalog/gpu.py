@@ -1,0 +1,252 @@
+"""GPU rules: LowGPUUtilization, BatchSize, GPUMemoryIncrease, LoadBalancing."""
+
+from __future__ import annotations
+
+from trainprof.durations import format_duration
+from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
+from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, ratio
+from trainprof.rules.params import (
+    COUNT, DISTANCE, PERCENT, SCAN_INTERVAL, Param, patience,
+)
+
+_UTIL = "trainprof_gpu_utilization_sampled_ratio"
+_MEMORY = "trainprof_gpu_memory_used_sampled_ratio"
+_CPU = "trainprof_cpu_utilization_sampled_ratio"
+
+
+def quantile_record(b: Build, level: str, histogram: str, q: float, span: str) -> Recording:
+    """`level:histogram:p95_rate4m10s` = the q-quantile of every sample in the range."""
+    name = f"{level}:{histogram}:p{q * 100:g}_rate{span}"
+    return Recording(name, f"histogram_quantile({q:g}, rate({b.sel(histogram + '_bucket')}[{span}]))")
+
+
+def _low_gpu(b: Build) -> RuleOutput:
+    p = b.p
+    span = b.span(p.window, "window")
+    p95 = quantile_record(b, "gpu", _UTIL, 0.95, span)
+    p5 = quantile_record(b, "gpu", _UTIL, 0.05, span)
+    guard = f"{b.sel(_UTIL + '_count')} > {{n}}"
+    under, under_for = b.patience(
+        f"{p95.record} < {ratio(p.threshold_p95)}", p.patience, guard)
+    fluct, fluct_for = b.patience(
+        f"{p5.record} < {ratio(p.threshold_p5)}\n"
+        f"and\n{p95.record} > {ratio(p.threshold_p95)}", p.patience, guard)
+    return RuleOutput((p95, p5), (
+        Alert(expr=under, for_seconds=under_for, labels={"reason": "underutilized"},
+              summary="A GPU is underutilized.",
+              description=(
+                  f"{GPU} (job {JOB}): 95th percentile utilization over the last {span} is "
+                  f"{PCT}, below {p.threshold_p95:g}%.")),
+        Alert(expr=fluct, for_seconds=fluct_for, labels={"reason": "fluctuating"},
+              summary="A GPU's utilization fluctuates.",
+              description=(
+                  f"{GPU} (job {JOB}): over the last {span} the 5th percentile utilization is "
+                  f"{PCT}, below {p.threshold_p5:g}%, while the 95th percentile is above "
+                  f"{p.threshold_p95:g}%: the GPU alternates between busy and idle.")),
+    ))
+
+
+LOW_GPU_UTILIZATION = RuleSpec(
+    name="LowGPUUtilization",
+    summary="GPU underused or fluctuating",
+    detects=(
+        "Per GPU, the 95th and 5th percentiles of utilization over the last `window` "
+        "datapoints. A 95th percentile below `threshold_p95` means the GPU is underused; a "
+        "95th percentile above `threshold_p95` together with a 5th percentile below "
+        "`threshold_p5` means it alternates between busy and idle, which usually points to "
+        "stalls between steps."),
+    recommendation=(
+        "If the GPU is underused, raise the batch size or move to a smaller or shared GPU. "
+        "If it fluctuates, look for what the GPU waits on between steps: data loading (see "
+        "CPUBottleneck and IOBottleneck), host-to-device copies, synchronisation between "
+        "ranks, or logging and checkpointing inside the loop."),
+    severity="warning",
+    params=(
+        Param("threshold_p95", 70, PERCENT,
+              "A 95th percentile utilization below this means underuse."),
+        Param("threshold_p5", 10, PERCENT,
+              "A 5th percentile below this, with a high 95th percentile, means fluctuation."),
+        Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
+        patience(),
+        SCAN_INTERVAL,
+    ),
+    build=_low_gpu,
+    differences=(
+        "Percentiles come from the exporter's utilization histogram (5 % buckets) over the "
+        "range `window x datapoint_interval`, so they include every sample of the range at "
+        "any scrape interval. With SageMaker's default thresholds, which are bucket bounds, "
+        "the verdict matches the exact percentile except for samples lying exactly on the "
+        "threshold, which count as below it. The two cases are one alert with a `reason` "
+        "label (`underutilized`, `fluctuating`). The original's verdict was sticky; this "
+        "alert resolves when the GPU recovers."),
+)
+
+
+def _batch_size(b: Build) -> RuleOutput:
+    p = b.p
+    span = b.span(p.window, "window")
+    gpu = quantile_record(b, "gpu", _UTIL, 0.95, span)
+    memory = quantile_record(b, "gpu", _MEMORY, 0.95, span)
+    cpu = quantile_record(b, "node", _CPU, 0.95, span)
+    condition = (
+        f"{gpu.record} < {ratio(p.gpu_threshold_p95)}\n"
+        f"and\n{memory.record} < {ratio(p.gpu_memory_threshold_p95)}\n"
+        f"and ignoring (gpu, uuid)\n{cpu.record} < {ratio(p.cpu_threshold_p95)}")
+    expr, for_seconds = b.patience(
+        condition, max(p.patience, p.window),
+        f"ignoring (gpu, uuid) {b.sel(_CPU + '_count')} > {{n}}")
+    return RuleOutput((gpu, memory, cpu), (Alert(
+        expr=expr, for_seconds=for_seconds,
+        summary="The batch size is probably too small.",
+        description=(
+            f"{GPU} (job {JOB}): over the last {span} the 95th percentiles of GPU "
+            f"utilization ({PCT}), GPU memory and the host's CPU utilization are all below "
+            f"{p.gpu_threshold_p95:g}%, {p.gpu_memory_threshold_p95:g}% and "
+            f"{p.cpu_threshold_p95:g}%: the GPU has room for more work per step.")),))
+
+
+BATCH_SIZE = RuleSpec(
+    name="BatchSize",
+    summary="GPU, GPU memory and CPU all lightly used",
+    detects=(
+        "Per GPU, the 95th percentiles over the last `window` datapoints of GPU utilization, "
+        "GPU memory use and the host's average CPU utilization. When all three stay below "
+        "their thresholds, the job leaves most of the machine idle, which a larger batch "
+        "would use."),
+    recommendation=(
+        "Raise the batch size (scale the learning rate with it), or run on a smaller "
+        "instance. This advice does not apply to frameworks that reserve most GPU memory "
+        "up front."),
+    severity="info",
+    params=(
+        Param("cpu_threshold_p95", 70, PERCENT, "Threshold for the 95th percentile of the "
+                                                "host's average CPU utilization."),
+        Param("gpu_threshold_p95", 70, PERCENT, "Threshold for the 95th percentile of GPU "
+                                                "utilization."),
+        Param("gpu_memory_threshold_p95", 70, PERCENT, "Threshold for the 95th percentile of "
+                                                       "GPU memory use."),
+        patience(),
+        Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
+        SCAN_INTERVAL,
+    ),
+    build=_batch_size,
+    differences=(
+        "Percentiles come from the exporter's histograms over `window x datapoint_interval` "
+        "(see LowGPUUtilization). The CPU series is the average over the host's cores per "
+        "sample, as in the original. The original skipped a node until it had more than "
+        "`window` and `patience` CPU datapoints; the warm-up guard and `for:` use the larger "
+        "of the two. The AWS documentation page gives `patience` a default of 100; the SDK "
+        "and the rule code use 1000."),
+)
+
+
+def _memory_increase(b: Build) -> RuleOutput:
+    p = b.p
+    span = b.span(p.window, "window")
+    total, count = b.sel(_MEMORY + "_sum"), b.sel(_MEMORY + "_count")
+    mean = f"rate({total}[{span}]) / rate({count}[{span}])"
+    before = f"rate({total}[{span}] offset {span}) / rate({count}[{span}] offset {span})"
+    mean_record = Recording(f"gpu:{_MEMORY}:mean_rate{span}", mean)
+    # Evaluated once per scan interval, but a jump only shows for about one window:
+    # look back over the whole scan interval at scrape resolution so none is missed.
+    scan = format_duration(p.scan_interval_us / 1e6)
+    step = format_duration(b.scrape_interval)
+    increase = f"max_over_time((\n  {mean}\n  -\n  {before}\n)[{scan}:{step}])"
+    expr, for_seconds = b.patience(
+        f"{increase}\n> {ratio(p.increase)}", p.patience, f"{count} > {{n}}")
+    return RuleOutput((mean_record,), (Alert(
+        expr=expr, for_seconds=for_seconds,
+        summary="GPU memory use grew sharply.",
+        description=(
+            f"{GPU} (job {JOB}): mean GPU memory use over {span} rose by {PCT} of the GPU's "
+            f"memory compared with the {span} before (threshold {p.increase:g}%).")),))
+
+
+GPU_MEMORY_INCREASE = RuleSpec(
+    name="GPUMemoryIncrease",
+    summary="GPU memory use jumped",
+    detects=(
+        "Per GPU, the mean memory use over the last `window` datapoints compared with the "
+        "mean over the `window` datapoints before them. A rise of more than `increase` "
+        "percentage points of the GPU's memory is a jump that often precedes an "
+        "out-of-memory error: a leak, a growing cache, or an input larger than usual."),
+    recommendation=(
+        "Look for tensors kept alive across steps (accumulated losses or outputs that still "
+        "hold the graph), growing caches, and unusually large batches or sequences; "
+        "torch.cuda.memory_summary() and the memory snapshot tool show who holds the "
+        "memory. If growth is expected, raise `increase` or give the job a larger GPU."),
+    severity="warning",
+    params=(
+        Param("increase", 5, PERCENT,
+              "Rise of the mean memory use, in percentage points, that fires the rule."),
+        patience(),
+        Param("window", 10, COUNT, "Datapoints each of the two compared means covers."),
+        SCAN_INTERVAL,
+    ),
+    build=_memory_increase,
+    patience_auto="warmup",
+    differences=(
+        "SageMaker's code compared the mean of the last `window` samples with the mean of a "
+        "slice shifted by only one or two samples (an off-by-one), so it needed a jump of "
+        "about five times `increase` to fire. trainprof implements the documented intent: "
+        "the mean of the last window against the mean of the window before it. Both means "
+        "come from the exporter's histogram `_sum`/`_count`, so they hold every sample. A "
+        "window shorter than two scrape intervals (the default 10 datapoints = 5 s) is "
+        "raised to two scrape intervals, and each evaluation looks back over the whole scan "
+        "interval, so a jump between evaluations is not missed. `patience` is a warm-up "
+        "guard here even in `patience_mode: auto`: the windowed increase lasts only about "
+        "one window, so a patience-long `for:` could never be met. The AWS documentation "
+        "page gives `increase` 10, `patience` 100 and `window` 500; the SDK and the rule "
+        "code use 5, 1000 and 10."),
+)
+
+
+def _load_balancing(b: Build) -> RuleOutput:
+    p = b.p
+    if p.threshold > 0.8326:
+        b.warnings.append(
+            f"{b.path('threshold')}: {p.threshold:g} is above the largest possible "
+            "Jensen-Shannon distance (0.8326); LoadBalancing can never fire")
+    distance = b.sel("trainprof_gpu_utilization_js_distance")
+    expr, for_seconds = b.patience(
+        f"{distance} > {p.threshold:g}", p.patience,
+        f"ignoring (peer_gpu, peer_uuid) {b.sel(_UTIL + '_count')} > {{n}}")
+    return RuleOutput((), (Alert(
+        expr=expr, for_seconds=for_seconds,
+        summary="GPUs of one host carry unequal load.",
+        description=(
+            f"GPUs {{{{ $labels.gpu }}}} and {{{{ $labels.peer_gpu }}}} on {HOST} (job {JOB}) "
+            f"have utilization distributions {{{{ $value | printf \"%.2f\" }}}} apart "
+            f"(Jensen-Shannon distance; the rule fires above {p.threshold:g}).")),))
+
+
+LOAD_BALANCING = RuleSpec(
+    name="LoadBalancing",
+    summary="GPUs of a host carry unequal load",
+    detects=(
+        "For every pair of GPUs on a host, the Jensen-Shannon distance between their "
+        "utilization distributions (2 % bins, every sample since the job started). A "
+        "distance above `threshold` means the GPUs do different amounts of work."),
+    recommendation=(
+        "Check how work is split: uneven data shards or sequence lengths, a rank that also "
+        "does evaluation, logging or checkpointing, a model-parallel split with unequal "
+        "stages, or a parameter server on one GPU. Balance the shards or move the extra "
+        "work off the training ranks."),
+    severity="warning",
+    params=(
+        Param("threshold", 0.5, DISTANCE,
+              "Jensen-Shannon distance between two GPUs' utilization histograms that fires "
+              "the rule."),
+        patience(),
+        SCAN_INTERVAL,
+    ),
+    build=_load_balancing,
+    differences=(
+        "SageMaker's public code never compared two GPUs (a mis-indented loop), so the "
+        "original never fired; trainprof implements the documented intent. The exporter "
+        "computes the distance for every pair of GPUs on its host, in 2 % bins over [0, "
+        "100] % (the original dropped samples above 98 %, so a GPU pinned at 100 % had no "
+        "histogram at all). Pairs of GPUs on different hosts are not compared. The default "
+        "threshold is the SDK's 0.5 (the rule code said 0.2); the AWS documentation page "
+        "gives `patience` a default of 10, the SDK and code 1000."),
+)

@@ -1,0 +1,62 @@
+"""OverallSystemUsage: per-node utilization percentiles since the job started (no alert)."""
+
+from __future__ import annotations
+
+from trainprof.durations import format_duration
+from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
+from trainprof.rules.params import SCAN_INTERVAL
+
+QUANTILES = (0.5, 0.95, 0.99)
+
+# (histogram, labels pooled into the node's distribution)
+_HISTOGRAMS = (
+    ("trainprof_cpu_utilization_sampled_ratio", ()),
+    ("trainprof_cpu_iowait_sampled_ratio", ()),
+    ("trainprof_memory_used_sampled_ratio", ()),
+    ("trainprof_gpu_utilization_sampled_ratio", ("gpu", "uuid")),
+    ("trainprof_gpu_memory_used_sampled_ratio", ("gpu", "uuid")),
+)
+
+
+def _overall_system(b: Build) -> RuleOutput:
+    recordings = []
+    for histogram, pooled in _HISTOGRAMS:
+        buckets = b.sel(histogram + "_bucket")
+        if pooled:
+            buckets = f"sum without ({', '.join(pooled)}) ({buckets})"
+        for q in QUANTILES:
+            # Cumulative buckets without rate(): the distribution since the exporter started.
+            recordings.append(Recording(f"node:{histogram}:quantile",
+                                        f"histogram_quantile({q:g}, {buckets})",
+                                        {"quantile": f"{q:g}"}))
+    span = format_duration(max(60.0, 4 * b.scrape_interval))
+    for direction in ("receive", "transmit"):
+        counter = f"trainprof_network_{direction}_bytes_total"
+        recordings.append(Recording(
+            f"node:trainprof_network_{direction}_bytes:rate{span}",
+            f"sum without (device) (rate({b.sel(counter)}[{span}]))"))
+    return RuleOutput(tuple(recordings), ())
+
+
+OVERALL_SYSTEM_USAGE = RuleSpec(
+    name="OverallSystemUsage",
+    summary="Per-node system usage percentiles (no alert)",
+    detects=(
+        "Recording rules for the report and the dashboards: per node, the 50th, 95th and "
+        "99th percentiles since the exporter started of CPU utilization, I/O wait, host "
+        "memory, GPU utilization and GPU memory (all GPUs of the node pooled), and the "
+        "network throughput."),
+    recommendation=(
+        "Compare the nodes: one node far from the others points at a hardware or placement "
+        "problem; every node low points at a job that could use fewer or smaller machines."),
+    severity="info",
+    params=(SCAN_INTERVAL,),
+    build=_overall_system,
+    alerting=False,
+    differences=(
+        "Percentiles come from the exporter's histograms (5 % buckets) instead of the exact "
+        "sample values. GPU percentiles pool every sample of every GPU of the node; the "
+        "original took the percentiles of the per-sample average over GPUs. Network is a "
+        "rate in bytes per second, not the percentiles of per-sample values; minimum and "
+        "maximum are not recorded."),
+)

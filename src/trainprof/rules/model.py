@@ -1,0 +1,169 @@
+"""What a catalog entry is, and what it compiles to.
+
+A `RuleSpec` holds SageMaker's parameters with their defaults, the prose (what the rule
+detects, what to do about it) and a `build` function. `build` receives a `Build`: the resolved
+parameter values plus the deployment facts (datapoint and scrape interval, patience mode, job
+selector), and returns recording and alerting rules. Names, durations and selectors are all
+made by `Build`, so a parameter change moves every place that depends on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from trainprof import metrics as contract
+from trainprof.durations import format_duration
+from trainprof.rules import promql
+from trainprof.rules.params import Param
+
+RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+SEVERITIES = ("info", "warning", "critical")
+PATIENCE_MODES = ("auto", "for", "warmup")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recording:
+    record: str
+    expr: str
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if not RECORD_NAME.match(self.record):
+            raise ValueError(f"recording {self.record!r} is not level:metric:operations")
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    expr: str
+    summary: str                 # static: identical for every instance of the alert
+    description: str             # may use {{ $labels.x }} and {{ $value }}
+    for_seconds: float = 0.0
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if "{{" in self.summary:
+            raise ValueError(f"alert summary {self.summary!r} must be static (no templates)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleOutput:
+    recordings: tuple[Recording, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSpec:
+    name: str                    # SageMaker's rule name; also the `rule` label
+    summary: str                 # one line, for tables
+    detects: str                 # what it detects, for docs and the dashboard
+    recommendation: str          # SageMaker report's advice, in our words
+    severity: str                # info | warning | critical
+    params: tuple[Param, ...]
+    build: Callable[[Build], RuleOutput]
+    differences: str = ""        # how trainprof's verdict differs from the original
+    patience_auto: str = "for"   # what patience_mode=auto means for this rule
+    version: int = 1             # bump when the rule's semantics change
+    alerting: bool = True        # False for the summary rules (recordings only)
+
+    def __post_init__(self):
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"rule {self.name}: severity {self.severity!r} is not one of "
+                             f"{', '.join(SEVERITIES)}")
+        if self.patience_auto not in ("for", "warmup"):
+            raise ValueError(f"rule {self.name}: patience_auto must be for or warmup")
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+
+class Values:
+    """Resolved parameter values, read as attributes: `p.threshold_p95`."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self.__dict__.update(values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclasses.dataclass
+class Build:
+    """Everything a catalog entry needs to write its PromQL."""
+
+    rule: RuleSpec
+    p: Values
+    datapoint_interval: float
+    scrape_interval: float
+    patience_mode: str                      # for | warmup (auto already resolved)
+    job_labels: tuple[str, ...]
+    matchers: tuple[promql.Matcher, ...]
+    where: str                              # config path template of a parameter, {param}
+    warnings: list[str]
+
+    def path(self, param: str) -> str:
+        return self.where.format(param=param)
+
+    # --- selectors ---------------------------------------------------------------------
+
+    def sel(self, series: str, **equal: str) -> str:
+        """A selector of a contract series (`_bucket`/`_sum`/`_count` allowed) with the
+        job selector applied."""
+        base = re.sub(r"_(bucket|sum|count)$", "", series)
+        known = contract.BY_NAME.get(series) or contract.BY_NAME.get(base)
+        if known is None or series not in contract.series_names(known):
+            raise KeyError(f"rule {self.rule.name} selects {series}, which is not in the "
+                           "metric contract")
+        return promql.selector(series, self.matchers, **equal)
+
+    @property
+    def by_job(self) -> str:
+        return promql.by(self.job_labels)
+
+    @property
+    def on_job(self) -> str:
+        return f"on ({', '.join(self.job_labels)})"
+
+    # --- time ----------------------------------------------------------------------------
+
+    def span(self, datapoints: int, param: str) -> str:
+        """The range a window of `datapoints` samples lasts, at least two scrape intervals.
+
+        Shorter ranges hold fewer than two scrapes, so rate() would return nothing and the
+        rule could never fire: raise them, and say so.
+        """
+        seconds = datapoints * self.datapoint_interval
+        minimum = 2 * self.scrape_interval
+        if seconds < minimum:
+            self.warnings.append(
+                f"{self.path(param)}: {datapoints} datapoints x {self.datapoint_interval:g}s "
+                f"= {format_duration(seconds)} is shorter than two scrape intervals; "
+                f"using {format_duration(minimum)} so the range holds at least two scrapes")
+            seconds = minimum
+        return format_duration(seconds)
+
+    def patience(self, expr: str, datapoints: int, guard: str) -> tuple[str, float]:
+        """Apply SageMaker's patience: `for:` of N datapoints, or a warm-up guard.
+
+        `guard` is a boolean expression over a sample count, with `{n}` for the threshold.
+        """
+        if self.patience_mode == "for":
+            return expr, datapoints * self.datapoint_interval
+        return f"(\n{indent(expr)}\n)\nand\n{guard.format(n=datapoints)}", 0.0
+
+
+def indent(text: str, by: str = "  ") -> str:
+    return "\n".join(by + line if line else line for line in text.splitlines())
+
+
+def ratio(percent: float) -> str:
+    """A percentage as the ratio literal PromQL compares with: 70 -> "0.7"."""
+    return contract.threshold_label(percent / 100)

@@ -1,0 +1,149 @@
+"""Rule parameters: SageMaker's names, defaults and meaning, and how a value is checked.
+
+SageMaker's SDK sends every parameter as a string ("70"), so each kind parses strings and
+numbers alike and says what is wrong in words a SageMaker user knows.
+
+    >>> PERCENT.parse("70")
+    70.0
+    >>> COUNT.parse("1.5")
+    Traceback (most recent call last):
+    ...
+    ValueError: '1.5' is not a whole number of datapoints
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+from trainprof.metrics import MODES
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{value!r} is not a number")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number") from None
+    else:
+        raise ValueError(f"{value!r} is not a number")
+    if not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a finite number")
+    return number
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """How one family of parameters is parsed and what range it allows."""
+
+    name: str
+    unit: str
+    parse_fn: Callable[[Any], Any]
+    doc: str
+
+    def parse(self, value: Any) -> Any:
+        return self.parse_fn(value)
+
+
+def _percent(value):
+    number = _number(value)
+    if not 0 <= number <= 100:
+        raise ValueError(f"{value!r} is not a percentage between 0 and 100")
+    return number
+
+
+def _count(value):
+    number = _number(value)
+    if number != int(number):
+        raise ValueError(f"{value!r} is not a whole number of datapoints")
+    if number < 1:
+        raise ValueError(f"{value!r} must be at least 1 datapoint")
+    return int(number)
+
+
+def _non_negative_int(value):
+    number = _number(value)
+    if number != int(number) or number < 0:
+        raise ValueError(f"{value!r} is not a whole number of 0 or more")
+    return int(number)
+
+
+def _positive(value):
+    number = _number(value)
+    if number <= 0:
+        raise ValueError(f"{value!r} must be greater than 0")
+    return number
+
+
+def _micros(value):
+    number = _number(value)
+    if number != int(number) or number < 1_000_000:
+        raise ValueError(f"{value!r} is not a whole number of microseconds of at least "
+                         "1000000 (1 s)")
+    if number % 1000:
+        raise ValueError(f"{value!r} is not a whole number of milliseconds "
+                         "(Prometheus evaluates rules at millisecond resolution)")
+    return int(number)
+
+
+def _distance(value):
+    number = _number(value)
+    if not 0 <= number <= 1:
+        raise ValueError(f"{value!r} is not a Jensen-Shannon distance between 0 and 1")
+    return number
+
+
+_MODE_ALIASES = {m: m for m in MODES}
+for _m in MODES:
+    _MODE_ALIASES[f"modekeys.{_m}"] = _m
+    _MODE_ALIASES[f"step:modekeys.{_m}"] = _m
+
+
+def _mode(value):
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a mode (one of {', '.join(MODES)})")
+    key = value.strip().lower()
+    if key in ("", "none"):
+        return None
+    try:
+        return _MODE_ALIASES[key]
+    except KeyError:
+        raise ValueError(f"{value!r} is not a mode; expected one of {', '.join(MODES)} "
+                         "(ModeKeys.TRAIN and Step:ModeKeys.TRAIN are accepted too)") from None
+
+
+PERCENT = Kind("percent", "%", _percent, "a percentage, 0 to 100 (a ratio in PromQL)")
+COUNT = Kind("datapoints", "datapoints", _count,
+             "a number of datapoints, each one `datapoint_interval` long")
+OUTLIERS = Kind("count", "", _non_negative_int, "a whole number")
+FACTOR = Kind("factor", "x", _positive, "a positive number")
+MINUTES = Kind("minutes", "min", _positive, "minutes")
+MICROS = Kind("microseconds", "us", _micros,
+              "microseconds; becomes the rule group's evaluation interval")
+DISTANCE = Kind("distance", "", _distance, "a Jensen-Shannon distance, 0 to 0.83")
+MODE = Kind("mode", "", _mode, "train, eval, predict or global; empty for all modes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str          # SageMaker's spelling
+    default: Any
+    kind: Kind
+    help: str
+    extension: bool = False   # a trainprof addition, not a SageMaker parameter
+
+
+SCAN_INTERVAL = Param("scan_interval_us", 60_000_000, MICROS,
+                      "How often the rule is evaluated (SageMaker scanned new data this often).")
+
+
+def patience(default: int = 1000) -> Param:
+    return Param("patience", default, COUNT,
+                 "Datapoints to collect before the rule decides anything (job warm-up).")

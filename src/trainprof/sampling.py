@@ -1,0 +1,377 @@
+"""From host samples to the exporter's series: the one sample-to-metrics path.
+
+The live exporter, `trainprof replay` and the rule tests all feed `HostSample`s (one every
+datapoint interval) into a `SampleAccumulator` and read its metric families, so a rule sees the
+same series whether the samples came from psutil and NVML a moment ago or from a SageMaker
+profiler file of last year.
+
+    >>> acc = SampleAccumulator(interval=0.5, identity={"node": "n1"})
+    >>> acc.observe(HostSample(0.5, cpu_utilization=[0.95, 0.1],
+    ...                        gpus=[GpuSample(0, "GPU-a", utilization=0.03)]))
+    >>> acc.value("trainprof_cpu_bottleneck_samples_total", cpu_above="0.9", gpu_below="0.1")
+    1
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric as MetricFamily,
+)
+
+from trainprof import metrics as contract
+from trainprof.metrics import bucket_label, threshold_label
+
+
+@dataclasses.dataclass
+class GpuSample:
+    """One GPU's readings in one sample. None means "could not be read"; ratios are 0..1."""
+
+    index: int
+    uuid: str = ""
+    utilization: float | None = None
+    memory_used_ratio: float | None = None   # derived from the bytes when both are known
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    power_watts: float | None = None
+    energy_joules: float | None = None       # cumulative, as NVML reports it
+    temperature_celsius: float | None = None
+    sm_clock_hertz: float | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    name: str = ""
+    driver_version: str = ""
+
+    def memory_ratio(self) -> float | None:
+        if self.memory_used_ratio is not None:
+            return self.memory_used_ratio
+        if self.memory_used_bytes is not None and self.memory_total_bytes:
+            return self.memory_used_bytes / self.memory_total_bytes
+        return None
+
+
+@dataclasses.dataclass
+class HostSample:
+    """Everything sampled on one host at one instant (Unix seconds)."""
+
+    timestamp: float
+    cpu_utilization: Sequence[float] = ()    # per logical core
+    cpu_iowait: Sequence[float] = ()         # per logical core
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    memory_used_ratio: float | None = None
+    gpus: Sequence[GpuSample] = ()
+    disk: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    network: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    def memory_ratio(self) -> float | None:
+        if self.memory_used_ratio is not None:
+            return self.memory_used_ratio
+        if self.memory_used_bytes is not None and self.memory_total_bytes:
+            return self.memory_used_bytes / self.memory_total_bytes
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class BottleneckGrid:
+    """The (busy, gpu_below) threshold pairs counted per sample, as ratios."""
+
+    cpu: tuple[tuple[float, float], ...]
+    io: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def default(cls) -> BottleneckGrid:
+        pairs = tuple(itertools.product(contract.BUSY_THRESHOLDS, contract.GPU_IDLE_THRESHOLDS))
+        return cls(cpu=pairs, io=pairs)
+
+    def including(self, cpu: Iterable[tuple[float, float]] = (),
+                  io: Iterable[tuple[float, float]] = ()) -> BottleneckGrid:
+        """This grid plus extra pairs (those a rule configuration needs)."""
+        return BottleneckGrid(cpu=_merged(self.cpu, cpu), io=_merged(self.io, io))
+
+
+def _merged(pairs, extra):
+    return tuple(sorted(set(pairs) | {(float(a), float(b)) for a, b in extra}))
+
+
+class _Histogram:
+    """Fixed-bucket histogram state: per-bucket counts (not cumulative), sum, count."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: Sequence[float]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)   # the last slot is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        cumulative, buckets = 0, []
+        for bound, n in zip(self.bounds, self.counts):
+            cumulative += n
+            buckets.append((bucket_label(bound), cumulative))
+        buckets.append(("+Inf", self.count))
+        family.add_metric(labels, buckets, self.sum)
+
+
+@dataclasses.dataclass
+class _GpuState:
+    utilization: _Histogram
+    memory: _Histogram
+    load_bins: list[int]
+    latest: GpuSample | None = None
+
+
+_GPU_GAUGES = (
+    ("trainprof_gpu_utilization_ratio", "utilization"),
+    ("trainprof_gpu_memory_used_bytes", "memory_used_bytes"),
+    ("trainprof_gpu_memory_total_bytes", "memory_total_bytes"),
+    ("trainprof_gpu_power_watts", "power_watts"),
+    ("trainprof_gpu_temperature_celsius", "temperature_celsius"),
+    ("trainprof_gpu_sm_clock_hertz", "sm_clock_hertz"),
+    ("trainprof_gpu_sm_active_ratio", "sm_active"),
+    ("trainprof_gpu_sm_occupancy_ratio", "sm_occupancy"),
+    ("trainprof_gpu_tensor_active_ratio", "tensor_active"),
+    ("trainprof_gpu_dram_active_ratio", "dram_active"),
+)
+
+
+class SampleAccumulator:
+    """Folds host samples into the exporter's gauges, histograms and counters.
+
+    Not thread-safe: one sampler thread observes and renders.
+    """
+
+    def __init__(self, interval: float, identity: Mapping[str, str] | None = None,
+                 grid: BottleneckGrid | None = None):
+        self.interval = interval
+        self.identity = dict(identity or {})
+        self.grid = grid or BottleneckGrid.default()
+        self.samples = 0
+        self.latest: HostSample | None = None
+        bounds = contract.UTILIZATION_BUCKETS
+        self._cpu = _Histogram(bounds)
+        self._iowait = _Histogram(bounds)
+        self._memory = _Histogram(bounds)
+        self._cpu_bottlenecks = dict.fromkeys(self.grid.cpu, 0)
+        self._io_bottlenecks = dict.fromkeys(self.grid.io, 0)
+        self._gpus: dict[int, _GpuState] = {}
+
+    def observe(self, sample: HostSample) -> None:
+        self.samples += 1
+        self.latest = sample
+        cores, iowait = sample.cpu_utilization, sample.cpu_iowait
+        if cores:
+            self._cpu.observe(sum(cores) / len(cores))
+        if iowait:
+            self._iowait.observe(sum(iowait) / len(iowait))
+        memory = sample.memory_ratio()
+        if memory is not None:
+            self._memory.observe(memory)
+
+        gpu_utils = []
+        for gpu in sample.gpus:
+            state = self._gpu_state(gpu.index)
+            state.latest = gpu
+            if gpu.utilization is not None:
+                gpu_utils.append(gpu.utilization)
+                state.utilization.observe(gpu.utilization)
+                state.load_bins[_load_bin(gpu.utilization)] += 1
+            ratio = gpu.memory_ratio()
+            if ratio is not None:
+                state.memory.observe(ratio)
+
+        # A bottleneck needs one starved GPU and one saturated core in the same sample.
+        if gpu_utils:
+            idlest = min(gpu_utils)
+            if cores:
+                _count_pairs(self._cpu_bottlenecks, max(cores), idlest)
+            if iowait:
+                _count_pairs(self._io_bottlenecks, max(iowait), idlest)
+
+    def _gpu_state(self, index: int) -> _GpuState:
+        state = self._gpus.get(index)
+        if state is None:
+            bounds = contract.UTILIZATION_BUCKETS
+            state = self._gpus[index] = _GpuState(
+                _Histogram(bounds), _Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS)
+        return state
+
+    # --- rendering ---------------------------------------------------------------------
+
+    def families(self) -> Iterator[MetricFamily]:
+        """Every metric family of the exporter's sample state, as prometheus_client objects."""
+        ident_names = list(self.identity)
+        ident = list(self.identity.values())
+        fam = _Families(ident_names)
+
+        yield fam.gauge("trainprof_sampler_interval_seconds", [], [(ident, self.interval)])
+        yield fam.counter("trainprof_samples_total", [], [(ident, self.samples)])
+
+        latest = self.latest
+        cores = list(latest.cpu_utilization) if latest else []
+        iowait = list(latest.cpu_iowait) if latest else []
+        if cores:
+            yield fam.gauge("trainprof_cpu_cores", [], [(ident, len(cores))])
+            yield fam.gauge("trainprof_cpu_core_utilization_ratio", ["cpu"],
+                            [(ident + [str(i)], v) for i, v in enumerate(cores)])
+        if iowait:
+            yield fam.gauge("trainprof_cpu_core_iowait_ratio", ["cpu"],
+                            [(ident + [str(i)], v) for i, v in enumerate(iowait)])
+        yield fam.histogram("trainprof_cpu_utilization_sampled_ratio", [], [(ident, self._cpu)])
+        yield fam.histogram("trainprof_cpu_iowait_sampled_ratio", [], [(ident, self._iowait)])
+        yield fam.counter(
+            "trainprof_cpu_bottleneck_samples_total", ["cpu_above", "gpu_below"],
+            [(ident + [threshold_label(c), threshold_label(g)], n)
+             for (c, g), n in self._cpu_bottlenecks.items()])
+        yield fam.counter(
+            "trainprof_io_bottleneck_samples_total", ["iowait_above", "gpu_below"],
+            [(ident + [threshold_label(c), threshold_label(g)], n)
+             for (c, g), n in self._io_bottlenecks.items()])
+
+        if latest and latest.memory_used_bytes is not None:
+            yield fam.gauge("trainprof_memory_used_bytes", [],
+                            [(ident, latest.memory_used_bytes)])
+        if latest and latest.memory_total_bytes is not None:
+            yield fam.gauge("trainprof_memory_total_bytes", [],
+                            [(ident, latest.memory_total_bytes)])
+        yield fam.histogram("trainprof_memory_used_sampled_ratio", [], [(ident, self._memory)])
+
+        if latest and latest.disk:
+            disks = sorted(latest.disk.items())
+            yield fam.counter("trainprof_disk_read_bytes_total", ["device"],
+                              [(ident + [d], r) for d, (r, _) in disks])
+            yield fam.counter("trainprof_disk_written_bytes_total", ["device"],
+                              [(ident + [d], w) for d, (_, w) in disks])
+        if latest and latest.network:
+            nics = sorted(latest.network.items())
+            yield fam.counter("trainprof_network_receive_bytes_total", ["device"],
+                              [(ident + [d], r) for d, (r, _) in nics])
+            yield fam.counter("trainprof_network_transmit_bytes_total", ["device"],
+                              [(ident + [d], t) for d, (_, t) in nics])
+
+        yield from self._gpu_families(fam, ident)
+
+    def _gpu_families(self, fam: _Families, ident: list[str]) -> Iterator[MetricFamily]:
+        if not self._gpus:
+            return
+        present = {g.index for g in self.latest.gpus} if self.latest else set()
+        states = sorted(self._gpus.items())
+        labels = {i: ident + [str(i), (s.latest.uuid if s.latest else "")] for i, s in states}
+        gpu = ["gpu", "uuid"]
+
+        yield fam.gauge("trainprof_gpu_info", gpu + ["name", "driver_version"],
+                        [(labels[i] + [s.latest.name, s.latest.driver_version], 1)
+                         for i, s in states if i in present])
+        for name, attr in _GPU_GAUGES:
+            rows = [(labels[i], getattr(s.latest, attr)) for i, s in states
+                    if i in present and getattr(s.latest, attr) is not None]
+            if rows:
+                yield fam.gauge(name, gpu, rows)
+        energy = [(labels[i], s.latest.energy_joules) for i, s in states
+                  if i in present and s.latest.energy_joules is not None]
+        if energy:
+            yield fam.counter("trainprof_gpu_energy_joules_total", gpu, energy)
+        yield fam.histogram("trainprof_gpu_utilization_sampled_ratio", gpu,
+                            [(labels[i], s.utilization) for i, s in states])
+        yield fam.histogram("trainprof_gpu_memory_used_sampled_ratio", gpu,
+                            [(labels[i], s.memory) for i, s in states])
+        distances = []
+        for (a, sa), (b, sb) in itertools.combinations(states, 2):
+            d = js_distance(sa.load_bins, sb.load_bins)
+            if d is not None:
+                distances.append((labels[a] + labels[b][-2:], d))
+        if distances:
+            yield fam.gauge("trainprof_gpu_utilization_js_distance",
+                            gpu + ["peer_gpu", "peer_uuid"], distances)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """One sample's value by exposed sample name and labels (tests and debugging)."""
+        for family in self.families():
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    return s.value
+        return None
+
+
+class _Families:
+    """Builds families from the contract, prefixing the identity labels."""
+
+    def __init__(self, identity: list[str]):
+        self.identity = identity
+
+    def _doc(self, name: str) -> str:
+        return contract.metric(name).help
+
+    def gauge(self, name, labels, rows):
+        family = GaugeMetricFamily(name, self._doc(name), labels=self.identity + labels)
+        for values, v in rows:
+            family.add_metric(values, v)
+        return family
+
+    def counter(self, name, labels, rows):
+        base = contract.metric(name).base
+        family = CounterMetricFamily(base, self._doc(name), labels=self.identity + labels)
+        for values, v in rows:
+            family.add_metric(values, v)
+        return family
+
+    def histogram(self, name, labels, rows):
+        family = HistogramMetricFamily(name, self._doc(name), labels=self.identity + labels)
+        for values, hist in rows:
+            hist.add_to(family, values)
+        return family
+
+
+def _count_pairs(counts: dict, busiest: float, idlest: float) -> None:
+    for pair in counts:
+        if busiest > pair[0] and idlest < pair[1]:
+            counts[pair] += 1
+
+
+def _load_bin(utilization: float) -> int:
+    # 2 % bins over [0, 1]; the last bin is closed so a GPU pinned at 100 % is counted.
+    return min(max(int(utilization * contract.LOAD_BALANCING_BINS), 0),
+               contract.LOAD_BALANCING_BINS - 1)
+
+
+def js_distance(p_counts: Sequence[int], q_counts: Sequence[int]) -> float | None:
+    """Jensen-Shannon distance of two histograms (natural log); None if either is empty.
+
+    >>> js_distance([5, 0], [0, 5]) == math.sqrt(math.log(2))
+    True
+    """
+    n_p, n_q = sum(p_counts), sum(q_counts)
+    if not n_p or not n_q:
+        return None
+    divergence = 0.0
+    for a, b in zip(p_counts, q_counts):
+        p, q = a / n_p, b / n_q
+        m = (p + q) / 2
+        if p:
+            divergence += p * math.log(p / m)
+        if q:
+            divergence += q * math.log(q / m)
+    return math.sqrt(max(divergence / 2, 0.0))
+
+
+def samples_of(families: Iterable[MetricFamily]) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Flatten families into (sample name, labels, value), as a scrape would show them."""
+    for family in families:
+        for s in family.samples:
+            yield s.name, dict(s.labels), s.value
