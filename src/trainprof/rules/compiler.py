@@ -12,6 +12,7 @@ summary, description (with the measured value), recommendation, runbook_url and 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from trainprof import metrics as contract
@@ -40,16 +41,21 @@ def compile_rules(config: RulesConfig) -> Compiled:
     for instance in config.rules:
         build = _build_context(config, instance, warnings)
         output = instance.spec.build(build)
-        rules = []
+        rules, elsewhere = [], {}
         for rec in output.recordings:
             key = (rec.record, tuple(sorted(rec.labels.items())))
             if key in seen:
                 if seen[key] != rec.expr:
                     raise AssertionError(f"recording {rec.record} built twice, differently")
+                elsewhere[rec.record] = rec.expr
                 continue
             seen[key] = rec.expr
             rules.append(_recording(rec))
-        rules += [_alert(config, instance, a) for a in output.alerts]
+        for alert in output.alerts:
+            # Groups are evaluated independently, so reading another group's recording
+            # could lag one interval behind: spell its expression out instead.
+            alert = dataclasses.replace(alert, expr=_inline(alert.expr, elsewhere))
+            rules.append(_alert(config, instance, alert))
         groups.append({
             "name": f"trainprof.{instance.spec.name}",
             "interval": format_duration(instance.values["scan_interval_us"] / 1e6),
@@ -59,6 +65,13 @@ def compile_rules(config: RulesConfig) -> Compiled:
     if health:
         groups.append({"name": "trainprof.health", "interval": "1m", "rules": health})
     return Compiled(groups, tuple(warnings))
+
+
+def _inline(expr: str, recordings: dict[str, str]) -> str:
+    for name, body in recordings.items():
+        pattern = re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:{{])")
+        expr = pattern.sub(lambda _: f"({body})", expr)
+    return expr
 
 
 def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) -> Build:

@@ -144,20 +144,24 @@ class Build:
         minimum = 2 * self.scrape_interval
         if seconds < minimum:
             self.warnings.append(
-                f"{self.path(param)}: {datapoints} datapoints x {self.datapoint_interval:g}s "
+                f"{self.path(param)}: {self.rule.name}'s {param} of {datapoints} datapoints "
+                f"x {self.datapoint_interval:g}s "
                 f"= {format_duration(seconds)} is shorter than two scrape intervals; "
                 f"using {format_duration(minimum)} so the range holds at least two scrapes")
             seconds = minimum
         return format_duration(seconds)
 
-    def patience(self, expr: str, datapoints: int, guard: str) -> tuple[str, float]:
+    def patience(self, expr: str, datapoints: int, count: str,
+                 matching: str = "") -> tuple[str, float]:
         """Apply SageMaker's patience: `for:` of N datapoints, or a warm-up guard.
 
-        `guard` is a boolean expression over a sample count, with `{n}` for the threshold.
+        The guard keeps `expr` only where `count` (the datapoints seen so far) exceeds N;
+        `matching` is the `and` operator's `on (...)` / `ignoring (...)` clause.
         """
         if self.patience_mode == "for":
             return expr, datapoints * self.datapoint_interval
-        return f"(\n{indent(expr)}\n)\nand\n{guard.format(n=datapoints)}", 0.0
+        op = f"and {matching}" if matching else "and"
+        return f"(\n{indent(expr)}\n)\n{op}\n{count} > {datapoints}", 0.0
 
 
 def indent(text: str, by: str = "  ") -> str:

@@ -36,8 +36,8 @@ def _bottleneck(b: Build, *, counter: str, busy_label: str, busy_param: str,
         f"/ ignoring ({busy_label}, gpu_below) group_left\n"
         f"sum {b.by_job} ({den})"))
     condition = f"{selector(record, **grid)} > {ratio(p.threshold)}"
-    expr, for_seconds = b.patience(
-        condition, p.patience, f"{b.on_job} sum {b.by_job} ({samples}) > {{n}}")
+    expr, for_seconds = b.patience(condition, p.patience, f"sum {b.by_job} ({samples})",
+                                   matching=b.on_job)
     alert = Alert(
         expr=expr, for_seconds=for_seconds, summary=summary,
         description=(

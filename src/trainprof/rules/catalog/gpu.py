@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trainprof.durations import format_duration
+from trainprof.durations import format_duration, parse_duration
 from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, ratio
+from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, indent, ratio
 from trainprof.rules.params import (
     COUNT, DISTANCE, PERCENT, SCAN_INTERVAL, Param, patience,
 )
@@ -25,12 +25,12 @@ def _low_gpu(b: Build) -> RuleOutput:
     span = b.span(p.window, "window")
     p95 = quantile_record(b, "gpu", _UTIL, 0.95, span)
     p5 = quantile_record(b, "gpu", _UTIL, 0.05, span)
-    guard = f"{b.sel(_UTIL + '_count')} > {{n}}"
+    count = b.sel(_UTIL + "_count")
     under, under_for = b.patience(
-        f"{p95.record} < {ratio(p.threshold_p95)}", p.patience, guard)
+        f"{p95.record} < {ratio(p.threshold_p95)}", p.patience, count)
     fluct, fluct_for = b.patience(
         f"{p5.record} < {ratio(p.threshold_p5)}\n"
-        f"and\n{p95.record} > {ratio(p.threshold_p95)}", p.patience, guard)
+        f"and\n{p95.record} > {ratio(p.threshold_p95)}", p.patience, count)
     return RuleOutput((p95, p5), (
         Alert(expr=under, for_seconds=under_for, labels={"reason": "underutilized"},
               summary="A GPU is underutilized.",
@@ -92,9 +92,8 @@ def _batch_size(b: Build) -> RuleOutput:
         f"{gpu.record} < {ratio(p.gpu_threshold_p95)}\n"
         f"and\n{memory.record} < {ratio(p.gpu_memory_threshold_p95)}\n"
         f"and ignoring (gpu, uuid)\n{cpu.record} < {ratio(p.cpu_threshold_p95)}")
-    expr, for_seconds = b.patience(
-        condition, max(p.patience, p.window),
-        f"ignoring (gpu, uuid) {b.sel(_CPU + '_count')} > {{n}}")
+    expr, for_seconds = b.patience(condition, max(p.patience, p.window),
+                                   b.sel(_CPU + "_count"), matching="ignoring (gpu, uuid)")
     return RuleOutput((gpu, memory, cpu), (Alert(
         expr=expr, for_seconds=for_seconds,
         summary="The batch size is probably too small.",
@@ -144,16 +143,20 @@ def _memory_increase(b: Build) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     total, count = b.sel(_MEMORY + "_sum"), b.sel(_MEMORY + "_count")
+    # The earlier window ends one scrape interval before the later one starts: a jump falls
+    # between two scrapes, so at some evaluation step it lies in that gap and both windows
+    # hold only samples from one side of it; without the gap a window split by the jump
+    # would hide up to half of it.
+    gap = format_duration(parse_duration(span) + b.scrape_interval)
     mean = f"rate({total}[{span}]) / rate({count}[{span}])"
-    before = f"rate({total}[{span}] offset {span}) / rate({count}[{span}] offset {span})"
+    before = f"rate({total}[{span}] offset {gap}) / rate({count}[{span}] offset {gap})"
     mean_record = Recording(f"gpu:{_MEMORY}:mean_rate{span}", mean)
-    # Evaluated once per scan interval, but a jump only shows for about one window:
-    # look back over the whole scan interval at scrape resolution so none is missed.
+    rise, for_seconds = b.patience(f"{mean}\n-\n{before}", p.patience, count)
+    # Evaluated once per scan interval, but a jump shows for about one window only: look
+    # back over the whole scan interval at scrape resolution so none is missed.
     scan = format_duration(p.scan_interval_us / 1e6)
     step = format_duration(b.scrape_interval)
-    increase = f"max_over_time((\n  {mean}\n  -\n  {before}\n)[{scan}:{step}])"
-    expr, for_seconds = b.patience(
-        f"{increase}\n> {ratio(p.increase)}", p.patience, f"{count} > {{n}}")
+    expr = f"max_over_time((\n{indent(rise)}\n)[{scan}:{step}])\n> {ratio(p.increase)}"
     return RuleOutput((mean_record,), (Alert(
         expr=expr, for_seconds=for_seconds,
         summary="GPU memory use grew sharply.",
@@ -189,12 +192,13 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "SageMaker's code compared the mean of the last `window` samples with the mean of a "
         "slice shifted by only one or two samples (an off-by-one), so it needed a jump of "
         "about five times `increase` to fire. trainprof implements the documented intent: "
-        "the mean of the last window against the mean of the window before it. Both means "
+        "the mean of the last window against the mean of the window before it (ending one "
+        "scrape interval earlier, so a jump between two scrapes is seen whole). Both means "
         "come from the exporter's histogram `_sum`/`_count`, so they hold every sample. A "
         "window shorter than two scrape intervals (the default 10 datapoints = 5 s) is "
         "raised to two scrape intervals, and each evaluation looks back over the whole scan "
-        "interval, so a jump between evaluations is not missed. `patience` is a warm-up "
-        "guard here even in `patience_mode: auto`: the windowed increase lasts only about "
+        "interval, so a jump between evaluations is not missed; samples taken before "
+        "`patience` datapoints existed never count. `patience` is a warm-up guard here even in `patience_mode: auto`: the windowed increase lasts only about "
         "one window, so a patience-long `for:` could never be met. The AWS documentation "
         "page gives `increase` 10, `patience` 100 and `window` 500; the SDK and the rule "
         "code use 5, 1000 and 10."),
@@ -208,9 +212,9 @@ def _load_balancing(b: Build) -> RuleOutput:
             f"{b.path('threshold')}: {p.threshold:g} is above the largest possible "
             "Jensen-Shannon distance (0.8326); LoadBalancing can never fire")
     distance = b.sel("trainprof_gpu_utilization_js_distance")
-    expr, for_seconds = b.patience(
-        f"{distance} > {p.threshold:g}", p.patience,
-        f"ignoring (peer_gpu, peer_uuid) {b.sel(_UTIL + '_count')} > {{n}}")
+    expr, for_seconds = b.patience(f"{distance} > {p.threshold:g}", p.patience,
+                                   b.sel(_UTIL + "_count"),
+                                   matching="ignoring (peer_gpu, peer_uuid)")
     return RuleOutput((), (Alert(
         expr=expr, for_seconds=for_seconds,
         summary="GPUs of one host carry unequal load.",

@@ -1,0 +1,47 @@
+"""Shared fixtures: the real Prometheus tools, found on PATH.
+
+A missing tool skips its tests on a laptop, but fails them when TRAINPROF_REQUIRE_TOOLS=1
+(which `make test` and CI set), so CI can never go green having run nothing that matters.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} is not installed (scripts/install-tools.sh installs it)"
+    if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
+        pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _tool("promtool")
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> str:
+    return _tool("prometheus")
+
+
+@pytest.fixture(scope="session")
+def amtool() -> str:
+    return _tool("amtool")
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT

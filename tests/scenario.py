@@ -1,0 +1,255 @@
+"""Rule scenarios -> `promtool test rules` files.
+
+A scenario (tests/scenarios/<Rule>.yaml) scripts what hosts did, sample by sample, and says
+which alerts must be firing at which times. The harness feeds the samples through the
+exporter's own `SampleAccumulator`, scrapes its series every `scrape_interval`, and writes
+them as promtool `input_series`; the rules under test are the committed
+`rules/trainprof.rules.yaml` or, when a case has a `config`, that configuration compiled.
+Annotations are stripped: these tests pin behaviour, not wording.
+
+Case keys:
+    name, duration (default 20m), scrape_interval (15s), evaluation_interval (1m),
+    datapoint_interval (0.5s; only with `config`), config (a rule configuration),
+    hosts: {<name>: {cores, gpus, labels, sample_every, timeline: [{from, cpu, iowait,
+            gpu_util, gpu_mem, mem}]}}   values: a number, a list (one per core/GPU), or
+            {cycle: [...]} (one value per sample, repeating)
+    exporter_reads_config: the exporters count the config's thresholds (--rules.config)
+    series: raw promtool input series (training metrics)
+    expect: [{at, alertname?, alerts: [labels...]}]   labels shorthand: host, gpu, peer_gpu
+    values: [{at, expr, samples: [{labels..., value}]}]
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainprof.durations import format_duration, parse_duration
+from trainprof.render import to_yaml
+from trainprof.rules.compiler import compile_rules, required_inputs
+from trainprof.rules.config import load_config
+from trainprof.sampling import (
+    BottleneckGrid, GpuSample, HostSample, SampleAccumulator, samples_of,
+)
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+DEFAULT_RULES = Path(__file__).resolve().parent.parent / "rules" / "trainprof.rules.yaml"
+HEALTHY = {"cpu": 0.3, "iowait": 0.0, "gpu_util": 0.9, "gpu_mem": 0.5, "mem": 0.3}
+
+
+def load_cases() -> list[tuple[str, dict]]:
+    cases = []
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        for case in doc["cases"]:
+            case.setdefault("rule", doc["rule"])
+            cases.append((f"{path.stem}: {case['name']}", case))
+    return cases
+
+
+# --- hosts and samples ----------------------------------------------------------------------
+
+
+def host_labels(case: dict, name: str) -> dict[str, str]:
+    host = case["hosts"][name]
+    labels = {"job": "trainprof", "instance": f"{name}:9945", "node": name,
+              "namespace": "ml", "training_job": case.get("training_job", "bert")}
+    labels.update({k: str(v) for k, v in host.get("labels", {}).items()})
+    return labels
+
+
+def _device_values(spec: Any, count: int, k: int) -> list[float]:
+    if isinstance(spec, list):
+        if len(spec) != count:
+            raise ValueError(f"{spec} does not have one value per device ({count})")
+        return [_device_values(s, 1, k)[0] for s in spec]
+    if isinstance(spec, dict):
+        cycle = spec["cycle"]
+        return [float(cycle[k % len(cycle)])] * count
+    return [float(spec)] * count
+
+
+def host_samples(case: dict, name: str, datapoint: float, duration: float):
+    host = case["hosts"][name]
+    cores, gpus = host.get("cores", 4), host.get("gpus", 1)
+    segments = sorted(host.get("timeline", [{}]), key=lambda s: parse_duration(s.get("from", 0)))
+    k = 1
+    while k * datapoint <= duration + 1e-9:
+        t = k * datapoint
+        segment = dict(HEALTHY)
+        for s in segments:
+            if parse_duration(s.get("from", 0)) <= t:
+                segment = {**HEALTHY, **{key: v for key, v in s.items() if key != "from"}}
+        util = _device_values(segment["gpu_util"], gpus, k)
+        mem = _device_values(segment["gpu_mem"], gpus, k)
+        yield HostSample(
+            timestamp=t,
+            cpu_utilization=_device_values(segment["cpu"], cores, k),
+            cpu_iowait=_device_values(segment["iowait"], cores, k),
+            memory_used_ratio=_device_values(segment["mem"], 1, k)[0],
+            gpus=[GpuSample(i, f"GPU-{name}-{i}", utilization=util[i], memory_used_ratio=mem[i])
+                  for i in range(gpus)])
+        k += 1
+
+
+def series_text(name: str, labels: dict[str, str]) -> str:
+    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def exporter_grid(case: dict) -> BottleneckGrid:
+    """The exporter's threshold grid; with `exporter_reads_config` it also counts the
+    thresholds of the case's configuration, as `trainprof exporter --rules.config` does."""
+    grid = BottleneckGrid.default()
+    if case.get("exporter_reads_config"):
+        needed = required_inputs(load_config(case["config"]))
+        grid = grid.including(cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"])
+    return grid
+
+
+def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
+    """The hosts' series as Prometheus would have scraped them, in promtool notation."""
+    duration = parse_duration(case.get("duration", "20m"))
+    scrape = parse_duration(case.get("scrape_interval", "15s"))
+    steps = int(round(duration / scrape))
+    table: dict[str, list[float | None]] = {}
+    for name in sorted(case.get("hosts", {})):
+        every = parse_duration(case["hosts"][name].get("sample_every", datapoint))
+        acc = SampleAccumulator(every, identity=host_labels(case, name),
+                                grid=exporter_grid(case))
+        samples = host_samples(case, name, every, duration)
+        pending = next(samples, None)
+        for i in range(steps + 1):
+            now = i * scrape
+            while pending is not None and pending.timestamp <= now + 1e-9:
+                acc.observe(pending)
+                pending = next(samples, None)
+            for sample_name, labels, value in samples_of(acc.families()):
+                key = series_text(sample_name, labels)
+                table.setdefault(key, [None] * (steps + 1))[i] = value
+    return [{"series": key, "values": encode(values)} for key, values in table.items()]
+
+
+def encode(values: list[float | None]) -> str:
+    """Values in promtool's expanding notation: runs of equal steps become `a+bxn`."""
+    out, i = [], 0
+    while i < len(values):
+        v = values[i]
+        if v is None:
+            j = i
+            while j + 1 < len(values) and values[j + 1] is None:
+                j += 1
+            out.append("_" if j == i else f"_x{j - i + 1}")
+            i = j + 1
+            continue
+        j, step = i, None
+        while j + 1 < len(values) and values[j + 1] is not None:
+            d = values[j + 1] - values[j]
+            if step is None:
+                step = d
+            elif d != step:
+                break
+            j += 1
+        if j == i:
+            out.append(_num(v))
+        elif step == 0:
+            out.append(f"{_num(v)}x{j - i}")
+        else:
+            out.append(f"{_num(v)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{j - i}")
+        i = j + 1
+    return " ".join(out)
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if v != int(v) else str(int(v))
+
+
+# --- expectations --------------------------------------------------------------------------
+
+
+def expand_labels(case: dict, spec: dict) -> dict[str, str]:
+    spec = dict(spec)
+    labels: dict[str, str] = {}
+    host = spec.pop("host", None)
+    if host is not None:
+        labels.update(host_labels(case, host))
+    for key in ("gpu", "peer_gpu"):
+        if key in spec:
+            index = spec.pop(key)
+            labels[key] = str(index)
+            labels[key.replace("gpu", "uuid")] = f"GPU-{host}-{index}"
+    labels.update({k: str(v) for k, v in spec.items()})
+    return labels
+
+
+def rule_groups(case: dict) -> list[dict]:
+    if "config" in case:
+        config = load_config(case["config"], f"scenario {case['name']}",
+                             parse_duration(case.get("scrape_interval", "15s")))
+        groups = compile_rules(config).groups
+    else:
+        groups = yaml.safe_load(DEFAULT_RULES.read_text())["groups"]
+    groups = copy.deepcopy(groups)
+    for group in groups:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    return groups
+
+
+def _static_labels(groups: list[dict], alertname: str) -> dict[str, str]:
+    for group in groups:
+        for rule in group["rules"]:
+            if rule.get("alert") == alertname:
+                labels = dict(rule.get("labels", {}))
+                for varying in ("reason", "affects"):   # differ between a rule's alerts
+                    labels.pop(varying, None)
+                return labels
+    raise KeyError(f"no alert named {alertname} in the rules under test")
+
+
+def promtool_files(case: dict, workdir: Path) -> Path:
+    """Write the rule file and the promtool test file for one case; return the test file."""
+    groups = rule_groups(case)
+    (workdir / "rules.yaml").write_text(to_yaml({"groups": groups}))
+    datapoint = parse_duration(case.get("config", {}).get("datapoint_interval", "0.5s")
+                               if isinstance(case.get("config"), dict) else "0.5s")
+    series = scraped_series(case, datapoint) + list(case.get("series", []))
+    alert_tests = []
+    for e in case.get("expect", []):
+        alertname = e.get("alertname", f"Training{case['rule']}")
+        static = _static_labels(groups, alertname)
+        alert_tests.append({
+            "eval_time": e["at"], "alertname": alertname,
+            "exp_alerts": [{"exp_labels": {**static, **expand_labels(case, a)}}
+                           for a in e["alerts"]]})
+    expr_tests = []
+    for v in case.get("values", []):
+        samples = []
+        for s in v["samples"]:
+            s = dict(s)
+            value = s.pop("value")
+            plain = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?$", v["expr"])
+            name = s.pop("name", plain.group(1) if plain else None)
+            labels = expand_labels(case, s)
+            text = series_text(name, labels) if name else (
+                "{" + ", ".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}")
+            samples.append({"labels": text, "value": value})
+        expr_tests.append({"expr": v["expr"], "eval_time": v["at"], "exp_samples": samples})
+    test: dict[str, Any] = {
+        "interval": format_duration(parse_duration(case.get("scrape_interval", "15s"))),
+        "input_series": series,
+    }
+    if alert_tests:
+        test["alert_rule_test"] = alert_tests
+    if expr_tests:
+        test["promql_expr_test"] = expr_tests
+    doc = {"rule_files": ["rules.yaml"],
+           "evaluation_interval": case.get("evaluation_interval", "1m"),
+           "tests": [test]}
+    path = workdir / "test.yaml"
+    path.write_text(to_yaml(doc))
+    return path
