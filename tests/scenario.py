@@ -33,7 +33,11 @@ from trainprof.render import to_yaml
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import load_config
 from trainprof.sampling import (
-    BottleneckGrid, GpuSample, HostSample, SampleAccumulator, samples_of,
+    BottleneckGrid,
+    GpuSample,
+    HostSample,
+    SampleAccumulator,
+    samples_of,
 )
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"

@@ -55,14 +55,19 @@ def test_mapping_form_equals_list_form():
 
 
 def test_describe_training_job_shape_is_read():
-    response = {"ProfilerRuleConfigurations": [
+    response = {"TrainingJobName": "bert-1", "TrainingJobStatus": "Completed",
+                "ProfilerConfig": {"S3OutputPath": "s3://bucket/out",
+                                   "ProfilingIntervalInMilliseconds": 100},
+                "ProfilerRuleConfigurations": [
         {"RuleConfigurationName": "ProfilerReport-1700000000",
-         "RuleEvaluatorImage": "895741380848.dkr.ecr.us-west-2.amazonaws.com/sagemaker-debugger-rules:latest",
+         "RuleEvaluatorImage": "895741380848.dkr.ecr.us-west-2.amazonaws.com/"
+                               "sagemaker-debugger-rules:latest",
          "RuleParameters": {"rule_to_invoke": "ProfilerReport",
                             "CPUBottleneck_threshold": "30"}}]}
     config = load_config(response)
     assert config.rule("CPUBottleneck").values["threshold"] == 30
     assert len(config.rules) == 10
+    assert config.datapoint_interval == 0.1
 
 
 def test_no_rules_key_means_the_default_profiler_report():

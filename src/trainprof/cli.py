@@ -174,9 +174,10 @@ def _print_resolved(config) -> None:
     print(f"datapoint_interval {config.datapoint_interval:g}s, scrape_interval "
           f"{config.scrape_interval:g}s, patience_mode {config.patience_mode}")
     for instance in config.rules:
-        values = ", ".join(f"{k}={v}" for k, v in instance.values.items())
-        print(f"{instance.spec.name:<24} {instance.severity:<8} patience as "
-              f"{instance.patience_mode:<6} {values}")
+        values = ", ".join(f"{k}={v}" for k, v in instance.values.items() if v is not None)
+        patience = instance.patience_mode if "patience" in instance.values else "-"
+        print(f"{instance.spec.name:<24} {instance.severity:<8} patience {patience:<6} "
+              f"{values}")
     print(f"ok: {len(config.rules)} rules")
 
 

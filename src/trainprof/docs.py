@@ -31,7 +31,8 @@ def metrics_md() -> str:
            "15-60 s. The exporter samples every `--datapoint-interval` and folds each sample "
            "into histograms (`*_sampled_ratio`) and counters, so the rules see every sample "
            "at any scrape interval. The latest-sample gauges are for dashboards.\n",
-           f"- `*_sampled_ratio` bucket bounds: {', '.join(f'{b:g}' for b in contract.UTILIZATION_BUCKETS)}.",
+           "- `*_sampled_ratio` bucket bounds: "
+           f"{', '.join(f'{b:g}' for b in contract.UTILIZATION_BUCKETS)}.",
            f"- Bottleneck counters are kept for every pair of a busy threshold "
            f"({', '.join(f'{b:g}' for b in contract.BUSY_THRESHOLDS)}) and a GPU-idle "
            f"threshold ({', '.join(f'{b:g}' for b in contract.GPU_IDLE_THRESHOLDS)}), plus the "

@@ -24,6 +24,8 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+)
+from prometheus_client.core import (
     Metric as MetricFamily,
 )
 

@@ -15,10 +15,9 @@ import dataclasses
 import re
 from typing import Any
 
-from trainprof import metrics as contract
 from trainprof.durations import format_duration
 from trainprof.rules.config import RuleInstance, RulesConfig
-from trainprof.rules.model import Alert, Build, Recording, Values, indent, ratio
+from trainprof.rules.model import Alert, Build, Recording, Values, ratio
 
 ALERT_PREFIX = "Training"
 JOB_DASHBOARD_UID = "trainprof-job"
@@ -70,7 +69,7 @@ def compile_rules(config: RulesConfig) -> Compiled:
 def _inline(expr: str, recordings: dict[str, str]) -> str:
     for name, body in recordings.items():
         pattern = re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:{{])")
-        expr = pattern.sub(lambda _: f"({body})", expr)
+        expr = pattern.sub(lambda _, body=body: f"({body})", expr)
     return expr
 
 
@@ -187,8 +186,4 @@ def required_inputs(config: RulesConfig) -> dict[str, Any]:
         elif instance.spec.name == "StepOutlier":
             stddevs.append(float(v["stddev"]))
     return {"cpu_bottleneck": cpu, "io_bottleneck": io, "step_outlier_stddevs": stddevs,
-            "datapoint_interval": config.datapoint_interval,
-            "default_stddevs": list(contract.OUTLIER_STDDEVS)}
-
-
-__all__ = ["Compiled", "alert_name", "compile_rules", "required_inputs", "indent"]
+            "datapoint_interval": config.datapoint_interval}

@@ -118,6 +118,8 @@ class _Loader:
         if not isinstance(data, Mapping):
             self.problem("", f"expected a mapping with a `rules` list, got {_kind(data)}")
             return None
+        if "ProfilerRuleConfigurations" in data:
+            data = self.describe_training_job(data)
         for key in data:
             if key not in _TOP_KEYS:
                 self.problem(str(key), "unknown key" + nearest(str(key), _TOP_KEYS)
@@ -143,6 +145,17 @@ class _Loader:
             rules=rules, datapoint_interval=datapoint, scrape_interval=scrape,
             patience_mode=mode, job_labels=job_labels, job_selector=selector,
             runbook_url=runbook, grafana_url=grafana, warnings=tuple(self.warnings))
+
+    def describe_training_job(self, data: Mapping) -> dict:
+        """Keep what matters of a DescribeTrainingJob response: its profiler rules and the
+        sampling interval of its ProfilerConfig; the job's other fields are not ours."""
+        kept = {k: v for k, v in data.items() if k in _TOP_KEYS}
+        profiler = data.get("ProfilerConfig")
+        millis = profiler.get("ProfilingIntervalInMilliseconds") if isinstance(
+            profiler, Mapping) else None
+        if millis is not None and "datapoint_interval" not in kept:
+            kept["datapoint_interval"] = f"{millis}ms"
+        return kept
 
     def duration(self, data, key, default, maximum):
         if key not in data:

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from trainprof.rules.catalog.bottleneck import CPU_BOTTLENECK, IO_BOTTLENECK
 from trainprof.rules.catalog.framework import (
-    MAX_INITIALIZATION_TIME, OVERALL_FRAMEWORK_METRICS, STEP_OUTLIER,
+    MAX_INITIALIZATION_TIME,
+    OVERALL_FRAMEWORK_METRICS,
+    STEP_OUTLIER,
 )
 from trainprof.rules.catalog.gpu import (
-    BATCH_SIZE, GPU_MEMORY_INCREASE, LOAD_BALANCING, LOW_GPU_UTILIZATION,
+    BATCH_SIZE,
+    GPU_MEMORY_INCREASE,
+    LOAD_BALANCING,
+    LOW_GPU_UTILIZATION,
 )
 from trainprof.rules.catalog.system import OVERALL_SYSTEM_USAGE
 from trainprof.rules.model import RuleSpec

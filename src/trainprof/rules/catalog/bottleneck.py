@@ -5,8 +5,8 @@ from __future__ import annotations
 from trainprof import metrics as contract
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, ratio
-from trainprof.rules.promql import selector
 from trainprof.rules.params import COUNT, PERCENT, SCAN_INTERVAL, Param, patience
+from trainprof.rules.promql import selector
 
 _WINDOW = Param(
     "window", None, COUNT,

@@ -6,7 +6,12 @@ from trainprof.durations import format_duration, parse_duration
 from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
 from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, indent, ratio
 from trainprof.rules.params import (
-    COUNT, DISTANCE, PERCENT, SCAN_INTERVAL, Param, patience,
+    COUNT,
+    DISTANCE,
+    PERCENT,
+    SCAN_INTERVAL,
+    Param,
+    patience,
 )
 
 _UTIL = "trainprof_gpu_utilization_sampled_ratio"
@@ -17,7 +22,8 @@ _CPU = "trainprof_cpu_utilization_sampled_ratio"
 def quantile_record(b: Build, level: str, histogram: str, q: float, span: str) -> Recording:
     """`level:histogram:p95_rate4m10s` = the q-quantile of every sample in the range."""
     name = f"{level}:{histogram}:p{q * 100:g}_rate{span}"
-    return Recording(name, f"histogram_quantile({q:g}, rate({b.sel(histogram + '_bucket')}[{span}]))")
+    buckets = b.sel(histogram + "_bucket")
+    return Recording(name, f"histogram_quantile({q:g}, rate({buckets}[{span}]))")
 
 
 def _low_gpu(b: Build) -> RuleOutput:
@@ -198,7 +204,8 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "window shorter than two scrape intervals (the default 10 datapoints = 5 s) is "
         "raised to two scrape intervals, and each evaluation looks back over the whole scan "
         "interval, so a jump between evaluations is not missed; samples taken before "
-        "`patience` datapoints existed never count. `patience` is a warm-up guard here even in `patience_mode: auto`: the windowed increase lasts only about "
+        "`patience` datapoints existed never count. `patience` is a warm-up guard here "
+        "even in `patience_mode: auto`: the windowed increase lasts only about "
         "one window, so a patience-long `for:` could never be met. The AWS documentation "
         "page gives `increase` 10, `patience` 100 and `window` 500; the SDK and the rule "
         "code use 5, 1000 and 10."),
