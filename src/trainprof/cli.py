@@ -3,6 +3,7 @@
     trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
     trainprof rules validate [-c rules.yaml]
     trainprof rules list
+    trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof generate [--check]
 
 Exit codes: 0 success, 1 an operation failed (I/O, a missing tool), 2 bad input.
@@ -88,6 +89,26 @@ def _parser() -> argparse.ArgumentParser:
 
     rule_commands.add_parser("list", help="the rule catalog with SageMaker's defaults")
 
+    replay = commands.add_parser(
+        "replay", help="which rules would have fired on a recorded job, and when")
+    replay.add_argument("source", metavar="SOURCE",
+                        help="SageMaker Debugger profiler output directory, or a trainprof "
+                             "recording (.jsonl[.gz] file or a directory of them)")
+    replay.add_argument("--rules", metavar="FILE",
+                        help="rule configuration, as for `rules compile` (default: "
+                             "ProfilerReport with SageMaker's defaults)")
+    replay.add_argument("--scrape-interval", type=_duration, default=15.0, metavar="DURATION",
+                        help="scrape interval to replay at (default: 15s)")
+    replay.add_argument("--datapoint-interval", type=_duration, metavar="DURATION",
+                        help="what one datapoint lasts (default: the recording's sampling "
+                             "interval)")
+    replay.add_argument("--format", choices=("auto", "sagemaker", "trainprof"), default="auto")
+    replay.add_argument("--job", metavar="NAME",
+                        help="training_job label of the replayed series (default: the "
+                             "SageMaker job folder's name)")
+    replay.add_argument("--json", metavar="FILE",
+                        help="write the verdicts as JSON to FILE, or - for stdout")
+
     generate = commands.add_parser("generate", help="rewrite every generated artifact")
     generate.add_argument("--check", action="store_true",
                           help="only report artifacts that differ from the generator's output")
@@ -100,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "rules":
             return _rules(args)
+        if args.command == "replay":
+            from trainprof.replay.cli import main as replay_main
+
+            return replay_main(args)
         if args.command == "generate":
             from trainprof import generate
 

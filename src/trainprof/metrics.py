@@ -32,10 +32,11 @@ from prometheus_client.utils import floatToGoString
 EXPORTER_IDENTITY = ("training_job", "node")
 TRAINING_IDENTITY = ("training_job", "node", "rank", "local_rank")
 
-# Bucket upper bounds of every `*_sampled_ratio` histogram: 0, 0.05, ..., 1. SageMaker's
-# default thresholds (70, 10 percent) and their usual overrides are bucket bounds, so a
-# quantile compared with them is decided by whole buckets, not by interpolation.
-UTILIZATION_BUCKETS = tuple(round(i * 0.05, 2) for i in range(21))
+# Bucket upper bounds of every `*_sampled_ratio` histogram: 0, 0.01, 0.02, 0.05, 0.1, ...,
+# 0.95, 1. SageMaker's default thresholds (70, 10 percent) and their usual overrides are
+# bucket bounds, so a quantile compared with them is decided by whole buckets, not by
+# interpolation; 1 % and 2 % resolve "idle" from "barely used".
+UTILIZATION_BUCKETS = (0.0, 0.01, 0.02) + tuple(round(i * 0.05, 2) for i in range(1, 21))
 
 # Step durations from 1 ms to 10 min, 1-2-5 per decade: fine enough for a heatmap.
 STEP_DURATION_BUCKETS = (

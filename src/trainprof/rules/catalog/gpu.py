@@ -78,7 +78,8 @@ LOW_GPU_UTILIZATION = RuleSpec(
     ),
     build=_low_gpu,
     differences=(
-        "Percentiles come from the exporter's utilization histogram (5 % buckets) over the "
+        "Percentiles come from the exporter's utilization histogram (buckets of 1, 2, then 5 %) "
+        "over the "
         "range `window x datapoint_interval`, so they include every sample of the range at "
         "any scrape interval. With SageMaker's default thresholds, which are bucket bounds, "
         "the verdict matches the exact percentile except for samples lying exactly on the "

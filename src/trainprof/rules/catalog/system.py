@@ -54,7 +54,8 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
     build=_overall_system,
     alerting=False,
     differences=(
-        "Percentiles come from the exporter's histograms (5 % buckets) instead of the exact "
+        "Percentiles come from the exporter's histograms (buckets of 1, 2 and then 5 %) "
+        "instead of the exact "
         "sample values. GPU percentiles pool every sample of every GPU of the node; the "
         "original took the percentiles of the per-sample average over GPUs. Network is a "
         "rate in bytes per second, not the percentiles of per-sample values; minimum and "

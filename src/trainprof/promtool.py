@@ -1,0 +1,186 @@
+"""Driving `promtool test rules` as a rule engine: input series in, firing alerts out.
+
+promtool's unit-test mode runs the real Prometheus rule manager (recording rules, `for:`,
+ALERTS) over series given at a fixed interval. Replay and the rule scenarios write such a
+test; replay asks, at every evaluation, for `ALERTS{alertstate="firing"}` with no expected
+samples, so promtool reports every firing alert as a mismatch, which `firing_alerts` parses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from trainprof.durations import format_duration
+
+
+def series_text(name: str, labels: dict[str, str]) -> str:
+    """`name{a="1", b="2"}` with labels sorted and values escaped for promtool."""
+    inner = ", ".join(f"{k}={_quote(v)}" for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def encode(values: Sequence[float | None]) -> str:
+    """Values in promtool's expanding notation: runs of equal steps become `a+bxn`,
+    missing values `_` (or `_xn`)."""
+    out, i = [], 0
+    while i < len(values):
+        v = values[i]
+        if v is None:
+            j = i
+            while j + 1 < len(values) and values[j + 1] is None:
+                j += 1
+            out.append("_" if j == i else f"_x{j - i + 1}")
+            i = j + 1
+            continue
+        j, step = i, None
+        while j + 1 < len(values) and values[j + 1] is not None:
+            d = values[j + 1] - values[j]
+            if step is None:
+                step = d
+            elif d != step:
+                break
+            j += 1
+        if j == i:
+            out.append(_num(v))
+        elif step == 0:
+            out.append(f"{_num(v)}x{j - i}")
+        else:
+            out.append(f"{_num(v)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{j - i}")
+        i = j + 1
+    return " ".join(out)
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if v != int(v) else str(int(v))
+
+
+def write_alerts_test(path: Path, series: dict[str, Sequence[float | None]],
+                      interval: float, evaluation_interval: float, end: float) -> int:
+    """Write a promtool test reporting the firing alerts at every evaluation up to `end`;
+    return the number of evaluations. Written by hand, not through PyYAML: a replay holds
+    millions of values and the YAML emitter would take minutes."""
+    times = []
+    t = evaluation_interval
+    while t <= end + 1e-9:
+        times.append(t)
+        t += evaluation_interval
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("rule_files: [rules.yaml]\n")
+        f.write(f"evaluation_interval: {format_duration(evaluation_interval)}\n")
+        f.write("tests:\n")
+        f.write(f"- interval: {format_duration(interval)}\n  input_series:\n")
+        for key, values in series.items():
+            f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(encode(values))}\n")
+        f.write("  promql_expr_test:\n")
+        for t in times:
+            f.write("  - expr: 'ALERTS{alertstate=\"firing\"}'\n"
+                    f"    eval_time: {format_duration(t)}\n    exp_samples: []\n")
+    return len(times)
+
+
+_TIME = re.compile(r'^\s*expr: "ALERTS\{alertstate=\\"firing\\"\}", time: (\S+),\s*$')
+
+
+def firing_alerts(output: str) -> dict[float, list[dict[str, str]]]:
+    """{evaluation time (s): [alert labels]} from promtool's report of an `alerts_test`."""
+    from trainprof.durations import parse_duration
+
+    firing: dict[float, list[dict[str, str]]] = {}
+    current = None
+    for line in output.splitlines():
+        match = _TIME.match(line)
+        if match:
+            current = parse_duration(match.group(1))
+            continue
+        stripped = line.strip()
+        if current is not None and stripped.startswith("got:"):
+            firing[current] = [labels for labels, _ in parse_samples(stripped[4:])]
+            current = None
+    return firing
+
+
+def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
+    """Parse promtool's `{a="1", b="x\\"y"} 1E+00, {...} 2E+00` sample lists."""
+    samples, i, n = [], 0, len(text)
+    while i < n:
+        while i < n and text[i] in " ,":
+            i += 1
+        if i >= n:
+            break
+        if text[i] != "{":
+            raise ValueError(f"unexpected promtool output near {text[i:i + 40]!r}")
+        i += 1
+        labels: dict[str, str] = {}
+        while True:
+            while text[i] in " ,":
+                i += 1
+            if text[i] == "}":
+                i += 1
+                break
+            eq = text.index("=", i)
+            key = text[i:eq]
+            i = eq + 1
+            if text[i] != '"':
+                raise ValueError(f"unexpected promtool output near {text[i:i + 40]!r}")
+            i += 1
+            chars = []
+            while text[i] != '"':
+                if text[i] == "\\":
+                    i += 1
+                    chars.append({"n": "\n", "t": "\t", "r": "\r"}.get(text[i], text[i]))
+                else:
+                    chars.append(text[i])
+                i += 1
+            i += 1
+            labels[key] = "".join(chars)
+        end = i
+        while end < n and text[end] != ",":
+            end += 1
+        value = text[i:end].strip()
+        samples.append((labels, float(value) if value else float("nan")))
+        i = end
+    return samples
+
+
+class PromtoolError(RuntimeError):
+    """promtool failed for a reason other than the firing alerts it was asked to report."""
+
+
+def run_alerts(groups: list[dict], series: dict[str, Sequence[float | None]],
+               interval: float, evaluation_interval: float, end: float, workdir: Path,
+               promtool: str | None = None, timeout: float = 3600
+               ) -> dict[float, list[dict[str, str]]]:
+    """Evaluate `groups` over `series` with the real rule engine; the firing alerts at
+    every evaluation time (seconds from the first sample)."""
+    from trainprof.render import to_yaml
+
+    promtool = promtool or shutil.which("promtool")
+    if promtool is None:
+        raise FileNotFoundError("promtool is not installed (apt-get install prometheus, or "
+                                "scripts/install-tools.sh)")
+    (workdir / "rules.yaml").write_text(to_yaml({"groups": strip_annotations(groups)}))
+    write_alerts_test(workdir / "test.yaml", series, interval, evaluation_interval, end)
+    result = subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=workdir,
+                            capture_output=True, text=True, timeout=timeout)
+    output = result.stdout + result.stderr
+    unexpected = [line for line in output.splitlines() if line.strip() and not (
+        _TIME.match(line) or line.strip().startswith(("exp: nil", "got: ", "FAILED:",
+                                                      "SUCCESS", "Unit Testing:")))]
+    if result.returncode not in (0, 1) or unexpected:
+        raise PromtoolError("\n".join(unexpected[:20]) or output[-2000:])
+    return firing_alerts(output)
+
+
+def strip_annotations(groups: Iterable[dict]) -> list[dict]:
+    """Rules without annotations: templates cannot fail a behaviour test."""
+    return [{**g, "rules": [{k: v for k, v in r.items() if k != "annotations"}
+                            for r in g["rules"]]} for g in groups]

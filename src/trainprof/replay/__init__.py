@@ -1,0 +1,247 @@
+"""`trainprof replay`: which rules would have fired on a recorded job, and when.
+
+The recorded samples become the series an exporter would have served, scraped every
+`scrape_interval`; the compiled rules (the same PromQL `trainprof rules compile` writes) are
+evaluated over them by promtool's real rule engine, `for:` included.
+
+    >>> result = replay("profiler-output/", "rules.yaml", scrape_interval=15)   # doctest: +SKIP
+    >>> result.rules["LowGPUUtilization"].fired                                 # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+from trainprof import recording
+from trainprof.promtool import run_alerts
+from trainprof.replay import sagemaker
+from trainprof.replay.timeline import Timeline, scrape, shift_timestamps
+from trainprof.rules.compiler import compile_rules, required_inputs
+from trainprof.rules.config import RulesConfig
+from trainprof.rules.files import read_config
+from trainprof.sampling import BottleneckGrid
+
+FORMATS = ("auto", "sagemaker", "trainprof")
+# SageMaker's allowed system_monitor_interval_millis values, in seconds.
+SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
+HEALTH_RULE = "TrainprofHealth"
+
+
+class ReplayError(ValueError):
+    """Input replay cannot use: the message names the file (and line) and what is wrong."""
+
+
+@dataclasses.dataclass
+class FiredAlert:
+    labels: dict[str, str]
+    fired_at: float
+
+
+@dataclasses.dataclass
+class Verdict:
+    alerts: list[FiredAlert] = dataclasses.field(default_factory=list)
+
+    @property
+    def fired(self) -> bool:
+        return bool(self.alerts)
+
+    @property
+    def first_fired_at(self) -> float | None:
+        return min((a.fired_at for a in self.alerts), default=None)
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    rules: dict[str, Verdict]
+    health: list[FiredAlert]
+    source: str
+    nodes: int
+    gpus: int
+    samples: int
+    steps: int
+    start: float
+    end: float
+    datapoint_interval: float
+    scrape_interval: float
+    evaluation_interval: float
+    notes: list[str]
+
+    def as_json(self) -> dict:
+        """Exactly the documented contract:
+        {"rules": {"<Rule>": {"fired", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
+        return {"rules": {name: {
+            "fired": v.fired,
+            "first_fired_at": _number(v.first_fired_at),
+            "alerts": [{"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts],
+        } for name, v in self.rules.items()}}
+
+
+def _number(value: float | None):
+    if value is None:
+        return None
+    return int(value) if float(value).is_integer() else round(value, 3)
+
+
+def detect_format(source: str) -> str:
+    if os.path.isfile(source):
+        return "trainprof"
+    if sagemaker.looks_like_sagemaker(source):
+        return "sagemaker"
+    if os.path.isdir(source) and any(n.endswith((".jsonl", ".jsonl.gz"))
+                                     for n in os.listdir(source)):
+        return "trainprof"
+    raise ReplayError(f"{source}: neither SageMaker profiler output (system/incremental, "
+                      "framework/pevents) nor a trainprof recording (.jsonl)")
+
+
+def load_timeline(source: str, fmt: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+    """The timeline of a source and notes about what was skipped."""
+    if not os.path.exists(source):
+        raise ReplayError(f"{source}: no such file or directory")
+    fmt = detect_format(source) if fmt == "auto" else fmt
+    if fmt == "sagemaker":
+        return _sagemaker_timeline(source, training_job)
+    return _recording_timeline(source, training_job)
+
+
+def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+    try:
+        found = sagemaker.find_profiler_output(source)
+        system = sagemaker.read_system(found)
+    except sagemaker.SourceError as e:
+        raise ReplayError(str(e)) from None
+    notes = []
+    if found.ignored:
+        notes.append(f"ignored {len(found.ignored)} file(s) not named like SageMaker's: "
+                     + ", ".join(os.path.basename(p) for p in found.ignored[:5]))
+    if system.unknown:
+        notes.append("ignored unknown dimensions: " + ", ".join(
+            f"{k} ({n} lines)" for k, n in sorted(system.unknown.items())))
+    if not any(system.by_node.values()):
+        raise ReplayError(f"{found.root}: no system metrics (system/incremental/*.algo-N.json "
+                          "holds no CPU, GPU or memory lines)")
+    job = training_job or _job_name(found.root)
+    return Timeline(system.by_node, job, _sampling_interval(system.by_node)), notes
+
+
+def _job_name(root: str) -> str:
+    """SageMaker's profiler-output sits under <job>/... ; name the job after the folder."""
+    parts = [p for p in Path(root).resolve().parts if p not in ("/", "profiler-output")]
+    if not parts:
+        return "sagemaker-job"
+    # <base-job-name>/-<timestamp>/ is a common layout: the job is both parts together.
+    if parts[-1].startswith("-") and len(parts) > 1:
+        return parts[-2] + parts[-1]
+    return parts[-1]
+
+
+def _sampling_interval(by_node) -> float:
+    gaps = [b.timestamp - a.timestamp for samples in by_node.values()
+            for a, b in zip(samples, samples[1:])]
+    if not gaps:
+        return 0.5
+    median = statistics.median(gaps)
+    return min(SAGEMAKER_INTERVALS, key=lambda i: abs(i - median))
+
+
+def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+    paths = [source] if os.path.isfile(source) else sorted(
+        os.path.join(source, n) for n in os.listdir(source) if n.endswith((".jsonl", ".jsonl.gz")))
+    hosts: dict[str, list] = {}
+    interval, notes, skipped = None, [], 0
+    for path in paths:
+        try:
+            for number, record in recording.read(path):
+                kind = record.get("kind")
+                if kind == "meta":
+                    interval = interval or record.get("datapoint_interval")
+                elif kind == "host":
+                    try:
+                        sample = recording.host_sample(record)
+                    except (KeyError, TypeError, ValueError) as e:
+                        raise ReplayError(f"{path}:{number}: malformed host record: "
+                                          f"{e}") from None
+                    hosts.setdefault(str(record.get("node", "node")), []).append(sample)
+                else:
+                    skipped += 1
+        except recording.RecordingError as e:
+            raise ReplayError(str(e)) from None
+    if skipped:
+        notes.append(f"skipped {skipped} record(s) of kinds replay does not read")
+    if not any(hosts.values()):
+        raise ReplayError(f"{source}: the recording holds no host samples")
+    for samples in hosts.values():
+        samples.sort(key=lambda s: s.timestamp)
+    interval = float(interval) if interval else _sampling_interval(hosts)
+    return Timeline(hosts, training_job or "recorded-job", interval), notes
+
+
+def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float = 15.0,
+           datapoint_interval: float | None = None, fmt: str = "auto",
+           training_job: str | None = None, promtool: str | None = None,
+           progress: bool = False, workdir: str | None = None) -> ReplayResult:
+    timeline, notes = load_timeline(source, fmt, training_job)
+    if datapoint_interval is not None:
+        timeline.datapoint_interval = datapoint_interval
+    config = rules if isinstance(rules, RulesConfig) else read_config(
+        rules, scrape_interval=scrape_interval,
+        datapoint_interval=f"{timeline.datapoint_interval}s")
+    compiled = compile_rules(config)
+    notes += list(compiled.warnings)
+
+    # Replay stands for exporters started with --rules.config: they count every threshold
+    # the configuration needs.
+    needed = required_inputs(config)
+    grid = BottleneckGrid.default().including(cpu=needed["cpu_bottleneck"],
+                                              io=needed["io_bottleneck"])
+    scraped = scrape(timeline, config.scrape_interval, grid, progress)
+    shift_timestamps(scraped.series, scraped.start, ("trainprof_training_start_timestamp_seconds",
+                                                     "trainprof_training_first_step_timestamp_seconds",
+                                                     "trainprof_training_last_step_timestamp_seconds"))
+    evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        firing = run_alerts(compiled.groups, scraped.series, config.scrape_interval,
+                            evaluation, scraped.end, Path(tmp), promtool)
+
+    verdicts = {i.spec.name: Verdict() for i in config.rules}
+    health: list[FiredAlert] = []
+    for labels, fired_at in _rising_edges(firing, evaluation, scraped.end):
+        labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
+        alert = FiredAlert(labels, scraped.start + fired_at)
+        rule = labels.get("rule")
+        if rule == HEALTH_RULE:
+            health.append(alert)
+        elif rule in verdicts:
+            verdicts[rule].alerts.append(alert)
+    return ReplayResult(
+        rules=verdicts, health=health, source=source, nodes=len(timeline.hosts),
+        gpus=sum(len({g.index for s in samples for g in s.gpus})
+                 for samples in timeline.hosts.values()),
+        samples=sum(len(s) for s in timeline.hosts.values()), steps=0,
+        start=scraped.start, end=scraped.start + scraped.end,
+        datapoint_interval=timeline.datapoint_interval,
+        scrape_interval=config.scrape_interval, evaluation_interval=evaluation, notes=notes)
+
+
+def _seconds(duration: str) -> float:
+    from trainprof.durations import parse_duration
+
+    return parse_duration(duration)
+
+
+def _rising_edges(firing: dict[float, list[dict[str, str]]], step: float, end: float):
+    """(labels, time) each time an alert starts firing, in time order."""
+    previous: set[tuple] = set()
+    t = step
+    while t <= end + 1e-9:
+        now = {tuple(sorted(labels.items())) for labels in firing.get(t, [])}
+        for key in sorted(now - previous):
+            yield dict(key), t
+        previous = now
+        t = round(t + step, 6)
+    return

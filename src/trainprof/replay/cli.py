@@ -1,0 +1,65 @@
+"""`trainprof replay` output: a table for people, the documented JSON for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+
+from trainprof.promtool import PromtoolError
+from trainprof.replay import ReplayError, ReplayResult, replay
+from trainprof.rules.config import ConfigError
+
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        result = replay(args.source, args.rules, scrape_interval=args.scrape_interval,
+                        datapoint_interval=args.datapoint_interval, fmt=args.format,
+                        training_job=args.job, progress=args.json != "-")
+    except (ReplayError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (PromtoolError, FileNotFoundError) as e:
+        print(f"error: the rule engine failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        text = json.dumps(result.as_json(), indent=2, sort_keys=False) + "\n"
+        if args.json == "-":
+            sys.stdout.write(text)
+        else:
+            try:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as e:
+                print(f"error: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
+                return EXIT_FAILED
+    if args.json != "-":
+        print_table(result)
+    return 0
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_table(result: ReplayResult, out=sys.stdout) -> None:
+    minutes = (result.end - result.start) / 60
+    print(f"Replayed {result.source}\n  {result.nodes} node(s), {result.gpus} GPU(s), "
+          f"{result.samples} samples over {minutes:.1f} min from {_when(result.start)} UTC; "
+          f"datapoint {result.datapoint_interval:g}s, scraped every "
+          f"{result.scrape_interval:g}s, rules evaluated every "
+          f"{result.evaluation_interval:g}s\n", file=out)
+    print(f"  {'rule':<24} {'fired':<6} {'first fired (UTC)':<20} alerts", file=out)
+    for name, verdict in result.rules.items():
+        print(f"  {name:<24} {'yes' if verdict.fired else 'no':<6} "
+              f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts)}", file=out)
+    for alert in result.health:
+        print(f"\n  health: {alert.labels.get('alertname')} ({alert.labels.get('affects')}) "
+              f"at {_when(alert.fired_at)}", file=out)

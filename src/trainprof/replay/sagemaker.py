@@ -1,0 +1,275 @@
+"""Read SageMaker Debugger profiler output: system metrics and framework step traces.
+
+    profiler-output/system/incremental/[<YYYYMMDDHH>/]<minute>.algo-<N>.json
+        JSON lines {"Type","Name","Dimension","Value","NodeId","Timestamp"}, one per metric
+        per sample; CPUUtilization and I/OWaitPercentage per core (cpu<i>), GPUUtilization and
+        GPUMemoryUtilization per GPU (gpu<j>), MemoryUsedPercent per node, all in percent.
+    profiler-output/framework/pevents/<YYYYMMDDHH>/<end_us>_<rank>-<node>_pythontimeline.json
+        Chrome traces; a step is an "X" event whose name contains "Step:ModeKeys"; event times
+        are microseconds after the trace's start_time_since_epoch_in_micros.
+
+    >>> found = find_profiler_output("/path/to/job")        # doctest: +SKIP
+    >>> samples = read_system(found)                         # doctest: +SKIP
+    >>> samples.by_node["algo-1"][0].cpu_utilization[:2]     # doctest: +SKIP
+    [1.0, 0.9787]
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Iterator
+
+from trainprof.sampling import GpuSample, HostSample
+
+SYSTEM_FILE = re.compile(r"^(\d+)\.(algo-\d+)\.json$")
+TRACE_FILE = re.compile(r"^(\d+)_(\d+)-(.+)_pythontimeline\.json$")
+_CORE = re.compile(r"^cpu(\d+)$")
+_GPU = re.compile(r"^gpu(\d+)$")
+# SageMaker wrote the metric groups of one sample microseconds apart; events this close
+# together belong to one sample (the original rules clustered within 20 ms too).
+SNAPSHOT_SPREAD = 0.02
+# Dimensions SageMaker wrote that no profiler rule reads (disk and network throughput).
+_UNUSED_TYPES = {"i/o", "network"}
+
+
+class SourceError(ValueError):
+    """A profiler output that cannot be read; the message names the file (and line)."""
+
+
+@dataclasses.dataclass
+class ProfilerOutput:
+    root: str
+    system_files: list[tuple[int, str, str]]       # (minute, node, path), in time order
+    trace_files: list[tuple[int, str, int, str]]   # (end_us, node, rank, path)
+    ignored: list[str]
+
+
+@dataclasses.dataclass
+class StepEvent:
+    node: str
+    rank: int
+    mode: str          # train | eval | predict | global
+    start: float       # Unix seconds
+    end: float
+    step: int | None
+
+
+@dataclasses.dataclass
+class SystemSamples:
+    by_node: dict[str, list[HostSample]]
+    lines: int = 0
+    unused: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+def looks_like_sagemaker(path: str) -> bool:
+    if not os.path.isdir(path):
+        return False
+    for dirpath, dirnames, _ in os.walk(path):
+        if dirpath.endswith(os.path.join("system", "incremental")) or \
+                dirpath.endswith(os.path.join("framework", "pevents")):
+            return True
+        if dirpath.count(os.sep) - path.count(os.sep) > 6:
+            dirnames[:] = []
+    return False
+
+
+def find_profiler_output(source: str) -> ProfilerOutput:
+    """Locate the system and framework files under `source` (a profiler-output directory
+    or any directory above one). Raises SourceError if there is nothing, or two jobs."""
+    if not os.path.isdir(source):
+        raise SourceError(f"{source}: not a directory")
+    roots = set()
+    for dirpath, _, _ in os.walk(source):
+        for marker in (os.path.join("system", "incremental"),
+                       os.path.join("framework", "pevents")):
+            if dirpath.endswith(os.sep + marker) or dirpath == marker:
+                roots.add(dirpath[: -len(marker)].rstrip(os.sep) or ".")
+    if not roots:
+        raise SourceError(f"{source}: no SageMaker profiler output here (looked for "
+                          "system/incremental and framework/pevents)")
+    if len(roots) > 1:
+        raise SourceError(f"{source}: holds the profiler output of several jobs; replay one "
+                          "of: " + ", ".join(sorted(roots)))
+    root = roots.pop()
+    system, traces, ignored = [], [], []
+    for dirpath, _, names in os.walk(os.path.join(root, "system", "incremental")):
+        for name in names:
+            match = SYSTEM_FILE.match(name)
+            if match:
+                system.append((int(match.group(1)), match.group(2), os.path.join(dirpath, name)))
+            else:
+                ignored.append(os.path.join(dirpath, name))
+    for dirpath, _, names in os.walk(os.path.join(root, "framework", "pevents")):
+        for name in names:
+            match = TRACE_FILE.match(name)
+            if match:
+                traces.append((int(match.group(1)), match.group(3), int(match.group(2)),
+                               os.path.join(dirpath, name)))
+            elif name.endswith("_pythontimeline.json"):
+                ignored.append(os.path.join(dirpath, name))
+    system.sort(key=lambda f: (f[0], f[1], f[2]))
+    traces.sort()
+    return ProfilerOutput(root, system, traces, sorted(ignored))
+
+
+def _events(path: str) -> Iterator[tuple[int, dict]]:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            for number, line in enumerate(stream, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SourceError(f"{path}:{number}: not a JSON line: {e.msg}") from None
+                if not isinstance(event, dict):
+                    raise SourceError(f"{path}:{number}: expected a JSON object")
+                yield number, event
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SourceError(f"{path}: not a text file") from None
+
+
+class _SnapshotBuilder:
+    """Gathers one node's events into HostSamples, one per sampling instant."""
+
+    def __init__(self):
+        self.samples: list[HostSample] = []
+        self._start: float | None = None
+        self._cpu: dict[int, float] = {}
+        self._iowait: dict[int, float] = {}
+        self._util: dict[int, float] = {}
+        self._mem: dict[int, float] = {}
+        self._memory: float | None = None
+
+    def add(self, ts: float, kind: str, index: int, value: float) -> None:
+        if self._start is not None and abs(ts - self._start) > SNAPSHOT_SPREAD:
+            self.flush()
+        if self._start is None:
+            self._start = ts
+        target = {"cpu": self._cpu, "iowait": self._iowait, "util": self._util,
+                  "mem": self._mem}.get(kind)
+        if target is None:
+            self._memory = value
+        else:
+            target[index] = value
+
+    def flush(self) -> None:
+        if self._start is None:
+            return
+        gpus = [GpuSample(i, f"gpu{i}", utilization=self._util.get(i),
+                          memory_used_ratio=self._mem.get(i))
+                for i in sorted(set(self._util) | set(self._mem))]
+        self.samples.append(HostSample(
+            timestamp=self._start,
+            cpu_utilization=[self._cpu[i] for i in sorted(self._cpu)],
+            cpu_iowait=[self._iowait[i] for i in sorted(self._iowait)],
+            memory_used_ratio=self._memory, gpus=gpus))
+        self._start, self._memory = None, None
+        self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
+
+
+def read_system(found: ProfilerOutput) -> SystemSamples:
+    """Every node's samples in time order, values as ratios (SageMaker wrote percent)."""
+    builders: dict[str, _SnapshotBuilder] = {}
+    out = SystemSamples({})
+    for _, file_node, path in found.system_files:
+        events = []
+        for number, e in _events(path):
+            out.lines += 1
+            try:
+                ts, value = float(e["Timestamp"]), float(e["Value"]) / 100
+                name, dimension = str(e["Name"]), str(e.get("Dimension", ""))
+                node = str(e.get("NodeId") or file_node)
+            except (KeyError, TypeError, ValueError):
+                raise SourceError(f"{path}:{number}: expected Name, Dimension, Value and "
+                                  "Timestamp") from None
+            kind, index = _classify(e.get("Type"), dimension, name)
+            if kind is None:
+                (out.unused if index == -1 else out.unknown)[f"{dimension or name}"] += 1
+                continue
+            events.append((node, ts, kind, index, value))
+        # Lines of one sample come in varying order; sort each file by time.
+        events.sort(key=lambda ev: (ev[0], ev[1]))
+        for node, ts, kind, index, value in events:
+            builders.setdefault(node, _SnapshotBuilder()).add(ts, kind, index, value)
+    for node, builder in builders.items():
+        builder.flush()
+        builder.samples.sort(key=lambda s: s.timestamp)
+        out.by_node[node] = builder.samples
+    return out
+
+
+def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
+    """(sample field, core or GPU index); (None, -1) for known-but-unused lines."""
+    if dimension in ("CPUUtilization", "I/OWaitPercentage"):
+        match = _CORE.match(name)
+        if match:
+            return ("cpu" if dimension == "CPUUtilization" else "iowait"), int(match.group(1))
+    elif dimension in ("GPUUtilization", "GPUMemoryUtilization"):
+        match = _GPU.match(name)
+        if match:
+            return ("util" if dimension == "GPUUtilization" else "mem"), int(match.group(1))
+    elif name == "MemoryUsedPercent":
+        return "memory", 0
+    elif kind in _UNUSED_TYPES or dimension in ("Algorithm", "Platform"):
+        return None, -1
+    return None, 0
+
+
+def read_steps(found: ProfilerOutput) -> list[StepEvent]:
+    """Every step of every rank, from the python timeline traces, in start order."""
+    steps: list[StepEvent] = []
+    for _, node, rank, path in found.trace_files:
+        events = _trace(path)
+        base = 0
+        for e in events:
+            if e.get("ph") == "M" and "start_time_since_epoch_in_micros" in (e.get("args") or {}):
+                base = int(e["args"]["start_time_since_epoch_in_micros"])
+                break
+        for e in events:
+            name = str(e.get("name", ""))
+            if e.get("ph") != "X" or "Step:ModeKeys" not in name:
+                continue
+            try:
+                start = (base + float(e["ts"])) / 1e6
+                end = start + float(e.get("dur", 0)) / 1e6
+            except (KeyError, TypeError, ValueError):
+                raise SourceError(f"{path}: step event without numeric ts/dur: "
+                                  f"{json.dumps(e)[:120]}") from None
+            mode = name.rsplit("ModeKeys.", 1)[-1].strip().lower() or "train"
+            raw_step = (e.get("args") or {}).get("step_num")
+            step = int(raw_step) if str(raw_step).isdigit() else None
+            steps.append(StepEvent(node, rank, mode, start, end, step))
+    steps.sort(key=lambda s: (s.start, s.node, s.rank))
+    return steps
+
+
+def _trace(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise SourceError(f"{path}: not a text file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as first:
+        # A trace still being written lacks its closing bracket.
+        try:
+            data = json.loads(text.rstrip().rstrip(",") + "]")
+        except json.JSONDecodeError:
+            line = text.count("\n", 0, first.pos) + 1
+            raise SourceError(f"{path}:{line}: not a Chrome trace: {first.msg}") from None
+    if isinstance(data, dict):
+        data = data.get("traceEvents", [])
+    if not isinstance(data, list):
+        raise SourceError(f"{path}: not a Chrome trace (expected a list of events)")
+    return [e for e in data if isinstance(e, dict)]

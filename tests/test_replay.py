@@ -1,0 +1,148 @@
+"""`trainprof replay` over SageMaker-layout timelines and trainprof recordings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainprof import recording
+from trainprof.replay import ReplayError, replay
+from trainprof.replay.synthetic import write_system
+from trainprof.sampling import GpuSample, HostSample
+
+START = 1_700_000_000  # 2023-11-14 22:13:20 UTC: t0 is the minute before, 22:13:00
+T0 = START - 20
+
+
+def job(tmp_path, hosts, minutes=16, interval=0.5):
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=START, duration=minutes * 60, interval=interval, hosts=hosts)
+    return str(tmp_path / "job")
+
+
+IDLE_GPU_BUSY_CORE = {"algo-1": {"cores": 4, "gpus": 2, "timeline": [
+    {"gpu_util": [0.03, 0.9], "cpu": [0.97, 0.3, 0.3, 0.3]}]}}
+HEALTHY = {"algo-1": {"cores": 4, "gpus": 2, "timeline": [{"gpu_util": 0.9, "cpu": 0.5}]}}
+
+
+@pytest.mark.parametrize("scrape", [1.0, 15.0])
+def test_a_starved_gpu_fires_the_same_rules_at_1s_and_15s(tmp_path, scrape, promtool):
+    result = replay(job(tmp_path, IDLE_GPU_BUSY_CORE), None, scrape_interval=scrape)
+    fired = {name for name, v in result.rules.items() if v.fired}
+    assert fired == {"CPUBottleneck", "LowGPUUtilization", "LoadBalancing", "BatchSize"}
+    low = result.rules["LowGPUUtilization"]
+    assert [a.labels["gpu"] for a in low.alerts] == ["0"]
+    # pending at t0+1m, `for: 8m20s`, evaluated every minute: fires at t0 + 10m.
+    assert low.first_fired_at == T0 + 600
+    assert result.rules["CPUBottleneck"].alerts[0].labels["training_job"] == "job"
+
+
+@pytest.mark.parametrize("scrape", [1.0, 15.0])
+def test_a_healthy_job_fires_nothing(tmp_path, scrape, promtool):
+    result = replay(job(tmp_path, HEALTHY), None, scrape_interval=scrape)
+    assert not any(v.fired for v in result.rules.values())
+
+
+def test_overrides_in_a_profiler_report_configuration_change_the_verdict(tmp_path, promtool):
+    config = tmp_path / "rules.yaml"
+    config.write_text("rules:\n- rule: ProfilerReport\n  parameters:\n"
+                      "    LowGPUUtilization_threshold_p95: 2\n"
+                      "    LowGPUUtilization_threshold_p5: 1\n"
+                      "    CPUBottleneck_cpu_threshold: 98\n"
+                      "    LoadBalancing_threshold: 0.9\n"
+                      "    BatchSize_gpu_memory_threshold_p95: 40\n")
+    result = replay(job(tmp_path, IDLE_GPU_BUSY_CORE), str(config), scrape_interval=15)
+    assert not any(v.fired for v in result.rules.values())
+
+
+def test_two_nodes_pool_cpu_bottlenecks_and_report_gpus_per_node(tmp_path, promtool):
+    hosts = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.02, "cpu": 0.97}]},
+             "algo-2": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.02, "cpu": 0.97}]}}
+    result = replay(job(tmp_path, hosts), None, scrape_interval=15)
+    assert result.nodes == 2 and result.gpus == 2
+    assert len(result.rules["CPUBottleneck"].alerts) == 1
+    nodes = sorted(a.labels["node"] for a in result.rules["LowGPUUtilization"].alerts)
+    assert nodes == ["algo-1", "algo-2"]
+
+
+def test_json_output_is_exactly_the_contract(tmp_path, promtool):
+    source = job(tmp_path, IDLE_GPU_BUSY_CORE)
+    out = subprocess.run([sys.executable, "-m", "trainprof.cli", "replay", source,
+                          "--scrape-interval", "15s", "--json", "-"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert list(doc) == ["rules"]
+    for verdict in doc["rules"].values():
+        assert set(verdict) == {"fired", "first_fired_at", "alerts"}
+        for alert in verdict["alerts"]:
+            assert set(alert) == {"labels", "fired_at"}
+            assert isinstance(alert["fired_at"], (int, float))
+    assert doc["rules"]["LowGPUUtilization"]["first_fired_at"] == T0 + 600
+    assert doc["rules"]["IOBottleneck"] == {"fired": False, "first_fired_at": None,
+                                            "alerts": []}
+
+
+def test_a_trainprof_recording_replays_like_the_same_samples_in_sagemaker_layout(
+        tmp_path, promtool):
+    path = tmp_path / "rec.jsonl.gz"
+    with recording.open_recording(str(path), "w") as stream:
+        writer = recording.Writer(stream)
+        writer.write(recording.meta(0.5, "test"))
+        for k in range(1, 16 * 120 + 1):
+            sample = HostSample(START + k * 0.5, cpu_utilization=[0.97, 0.3, 0.3, 0.3],
+                                cpu_iowait=[0, 0, 0, 0], memory_used_ratio=0.3,
+                                gpus=[GpuSample(0, "gpu0", utilization=0.03,
+                                                memory_used_ratio=0.5),
+                                      GpuSample(1, "gpu1", utilization=0.9,
+                                                memory_used_ratio=0.5)])
+            writer.write(recording.host_record("algo-1", sample))
+    recorded = replay(str(path), None, scrape_interval=15, training_job="job")
+    sagemaker = replay(job(tmp_path, IDLE_GPU_BUSY_CORE), None, scrape_interval=15)
+    assert recorded.as_json() == sagemaker.as_json()
+
+
+def test_real_sagemaker_output_replays(root, promtool):
+    source = "/work/shared/real-sagemaker/trimcrae-8xtt-redock"
+    result = replay(source, None, scrape_interval=15)
+    assert result.datapoint_interval == 0.5 and result.samples > 1400
+    assert result.rules["LowGPUUtilization"].fired   # the GPU idled for most of the job
+    assert any("Algorithm" not in n for n in result.notes)
+
+
+def test_missing_source_and_empty_source_are_errors(tmp_path):
+    with pytest.raises(ReplayError, match="no such file"):
+        replay(str(tmp_path / "nope"), None)
+    (tmp_path / "empty" / "system" / "incremental").mkdir(parents=True)
+    with pytest.raises(ReplayError, match="no system metrics"):
+        replay(str(tmp_path / "empty"), None)
+
+
+def test_a_malformed_line_is_reported_with_its_path_and_line(tmp_path):
+    source = job(tmp_path, HEALTHY, minutes=2)
+    files = sorted((tmp_path / "job").rglob("*.algo-1.json"))
+    lines = files[0].read_text().splitlines(keepends=True)
+    lines[4] = '{"Type":"gpu","Name":"gpu0",\n'
+    files[0].write_text("".join(lines))
+    with pytest.raises(ReplayError, match=rf"{files[0].name}:5: not a JSON line"):
+        replay(source, None)
+
+
+def test_unknown_dimensions_are_counted_and_ignored(tmp_path, promtool):
+    source = job(tmp_path, HEALTHY, minutes=3)
+    first = sorted((tmp_path / "job").rglob("*.algo-1.json"))[0]
+    with open(first, "a") as f:
+        f.write('{"Type":"gpu","Name":"gpu0","Dimension":"GPUTemperature","Value":60,'
+                '"NodeId":"algo-1","Timestamp":%f}\n' % (START + 1))
+    result = replay(source, None, scrape_interval=15)
+    assert any("GPUTemperature (1 lines)" in n for n in result.notes)
+
+
+def test_cli_reports_bad_sources_with_exit_2_and_no_traceback(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "trainprof.cli", "replay", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "neither SageMaker profiler output" in out.stderr
