@@ -29,7 +29,9 @@ from typing import Any
 import yaml
 
 from trainprof.durations import format_duration, parse_duration
+from trainprof.promtool import encode, series_text
 from trainprof.render import to_yaml
+from trainprof.replay.synthetic import segment_at, values_at
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import load_config
 from trainprof.sampling import (
@@ -42,7 +44,6 @@ from trainprof.sampling import (
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "rules" / "trainprof.rules.yaml"
-HEALTHY = {"cpu": 0.3, "iowait": 0.0, "gpu_util": 0.9, "gpu_mem": 0.5, "mem": 0.3}
 
 
 def load_cases() -> list[tuple[str, dict]]:
@@ -66,43 +67,24 @@ def host_labels(case: dict, name: str) -> dict[str, str]:
     return labels
 
 
-def _device_values(spec: Any, count: int, k: int) -> list[float]:
-    if isinstance(spec, list):
-        if len(spec) != count:
-            raise ValueError(f"{spec} does not have one value per device ({count})")
-        return [_device_values(s, 1, k)[0] for s in spec]
-    if isinstance(spec, dict):
-        cycle = spec["cycle"]
-        return [float(cycle[k % len(cycle)])] * count
-    return [float(spec)] * count
-
-
 def host_samples(case: dict, name: str, datapoint: float, duration: float):
     host = case["hosts"][name]
     cores, gpus = host.get("cores", 4), host.get("gpus", 1)
-    segments = sorted(host.get("timeline", [{}]), key=lambda s: parse_duration(s.get("from", 0)))
+    timeline = host.get("timeline", [{}])
     k = 1
     while k * datapoint <= duration + 1e-9:
         t = k * datapoint
-        segment = dict(HEALTHY)
-        for s in segments:
-            if parse_duration(s.get("from", 0)) <= t:
-                segment = {**HEALTHY, **{key: v for key, v in s.items() if key != "from"}}
-        util = _device_values(segment["gpu_util"], gpus, k)
-        mem = _device_values(segment["gpu_mem"], gpus, k)
+        segment = segment_at(timeline, t)
+        util = values_at(segment["gpu_util"], gpus, k)
+        mem = values_at(segment["gpu_mem"], gpus, k)
         yield HostSample(
             timestamp=t,
-            cpu_utilization=_device_values(segment["cpu"], cores, k),
-            cpu_iowait=_device_values(segment["iowait"], cores, k),
-            memory_used_ratio=_device_values(segment["mem"], 1, k)[0],
+            cpu_utilization=values_at(segment["cpu"], cores, k),
+            cpu_iowait=values_at(segment["iowait"], cores, k),
+            memory_used_ratio=values_at(segment["mem"], 1, k)[0],
             gpus=[GpuSample(i, f"GPU-{name}-{i}", utilization=util[i], memory_used_ratio=mem[i])
                   for i in range(gpus)])
         k += 1
-
-
-def series_text(name: str, labels: dict[str, str]) -> str:
-    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return f"{name}{{{inner}}}"
 
 
 def exporter_grid(case: dict) -> BottleneckGrid:
@@ -136,40 +118,6 @@ def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
                 key = series_text(sample_name, labels)
                 table.setdefault(key, [None] * (steps + 1))[i] = value
     return [{"series": key, "values": encode(values)} for key, values in table.items()]
-
-
-def encode(values: list[float | None]) -> str:
-    """Values in promtool's expanding notation: runs of equal steps become `a+bxn`."""
-    out, i = [], 0
-    while i < len(values):
-        v = values[i]
-        if v is None:
-            j = i
-            while j + 1 < len(values) and values[j + 1] is None:
-                j += 1
-            out.append("_" if j == i else f"_x{j - i + 1}")
-            i = j + 1
-            continue
-        j, step = i, None
-        while j + 1 < len(values) and values[j + 1] is not None:
-            d = values[j + 1] - values[j]
-            if step is None:
-                step = d
-            elif d != step:
-                break
-            j += 1
-        if j == i:
-            out.append(_num(v))
-        elif step == 0:
-            out.append(f"{_num(v)}x{j - i}")
-        else:
-            out.append(f"{_num(v)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{j - i}")
-        i = j + 1
-    return " ".join(out)
-
-
-def _num(v: float) -> str:
-    return repr(float(v)) if v != int(v) else str(int(v))
 
 
 # --- expectations --------------------------------------------------------------------------

@@ -33,6 +33,15 @@ from trainprof import metrics as contract
 from trainprof.metrics import bucket_label, threshold_label
 
 
+def _used_ratio(ratio: float | None, used: float | None, total: float | None) -> float | None:
+    """A given ratio, else used / total when both are known."""
+    if ratio is not None:
+        return ratio
+    if used is not None and total:
+        return used / total
+    return None
+
+
 @dataclasses.dataclass
 class GpuSample:
     """One GPU's readings in one sample. None means "could not be read"; ratios are 0..1."""
@@ -55,11 +64,8 @@ class GpuSample:
     driver_version: str = ""
 
     def memory_ratio(self) -> float | None:
-        if self.memory_used_ratio is not None:
-            return self.memory_used_ratio
-        if self.memory_used_bytes is not None and self.memory_total_bytes:
-            return self.memory_used_bytes / self.memory_total_bytes
-        return None
+        return _used_ratio(self.memory_used_ratio, self.memory_used_bytes,
+                           self.memory_total_bytes)
 
 
 @dataclasses.dataclass
@@ -77,11 +83,8 @@ class HostSample:
     network: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def memory_ratio(self) -> float | None:
-        if self.memory_used_ratio is not None:
-            return self.memory_used_ratio
-        if self.memory_used_bytes is not None and self.memory_total_bytes:
-            return self.memory_used_bytes / self.memory_total_bytes
-        return None
+        return _used_ratio(self.memory_used_ratio, self.memory_used_bytes,
+                           self.memory_total_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
