@@ -1,0 +1,209 @@
+"""The hot path: the context managers behind `trainprof.step()`, `trainprof.phase()` and
+`trainprof.data()`.
+
+Each `with` costs a few hundred nanoseconds to a microsecond or two (see
+benchmarks/step_overhead.py), so these are hand-written classes with `__slots__`: a
+`@contextmanager` generator costs about three times as much. Rules every method follows:
+
+* nothing raised inside trainprof reaches the training loop: it is counted in
+  `trainprof_instrumentation_errors_total` (the first one is logged with its traceback);
+* exceptions from the user's block pass through untouched, and the time still counts;
+* the session lock is held only for the bookkeeping after the block, never across user code.
+
+Phases nest, and each counts its *own* time: a phase's time excludes the phases opened
+inside it, and a step's time not spent in any phase goes to "other" ("evaluation" for eval
+and predict steps). So the phase counters partition the instrumented time and their shares
+add up to one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainprof.session import Session
+
+
+class _Noop:
+    """What `step()` and `phase()` return where nothing may be recorded (a forked DataLoader
+    worker, an unknown mode): a context manager and decorator that does nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Noop:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+    def __call__(self, func: Callable) -> Callable:
+        return func
+
+
+NOOP = _Noop()
+
+
+class _Frame:
+    """A timed block on this thread's stack of open frames."""
+
+    __slots__ = ("_session", "_parent", "_child", "_start")
+
+    def _open(self) -> None:
+        session = self._session
+        if session._sync is not None:
+            session._sync()
+        tls = session._tls
+        self._parent = getattr(tls, "top", None)
+        self._child = 0.0
+        self._start = perf_counter()
+        tls.top = self
+
+    def _close(self) -> tuple[float, float]:
+        """Pop this frame; returns (elapsed, own) seconds."""
+        session = self._session
+        if session._sync is not None:
+            try:
+                session._sync()
+            except Exception:
+                session._error()
+        elapsed = perf_counter() - self._start
+        if elapsed < 0.0:           # perf_counter is monotonic, but a frame may be misused
+            elapsed = 0.0
+        parent = self._parent
+        session._tls.top = parent
+        if parent is not None:
+            parent._child += elapsed
+        own = elapsed - self._child
+        return elapsed, own if own > 0.0 else 0.0
+
+
+class Phase(_Frame):
+    """`with trainprof.phase("forward"):` or `@trainprof.phase("forward")`."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, session: Session, name: str):
+        self._session = session
+        self._name = name
+
+    def __enter__(self) -> Phase:
+        try:
+            self._open()
+        except Exception:
+            self._session._error()
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        session = self._session
+        try:
+            _, own = self._close()
+            with session._lock:
+                session._state.observe_phase(self._name, own)
+        except Exception:
+            session._error()
+        return False
+
+    def __call__(self, func: Callable) -> Callable:
+        from trainprof import session as api
+
+        name = self._name
+
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with api.phase(name):      # a fresh frame per call: reentrant and thread-safe
+                return func(*args, **kwargs)
+
+        return timed
+
+
+class Step(_Frame):
+    """`with trainprof.step(mode="train"):` or `@trainprof.step()`."""
+
+    __slots__ = ("_mode", "_remainder", "_samples", "_tokens")
+
+    def __init__(self, session: Session, mode: str, remainder: str,
+                 samples: float | None, tokens: float | None):
+        self._session = session
+        self._mode = mode
+        self._remainder = remainder
+        self._samples = samples
+        self._tokens = tokens
+
+    def __enter__(self) -> Step:
+        try:
+            self._open()
+        except Exception:
+            self._session._error()
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        session = self._session
+        try:
+            elapsed, own = self._close()
+            start = self._start + session._offset       # perf_counter -> Unix time
+            with session._lock:
+                state = session._state
+                first = state.first_step_time is None
+                state.observe_step(self._mode, start, start + elapsed)
+                state.observe_phase(self._remainder, own)
+                if self._samples:
+                    state.add_samples(self._samples)
+                if self._tokens:
+                    state.add_tokens(self._tokens)
+            if first:
+                session._on_first_step()
+        except Exception:
+            session._error()
+        return False
+
+    def __call__(self, func: Callable) -> Callable:
+        from trainprof import session as api
+
+        mode, samples, tokens = self._mode, self._samples, self._tokens
+
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with api.step(mode, samples=samples, tokens=tokens):
+                return func(*args, **kwargs)
+
+        return timed
+
+
+class TimedIterable:
+    """`trainprof.data(loader)`: iterates `loader`, timing each wait for the next item as a
+    phase (default "dataloader"). Length and attributes are the wrapped iterable's."""
+
+    def __init__(self, session_getter: Callable[[], Session], iterable: Iterable,
+                 phase: str = "dataloader"):
+        self._session_getter = session_getter
+        self._iterable = iterable
+        self._phase = phase
+
+    def __iter__(self) -> Iterator:
+        return _TimedIterator(self._session_getter, iter(self._iterable), self._phase)
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._iterable, name)
+
+
+class _TimedIterator:
+    __slots__ = ("_session_getter", "_iterator", "_phase")
+
+    def __init__(self, session_getter: Callable[[], Session], iterator: Iterator, phase: str):
+        self._session_getter = session_getter
+        self._iterator = iterator
+        self._phase = phase
+
+    def __iter__(self) -> _TimedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        # The end of the data (StopIteration) is timed too: waiting for it is waiting.
+        with self._session_getter().phase(self._phase):
+            return next(self._iterator)
