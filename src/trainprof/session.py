@@ -185,7 +185,7 @@ class Session:
         with self._lock:
             state = self._state
             state.identity = identity.labels()
-            state.info = identity.info()
+            state.info.update(identity.info())
             state.start_time = process.process_start_time()
             state.add_stddevs(stddevs)
             if gpus is not None:
@@ -271,7 +271,11 @@ def step(mode: str = "train", *, samples: float | None = None,
     "validation" or "ModeKeys.EVAL" are accepted). `samples` and `tokens`, if given, are
     added to `trainprof_training_samples_total` / `_tokens_total` when the step ends.
     """
-    return _current.step(mode, samples, tokens)
+    session = _current
+    resolved = session._modes.get(mode) if type(mode) is str else None
+    if resolved is None or session.inert:
+        return session.step(mode, samples, tokens)
+    return Step(session, resolved[0], resolved[1], samples, tokens)
 
 
 def phase(name: str) -> Phase | Any:
@@ -279,7 +283,10 @@ def phase(name: str) -> Phase | Any:
 
     `with trainprof.phase("forward"):` or `@trainprof.phase("tokenize")`.
     """
-    return _current.phase(name)
+    session = _current
+    if session.inert or type(name) is not str:
+        return session.phase(name)
+    return Phase(session, name)
 
 
 def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:

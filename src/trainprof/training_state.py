@@ -100,69 +100,49 @@ def bounded_label_value(value: object, limit: int = MAX_LABEL_VALUE_LENGTH) -> s
     return text[: limit - 8] + "~" + digest
 
 
-class _Histogram:
-    """Fixed-bucket histogram state: per-bucket counts (not cumulative), sum, count."""
-
-    __slots__ = ("bounds", "counts", "sum", "count")
-
-    def __init__(self, bounds: tuple[float, ...]):
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)   # the last slot is +Inf
-        self.sum = 0.0
-        self.count = 0
-
-    def copy(self) -> _Histogram:
-        other = _Histogram(self.bounds)
-        other.counts, other.sum, other.count = list(self.counts), self.sum, self.count
-        return other
-
-    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for bound, n in zip(self.bounds, self.counts):
-            cumulative += n
-            buckets.append((bucket_label(bound), cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
-
-
 class StepStatistics:
-    """One mode's steps: count, duration histogram and the exact outlier counters.
+    """One mode's steps: the duration histogram and the exact outlier counters.
 
-    `factors` are the stddev factors counted, ascending; `outliers[i]` counts factor i.
+    `counts` are per-bucket (not cumulative) over `metrics.STEP_DURATION_BUCKETS`, the last
+    slot is +Inf; `factors` are the stddev factors counted, ascending, and `outliers[i]`
+    counts factor i. `mean` and `m2` are Welford's running mean and sum of squared
+    deviations of all durations so far.
     """
 
-    __slots__ = ("factors", "outliers", "histogram", "mean", "m2")
+    __slots__ = ("factors", "outliers", "counts", "sum", "count", "mean", "m2")
+
+    bounds = contract.STEP_DURATION_BUCKETS
 
     def __init__(self, factors: tuple[float, ...]):
         self.factors = factors
         self.outliers = [0] * len(factors)
-        self.histogram = _Histogram(contract.STEP_DURATION_BUCKETS)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
         self.mean = 0.0
-        self.m2 = 0.0          # sum of squared deviations from the running mean (Welford)
-
-    @property
-    def count(self) -> int:
-        return self.histogram.count
+        self.m2 = 0.0
 
     def observe(self, duration: float) -> None:
-        hist = self.histogram
-        n = hist.count
+        n = self.count
         mean = self.mean
-        if n >= OUTLIER_MIN_STEPS:
-            std = math.sqrt(self.m2 / n)       # population std of the n earlier steps
+        excess = duration - mean
+        if n >= OUTLIER_MIN_STEPS and excess > 0.0:
+            # duration > mean + k*std  <=>  excess**2 > k**2 * variance, for excess > 0;
+            # squares spare a sqrt per step. Population variance of the n earlier steps.
+            variance = self.m2 / n
+            square = excess * excess
             outliers = self.outliers
             for i, k in enumerate(self.factors):
-                if duration <= mean + k * std:
+                if square <= k * k * variance:
                     break                      # factors ascend, so no larger one counts either
                 outliers[i] += 1
-        hist.counts[bisect.bisect_left(hist.bounds, duration)] += 1
-        hist.sum += duration
+        self.counts[bisect.bisect_left(self.bounds, duration)] += 1
+        self.sum += duration
         n += 1
-        hist.count = n
-        delta = duration - mean
-        mean += delta / n
+        self.count = n
+        mean += excess / n
         self.mean = mean
-        self.m2 += delta * (duration - mean)
+        self.m2 += excess * (duration - mean)
 
     def with_factors(self, factors: tuple[float, ...]) -> StepStatistics:
         """These statistics counting `factors`; a factor new here starts counting at zero."""
@@ -175,9 +155,17 @@ class StepStatistics:
     def copy(self) -> StepStatistics:
         other = StepStatistics(self.factors)
         other.outliers = list(self.outliers)
-        other.histogram = self.histogram.copy()
-        other.mean, other.m2 = self.mean, self.m2
+        other.counts = list(self.counts)
+        other.sum, other.count, other.mean, other.m2 = self.sum, self.count, self.mean, self.m2
         return other
+
+    def add_histogram_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        cumulative, buckets = 0, []
+        for bound, n in zip(self.bounds, self.counts):
+            cumulative += n
+            buckets.append((bucket_label(bound), cumulative))
+        buckets.append(("+Inf", self.count))
+        family.add_metric(labels, buckets, self.sum)
 
 
 class TrainingState:
@@ -192,7 +180,8 @@ class TrainingState:
                  stddevs: Iterable[float] = (), start_time: float | None = None,
                  info: Mapping[str, str] | None = None):
         self.identity = {k: bounded_label_value(v) for k, v in (identity or {}).items()}
-        self.info = {k: bounded_label_value(v) for k, v in (info or {}).items()}
+        self.info = dict.fromkeys(contract.metric("trainprof_training_info").labels, "")
+        self.info.update((k, bounded_label_value(v)) for k, v in (info or {}).items())
         self.start_time = start_time
         self.factors = _factor_grid(stddevs)
         self.modes: dict[str, StepStatistics] = {m: StepStatistics(self.factors)
@@ -220,7 +209,8 @@ class TrainingState:
         stats.observe(duration if duration > 0.0 else 0.0)   # clocks can step backwards
         if self.first_step_time is None:
             self.first_step_time = start
-        if self.last_step_time is None or end > self.last_step_time:
+            self.last_step_time = end
+        elif end > self.last_step_time:
             self.last_step_time = end
 
     def observe_phase(self, name: str, seconds: float) -> str:
@@ -310,7 +300,7 @@ class TrainingState:
         yield fam.counter("trainprof_training_steps_total", ["mode"],
                           [(ident + [m], s.count) for m, s in modes])
         yield fam.histogram("trainprof_training_step_duration_seconds", ["mode"],
-                            [(ident + [m], s.histogram) for m, s in modes])
+                            [(ident + [m], s) for m, s in modes])
         yield fam.counter("trainprof_training_step_outliers_total", ["mode", "stddev"],
                           [(ident + [m, threshold_label(k)], n) for m, s in modes
                            for k, n in zip(s.factors, s.outliers)])
@@ -365,6 +355,6 @@ class _Families:
     def histogram(self, name, labels, rows):
         family = HistogramMetricFamily(name, contract.metric(name).help,
                                        labels=self.identity + labels)
-        for values, hist in rows:
-            hist.add_to(family, values)
+        for values, stats in rows:
+            stats.add_histogram_to(family, values)
         return family
