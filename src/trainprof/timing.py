@@ -53,21 +53,36 @@ class _Frame:
     helper methods: a method call is a tenth of the cost of a whole frame here.
     """
 
-    __slots__ = ("_session", "_parent", "_child", "_start")
+    __slots__ = ("_session", "_parent", "_child", "_start", "_done")
 
     def __enter__(self) -> _Frame:
         session = self._session
         try:
             if session._sync is not None:
-                session._sync()
+                _sync_quietly(session)
             tls = session._tls
             self._parent = getattr(tls, "top", None)
             self._child = 0.0
+            self._done = False
             self._start = perf_counter()
             tls.top = self
         except Exception:
             session._error()
         return self
+
+    def _pop(self, tls: Any) -> _Frame | None:
+        """Leave this thread's stack; returns the open frame this one is nested in.
+
+        Frames left out of order (a manual `__exit__`, a generator suspended inside a phase)
+        are marked done and skipped, so the stack heals instead of growing.
+        """
+        self._done = True
+        parent = self._parent
+        while parent is not None and parent._done:
+            parent = parent._parent
+        if tls.top is self:
+            tls.top = parent
+        return parent
 
 
 class Phase(_Frame):
@@ -87,8 +102,7 @@ class Phase(_Frame):
             elapsed = perf_counter() - self._start
             if elapsed < 0.0:
                 elapsed = 0.0
-            parent = self._parent
-            session._tls.top = parent
+            parent = self._pop(session._tls)
             if parent is not None:
                 parent._child += elapsed
             own = elapsed - self._child
@@ -133,8 +147,7 @@ class Step(_Frame):
             elapsed = perf_counter() - start
             if elapsed < 0.0:
                 elapsed = 0.0
-            parent = self._parent
-            session._tls.top = parent
+            parent = self._pop(session._tls)
             if parent is not None:
                 parent._child += elapsed
             start += session._offset                # perf_counter -> Unix time
