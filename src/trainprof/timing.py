@@ -42,6 +42,9 @@ class _Noop:
     def __call__(self, func: Callable) -> Callable:
         return func
 
+    def cancel(self) -> None:
+        pass
+
 
 NOOP = _Noop()
 
@@ -69,6 +72,14 @@ class _Frame:
         except Exception:
             session._error()
         return self
+
+    def cancel(self) -> None:
+        """Leave the stack without recording: for a block that turned out to be something
+        else (a framework callback's guess at the data wait that included a checkpoint)."""
+        try:
+            self._pop(self._session._tls)
+        except Exception:
+            self._session._error()
 
     def _pop(self, tls: Any) -> _Frame | None:
         """Leave this thread's stack; returns the open frame this one is nested in.
