@@ -192,3 +192,16 @@ def test_a_restarted_rank_takes_its_port_back_and_counts_from_zero(tmp_path):
         second.wait()
         second.stdout.close()
         second.stderr.close()
+
+
+def test_the_plain_pytorch_example_runs(root):
+    base = free_ports(1)
+    env = {**os.environ, "TRAINPROF_BASE_PORT": str(base)}
+    for var in ("RANK", "LOCAL_RANK", "KUBERNETES_SERVICE_HOST"):
+        env.pop(var, None)
+    out = subprocess.run([sys.executable, str(root / "examples" / "pytorch_loop.py"),
+                          "--steps", "20"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"metrics on port {base}" in out.stdout
+    assert "20 steps" in out.stdout
