@@ -11,9 +11,13 @@ help:
 	@echo "make generate  rewrite every generated artifact (rules/, docs/)"
 	@echo "make check     fail if a generated artifact drifted or a rule file is invalid"
 
+# torch is named in the same pip command as the extras so nothing they pull in can replace
+# it: 2.13.0 is the CPU wheel on this machine's disk; an unpinned torch is a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[test]' '$(TORCH)'
 	touch $@
 
 setup: $(VENV)/.installed tools

@@ -200,7 +200,8 @@ METRICS: tuple[Metric, ...] = (
        "Fraction of cycles device memory was read or written (NVML GPM; Hopper and newer).",
        "exporter", "gpu"),
     # --- training process ------------------------------------------------------------------
-    _m("trainprof_training_info", "gauge", "", ("world_size", "framework", "framework_version"),
+    _m("trainprof_training_info", "gauge", "",
+       ("world_size", "node_rank", "restart_count", "framework", "framework_version"),
        "Always 1; facts about this training process.", "training", "training"),
     _m("trainprof_training_start_timestamp_seconds", "gauge", "seconds", (),
        "Unix time the training process started.", "training", "training",

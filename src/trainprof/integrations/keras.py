@@ -1,0 +1,100 @@
+"""Keras 3: time every training, test and predict batch with a callback.
+
+    import keras
+    from trainprof.integrations.keras import TrainprofCallback
+
+    model.fit(x, y, batch_size=32, callbacks=[TrainprofCallback(batch_size=32)])
+
+Keras compiles a whole training step into one function, so there are no forward / backward
+phases to see. What is measured, per rank:
+
+- train steps from `on_train_batch_begin` to `on_train_batch_end` (with `steps_per_execution`
+  above 1, one Keras "batch" call covers that many batches and is one step here); samples
+  per step if you give `batch_size`;
+- dataloader: from the end of one training batch to the start of the next, which in Keras's
+  loop is fetching the next batch plus the `on_train_batch_end` of callbacks listed after
+  this one (put it last); gaps that span an epoch end or a validation run are not counted;
+- test (validation) batches as eval steps, predict batches as predict steps.
+
+Works with any Keras 3 backend; trainprof's tests run it on the torch backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+from trainprof.integrations._callbacks import HookTimeline, ensure_started, guarded
+
+
+class TrainprofCallback(keras.callbacks.Callback):
+    """Times Keras's fit, evaluate and predict loops (see the module doc).
+
+    `start_kwargs` go to `trainprof.start()` if the script has not started trainprof.
+    """
+
+    def __init__(self, batch_size: int | None = None, **start_kwargs: Any):
+        super().__init__()
+        self._batch_size = batch_size
+        self._start_kwargs = start_kwargs
+        self._timeline = HookTimeline()
+        self._eval = HookTimeline()
+
+    def _start(self) -> None:
+        ensure_started("keras", keras.__version__, dict(self._start_kwargs))
+
+    @guarded
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._start()
+
+    @guarded
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._timeline.end_gap()
+        self._timeline.begin_step("train", samples=self._batch_size)
+
+    @guarded
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._timeline.end_step()
+        self._timeline.begin_gap()
+
+    @guarded
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._timeline.cancel_gap()
+
+    @guarded
+    def on_train_end(self, logs: Any = None) -> None:
+        self._timeline.close()
+
+    @guarded
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._start()
+        self._timeline.cancel_gap()
+
+    @guarded
+    def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._eval.begin_step("eval")
+
+    @guarded
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._eval.end_step()
+
+    @guarded
+    def on_predict_begin(self, logs: Any = None) -> None:
+        self._start()
+
+    @guarded
+    def on_predict_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._eval.begin_step("predict")
+
+    @guarded
+    def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._eval.end_step()
+
+    @guarded
+    def on_test_end(self, logs: Any = None) -> None:
+        self._eval.close()
+
+    @guarded
+    def on_predict_end(self, logs: Any = None) -> None:
+        self._eval.close()

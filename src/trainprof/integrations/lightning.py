@@ -1,0 +1,156 @@
+"""PyTorch Lightning: time every step and its phases with a callback.
+
+    import lightning.pytorch as pl
+    from trainprof.integrations.lightning import TrainprofCallback
+
+    trainer = pl.Trainer(callbacks=[TrainprofCallback()])   # starts trainprof if not started
+    trainer.fit(model, datamodule)
+
+What is measured, per rank:
+
+- train steps, from `on_train_batch_start` to `on_train_batch_end`, with the batch size of
+  the first tensor in the batch as samples;
+- phases: forward (batch start to `on_before_backward`: `training_step` and the loss),
+  backward (to `on_after_backward`), optimizer (`on_before_optimizer_step` to the batch end:
+  gradient clipping and the optimizer update); the rest of the step counts as "other";
+- dataloader: the time Lightning spends fetching each training batch. Lightning has no
+  public hook around the fetch; the callback wraps the training data fetcher's profiling
+  hooks (a Lightning internal, checked on every batch). Where they are missing the
+  dataloader phase stays at zero and nothing else changes;
+- validation and test batches as eval steps, predict batches as predict steps (all
+  counted under the "evaluation" phase); the sanity check before training is not counted.
+
+Uses `lightning.pytorch` if installed, else the older `pytorch_lightning` package.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainprof import session as api
+from trainprof.integrations._callbacks import HookTimeline, batch_size, ensure_started, guarded
+
+try:
+    import lightning.pytorch as pl
+except ImportError:  # pragma: no cover - the standalone package of Lightning < 2
+    import pytorch_lightning as pl  # type: ignore[no-redef]
+
+
+class TrainprofCallback(pl.Callback):
+    """Times Lightning's training, validation, test and predict loops (see the module doc).
+
+    `start_kwargs` go to `trainprof.start()` if the script has not started trainprof.
+    """
+
+    def __init__(self, **start_kwargs: Any):
+        super().__init__()
+        self._start_kwargs = start_kwargs
+        self._timeline = HookTimeline()
+        self._eval = HookTimeline()
+
+    @guarded
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        ensure_started("lightning", pl.__version__, dict(self._start_kwargs))
+
+    # --- training -------------------------------------------------------------------------
+
+    @guarded
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        self._time_fetches(trainer)
+        self._timeline.begin_step("train", samples=batch_size(batch))
+        self._timeline.switch_phase("forward")
+
+    @guarded
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        if self._timeline.step is not None:
+            self._timeline.switch_phase("backward")
+
+    @guarded
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        self._timeline.end_phase()
+
+    @guarded
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        if self._timeline.step is not None:
+            self._timeline.switch_phase("optimizer")
+
+    @guarded
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._timeline.end_step()
+
+    @guarded
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._timeline.close()
+
+    @guarded
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._timeline.close()
+        self._eval.close()
+
+    def _time_fetches(self, trainer: Any) -> None:
+        # Lightning re-installs the fetcher's profiling hooks at every epoch start.
+        fetcher = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
+        before = getattr(fetcher, "_start_profiler", None)
+        after = getattr(fetcher, "_stop_profiler", None)
+        if before is None or after is None or getattr(before, "_trainprof", False):
+            return
+        open_fetch: list[Any] = []
+
+        def start_fetch() -> None:
+            before()
+            try:
+                frame = api.phase("dataloader")
+                frame.__enter__()
+                open_fetch.append(frame)
+            except Exception:
+                api.current()._error()
+
+        def stop_fetch() -> None:
+            try:
+                while open_fetch:
+                    open_fetch.pop().__exit__(None, None, None)
+            except Exception:
+                api.current()._error()
+            after()
+
+        start_fetch._trainprof = True  # type: ignore[attr-defined]
+        fetcher._start_profiler = start_fetch
+        fetcher._stop_profiler = stop_fetch
+
+    # --- validation, test, predict ---------------------------------------------------------
+
+    def _begin_eval(self, trainer: Any, mode: str, batch: Any) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self._eval.begin_step(mode)
+
+    @guarded
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._begin_eval(trainer, "eval", batch)
+
+    @guarded
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval.end_step()
+
+    @guarded
+    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        self._begin_eval(trainer, "eval", batch)
+
+    @guarded
+    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval.end_step()
+
+    @guarded
+    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                               batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._begin_eval(trainer, "predict", batch)
+
+    @guarded
+    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval.end_step()

@@ -1,0 +1,445 @@
+"""The live training API: one `Session` per process, serving this rank's `/metrics`.
+
+    import trainprof
+
+    trainprof.start()                               # identity from env; serves /metrics
+    for batch in trainprof.data(loader):            # phase "dataloader": the wait for each batch
+        with trainprof.step(samples=len(batch)):    # steps, duration histogram, timestamps
+            with trainprof.phase("forward"):
+                loss = model(batch)
+            with trainprof.phase("backward"):
+                loss.backward()
+            with trainprof.phase("optimizer"):
+                optimizer.step()
+
+Before `start()` the calls already record (nothing is served); `start()` adopts what was
+recorded. `stop()` stops serving and starts over from zero, as a restarted process would.
+
+Ports: each rank serves on `base + LOCAL_RANK` (base `TRAINPROF_BASE_PORT`, default 9946;
+9945 is the system exporter's). If that port is taken, the rank tries
+`port + k * LOCAL_WORLD_SIZE` for k = 1..3 (ports no other rank of the node prefers), then
+gives up serving; either way it logs one warning and training goes on.
+
+Processes: a process forked from a started one (a DataLoader worker) records and serves
+nothing: its `step()` and `phase()` do nothing and `start()` refuses, and the inherited
+listening socket is closed in it, so the port goes with the rank. prometheus_client's
+multiprocess mode is not used (it disables custom collectors): each rank serves its own state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from time import perf_counter
+from typing import Any
+
+from prometheus_client.core import Metric as MetricFamily
+from prometheus_client.registry import CollectorRegistry
+
+from trainprof import process
+from trainprof.identity import Identity, resolve
+from trainprof.timing import NOOP, Phase, Step, TimedIterable
+from trainprof.training_state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
+
+log = logging.getLogger("trainprof")
+
+DEFAULT_BASE_PORT = 9946
+SYSTEM_EXPORTER_PORT = 9945
+PORT_FALLBACKS = 3
+
+
+class Session:
+    """One process's training metrics: the state, its lock, and the HTTP server.
+
+    Use the module functions (`trainprof.step()`, ...); `trainprof.current()` returns the
+    session for its `port`, `identity` and `collector()`.
+    """
+
+    def __init__(self) -> None:
+        self._state = TrainingState()
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self._sync: Callable[[], Any] | None = None
+        self._offset = time.time() - perf_counter()
+        self._modes: dict[Any, tuple[str, str]] = {}
+        self._bad_modes: set[str] = set()
+        self._error_logged = False
+        self._gpus_explicit = False
+        self._framework: tuple[str, str] | None = None
+        self.identity: Identity | None = None
+        self.server: Any = None
+        self.port: int | None = None
+        self.started = False
+        self.inert = False
+
+    # --- hot path ------------------------------------------------------------------------
+
+    def step(self, mode: str = "train", samples: float | None = None,
+             tokens: float | None = None) -> Step | Any:
+        if self.inert:
+            return NOOP
+        try:
+            resolved = self._modes.get(mode)
+            if resolved is None:
+                resolved = self._resolve_mode(mode)
+                if resolved is None:
+                    return NOOP
+            return Step(self, resolved[0], resolved[1], samples, tokens)
+        except Exception:
+            self._error()
+            return NOOP
+
+    def phase(self, name: str) -> Phase | Any:
+        if self.inert:
+            return NOOP
+        if type(name) is not str:
+            try:
+                raise TypeError(f"a phase name must be a str, got {name!r}")
+            except TypeError:
+                self._error()
+            return NOOP
+        return Phase(self, name)
+
+    def add(self, samples: float = 0, tokens: float = 0) -> None:
+        if self.inert:
+            return
+        try:
+            with self._lock:
+                if samples:
+                    self._state.add_samples(samples)
+                if tokens:
+                    self._state.add_tokens(tokens)
+        except Exception:
+            self._error()
+
+    def _resolve_mode(self, mode: Any) -> tuple[str, str] | None:
+        try:
+            canonical = canonical_mode(mode)
+        except ValueError:
+            self._error(log_it=False)
+            if str(mode) not in self._bad_modes:
+                self._bad_modes.add(str(mode))
+                log.warning("trainprof: steps of unknown mode %r are not recorded; expected "
+                            "train, eval, predict or global", mode)
+            return None
+        resolved = self._modes[mode] = (canonical, STEP_REMAINDER_PHASE[canonical])
+        return resolved
+
+    def _error(self, log_it: bool = True) -> None:
+        """Count an exception caught inside instrumentation; log the first one in full."""
+        try:
+            with self._lock:
+                self._state.count_error()
+            if log_it and not self._error_logged:
+                self._error_logged = True
+                log.warning("trainprof: an exception inside instrumentation was ignored and "
+                            "counted in trainprof_instrumentation_errors_total (only the "
+                            "first one is logged)", exc_info=True)
+        except Exception:
+            pass
+
+    def _on_first_step(self) -> None:
+        if not self._gpus_explicit:
+            self._detect_gpus()
+
+    def _detect_gpus(self) -> None:
+        gpus = process.detect_gpus()
+        if gpus:
+            with self._lock:
+                self._state.set_gpus(gpus)
+
+    # --- exposition ----------------------------------------------------------------------
+
+    def families(self) -> Iterator[MetricFamily]:
+        """This rank's metric families (what /metrics serves), rendered from a snapshot."""
+        # Re-anchor perf_counter to the wall clock on every scrape, off the hot path, so
+        # step timestamps follow NTP corrections.
+        self._offset = time.time() - perf_counter()
+        with self._lock:
+            snapshot = self._state.copy()
+        name, version = self._framework or process.framework_info()
+        snapshot.info.update(framework=name, framework_version=version)
+        return snapshot.families()
+
+    def collector(self) -> _Collector:
+        """A prometheus_client collector of this session, to serve from your own registry."""
+        return _Collector(self)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """One sample's current value (tests and debugging)."""
+        for family in self.families():
+            for s in family.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    return s.value
+        return None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def _configure(self, identity: Identity, stddevs: Sequence[float],
+                   sync: Callable[[], Any] | None, gpus: Iterable[tuple[Any, Any]] | None,
+                   framework: tuple[str, str] | None) -> None:
+        with self._lock:
+            state = self._state
+            state.identity = identity.labels()
+            state.info.update(identity.info())
+            state.start_time = process.process_start_time()
+            state.add_stddevs(stddevs)
+            if gpus is not None:
+                state.set_gpus((str(i), str(u)) for i, u in gpus)
+        self.identity = identity
+        self._sync = sync
+        self._gpus_explicit = gpus is not None
+        self._framework = framework
+        if gpus is None:
+            self._detect_gpus()
+
+    def _serve(self, addr: str, ports: Sequence[int]) -> None:
+        from prometheus_client.exposition import start_http_server
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self))
+        failures = []
+        for port in ports:
+            try:
+                server, _thread = start_http_server(port, addr=addr, registry=registry)
+            except OSError as e:
+                failures.append(f"{port} ({e.strerror or e})")
+                continue
+            self.server, self.port = server, server.server_port
+            if failures:
+                log.warning("trainprof: port %s in use; serving rank metrics on port %d "
+                            "instead", ", ".join(failures), self.port)
+            return
+        log.warning("trainprof: ports %s not available; not serving metrics for this rank "
+                    "(training goes on)", ", ".join(failures))
+
+    def _shutdown(self) -> None:
+        server, self.server, self.port = self.server, None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def _abandon_in_forked_child(self) -> None:
+        # Only this thread exists in the child: the server thread did not come along, but its
+        # listening socket did. Close the child's copy so the port belongs to the rank alone.
+        self.inert = True
+        self._lock = threading.Lock()
+        server, self.server, self.port = self.server, None, None
+        if server is not None:
+            try:
+                server.socket.close()
+            except OSError:
+                pass
+
+
+class _Collector:
+    """Serves a session's families from a prometheus_client registry."""
+
+    def __init__(self, session: Session):
+        self._session = session
+
+    def collect(self) -> Iterator[MetricFamily]:
+        try:
+            families = list(self._session.families())
+        except Exception:
+            # A failing render must not fail the scrape of everything else in a registry.
+            self._session._error()
+            return iter(())
+        return iter(families)
+
+    def describe(self) -> list[MetricFamily]:
+        return []
+
+
+_current = Session()
+
+
+def current() -> Session:
+    """This process's session (started or not)."""
+    return _current
+
+
+def step(mode: str = "train", *, samples: float | None = None,
+         tokens: float | None = None) -> Step | Any:
+    """Time one step: `with trainprof.step():` or as a decorator, `@trainprof.step()`.
+
+    `mode` is train (default), eval, predict or global (framework spellings such as
+    "validation" or "ModeKeys.EVAL" are accepted). `samples` and `tokens`, if given, are
+    added to `trainprof_training_samples_total` / `_tokens_total` when the step ends.
+    """
+    session = _current
+    resolved = session._modes.get(mode) if type(mode) is str else None
+    if resolved is None or session.inert:
+        return session.step(mode, samples, tokens)
+    return Step(session, resolved[0], resolved[1], samples, tokens)
+
+
+def phase(name: str) -> Phase | Any:
+    """Time a phase: one of `metrics.PHASES` or your own name (at most 16 of your own).
+
+    `with trainprof.phase("forward"):` or `@trainprof.phase("tokenize")`.
+    """
+    session = _current
+    if session.inert or type(name) is not str:
+        return session.phase(name)
+    return Phase(session, name)
+
+
+def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:
+    """Iterate `iterable`, timing each wait for the next item as `phase`."""
+    return TimedIterable(current, iterable, phase)
+
+
+def add(*, samples: float = 0, tokens: float = 0) -> None:
+    """Count samples and tokens processed outside `step(samples=..., tokens=...)`."""
+    _current.add(samples, tokens)
+
+
+def start(*, training_job: str | None = None, node: str | None = None,
+          rank: int | None = None, local_rank: int | None = None,
+          world_size: int | None = None, serve: bool = True, port: int | None = None,
+          addr: str = "0.0.0.0", rules_config: str | None = None,
+          stddevs: Iterable[float] = (), cuda_sync: bool | Callable[[], Any] = False,
+          gpus: Iterable[tuple[Any, Any]] | None = None, framework: str | None = None,
+          framework_version: str | None = None, system_metrics: bool = False) -> Session:
+    """Configure this rank and serve its `/metrics`. Never raises; problems are logged.
+
+    Identity (`training_job`, `node`, `rank`, `local_rank`, `world_size`): explicit
+    arguments, else the environment (torchrun, SLURM, MPI, `TRAINPROF_JOB`, `TRAINPROF_NODE`;
+    see `trainprof.identity`).
+
+    - `port`: serve here instead of `TRAINPROF_BASE_PORT` (default 9946) + local rank;
+      0 picks a free port (see `current().port`). `serve=False` serves nothing: register
+      `current().collector()` in your own registry instead.
+    - `rules_config` (or `TRAINPROF_RULES_CONFIG`): a rule configuration whose StepOutlier
+      `stddev` factors are counted besides 2, 3, 4 and 5; `stddevs` adds factors directly.
+    - `cuda_sync`: True synchronises CUDA (`torch.cuda.synchronize`) when every step and phase
+      begins and ends, so a phase is charged for the GPU work it launched rather than only the
+      launches. It blocks the CPU until the GPU is idle, which removes CPU/GPU overlap and
+      costs a few microseconds per call even with nothing queued: measure, then leave it off
+      for long runs. A callable is used as the sync function.
+    - `gpus`: (index, uuid) pairs this rank uses; by default the current CUDA device once
+      PyTorch has initialised CUDA (trainprof never initialises it).
+    - `framework`, `framework_version`: for `trainprof_training_info` (default: pytorch and
+      its version once torch is imported).
+    - `system_metrics`: on local rank 0, also run the system exporter in this process (port
+      9945). This build has no in-process exporter yet: True logs that and runs
+      `trainprof exporter` nowhere; run it beside the job instead.
+
+    Calling `start()` again returns the running session unchanged; `stop()` first to
+    restart with other settings.
+    """
+    global _current
+    session = _current
+    if session.inert:
+        log.warning("trainprof: start() in a process forked from a started one (a DataLoader "
+                    "worker?) does nothing; only the rank itself serves metrics")
+        return session
+    if session.started:
+        return session
+    if _in_dataloader_worker():
+        session.inert = True
+        return session
+    try:
+        identity = resolve(training_job=training_job, node=node, rank=rank,
+                           local_rank=local_rank, world_size=world_size, env=os.environ)
+        for problem in identity.problems:
+            log.warning("trainprof: %s", problem)
+        factors = list(stddevs) + _rules_stddevs(rules_config
+                                                 or os.environ.get("TRAINPROF_RULES_CONFIG"))
+        sync = _sync_function(cuda_sync)
+        fw = (framework, framework_version or "") if framework else None
+        session._configure(identity, factors, sync, gpus, fw)
+        if serve:
+            session._serve(addr, _ports(port, identity))
+        if system_metrics and identity.local_rank == 0:
+            log.warning("trainprof: system_metrics=True, but this trainprof has no in-process "
+                        "system exporter; run `trainprof exporter` on the node instead")
+        session.started = True
+        log.info("trainprof: rank %s (local %s) of %s, %s, serving %s", identity.rank,
+                 identity.local_rank, identity.labels().get("training_job", "(job from scrape "
+                 "labels)"), identity.labels().get("node", "(node from scrape labels)"),
+                 f"on port {session.port}" if session.port else "nothing")
+    except Exception:
+        session._error()
+        session.started = True
+    return session
+
+
+def stop() -> None:
+    """Stop serving and start over: a later `start()` begins from zero, as a new process."""
+    global _current
+    session = _current
+    if session.inert:
+        return
+    try:
+        session._shutdown()
+    except Exception:
+        log.warning("trainprof: stopping the metrics server failed", exc_info=True)
+    _current = Session()
+
+
+def _ports(port: int | None, identity: Identity) -> list[int]:
+    if port == 0:
+        return [0]
+    if port is None:
+        base = DEFAULT_BASE_PORT
+        raw = os.environ.get("TRAINPROF_BASE_PORT", "")
+        if raw.strip().isdigit():
+            base = int(raw)
+        elif raw:
+            log.warning("trainprof: TRAINPROF_BASE_PORT=%r is not a port; using %d", raw, base)
+        port = base + identity.local_rank
+    step_ = identity.local_world_size
+    return [p for p in (port + k * step_ for k in range(PORT_FALLBACKS + 1)) if p < 65536]
+
+
+def _rules_stddevs(path: str | None) -> list[float]:
+    if not path:
+        return []
+    try:
+        from trainprof.rules import files
+        from trainprof.rules.compiler import required_inputs
+
+        return list(required_inputs(files.read_config(path))["step_outlier_stddevs"])
+    except Exception as e:   # ConfigError, a missing pyyaml, ...: count the defaults only
+        log.warning("trainprof: cannot read rules_config %s (%s); counting step outliers for "
+                    "the default stddev factors only", path, e)
+        return []
+
+
+def _sync_function(cuda_sync: bool | Callable[[], Any]) -> Callable[[], Any] | None:
+    if callable(cuda_sync):
+        return cuda_sync
+    if not cuda_sync:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        log.warning("trainprof: cuda_sync=True, but PyTorch with CUDA is not loaded; "
+                    "timing without synchronisation")
+        return None
+    return torch.cuda.synchronize
+
+
+def _in_dataloader_worker() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and torch.utils.data.get_worker_info() is not None
+    except Exception:
+        return False
+
+
+def _after_fork_in_child() -> None:
+    global _current
+    old = _current
+    if old.started or old.inert:
+        old._abandon_in_forked_child()
+    else:
+        _current = Session()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
