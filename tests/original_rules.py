@@ -139,6 +139,24 @@ def load_balancing(hosts, p) -> bool:
     return False
 
 
+def step_outlier(steps, p) -> bool:
+    """Per (node, rank) and mode: once more than 100 durations exist, count those above
+    mean + stddev * std of all of them; fire when more than n_outliers."""
+    groups: dict = {}
+    for step in steps:
+        if p.get("mode") and step.mode != p["mode"]:
+            continue
+        groups.setdefault((step.node, step.rank, step.mode), []).append(step.end - step.start)
+    for durations in groups.values():
+        if len(durations) <= 100:
+            continue
+        mean = sum(durations) / len(durations)
+        std = math.sqrt(sum((d - mean) ** 2 for d in durations) / len(durations))
+        if sum(d > mean + p["stddev"] * std for d in durations) > p["n_outliers"]:
+            return True
+    return False
+
+
 DECIDE = {
     "CPUBottleneck": lambda h, p: bottleneck(h, p),
     "IOBottleneck": lambda h, p: bottleneck(h, p, io=True),
@@ -146,4 +164,5 @@ DECIDE = {
     "BatchSize": batch_size,
     "GPUMemoryIncrease": gpu_memory_increase,
     "LoadBalancing": load_balancing,
+    "StepOutlier": step_outlier,
 }

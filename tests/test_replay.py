@@ -10,7 +10,7 @@ import pytest
 
 from trainprof import recording
 from trainprof.replay import ReplayError, replay
-from trainprof.replay.synthetic import write_system
+from trainprof.replay.synthetic import write_steps, write_system
 from trainprof.sampling import GpuSample, HostSample
 
 START = 1_700_000_000  # 2023-11-14 22:13:20 UTC: t0 is the minute before, 22:13:00
@@ -146,3 +146,56 @@ def test_cli_reports_bad_sources_with_exit_2_and_no_traceback(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "neither SageMaker profiler output" in out.stderr
+
+
+def _steps(start, count, duration, slow=(), slow_duration=2.0, mode="train"):
+    """`count` back-to-back steps from `start`; those numbered in `slow` take longer."""
+    out, t = [], start
+    for n in range(count):
+        d = slow_duration if n in slow else duration + 0.001 * (n % 7)
+        out.append((mode, t, t + d))
+        t += d
+    return out
+
+
+@pytest.mark.parametrize("scrape", [1.0, 15.0])
+def test_step_outliers_from_framework_traces_fire_per_rank(tmp_path, scrape, promtool):
+    source = job(tmp_path, HEALTHY, minutes=12)
+    out = str(tmp_path / "job" / "profiler-output")
+    write_steps(out, "algo-1", 0, _steps(START + 60, 400, 0.5, slow=range(150, 400, 20)))
+    write_steps(out, "algo-1", 1, _steps(START + 60, 400, 0.5, slow=range(150, 400, 40)))
+    result = replay(source, None, scrape_interval=scrape)
+    alerts = result.rules["StepOutlier"].alerts
+    # 13 outliers on rank 0 (> 10 fires), 7 on rank 1 (quiet).
+    assert [(a.labels["rank"], a.labels["mode"], a.labels["stddev"]) for a in alerts] == [
+        ("0", "train", "3")]
+    assert result.steps == 800
+    assert not result.rules["MaxInitializationTime"].fired
+
+
+def test_a_job_whose_first_step_comes_late_fires_max_initialization_time(tmp_path, promtool):
+    source = job(tmp_path, HEALTHY, minutes=28)
+    out = str(tmp_path / "job" / "profiler-output")
+    write_steps(out, "algo-1", 0, _steps(START + 25 * 60, 30, 1.0))
+    write_steps(out, "algo-1", 1, _steps(START + 25 * 60, 30, 1.0))
+    result = replay(source, None, scrape_interval=15)
+    verdict = result.rules["MaxInitializationTime"]
+    assert verdict.fired and verdict.alerts[0].labels["training_job"] == "job"
+    # started at t0, 20 minutes later the first evaluation above 1200 s is at t0 + 21m.
+    assert verdict.first_fired_at == T0 + 21 * 60
+
+
+def test_a_step_on_any_rank_before_the_deadline_keeps_initialization_quiet(tmp_path, promtool):
+    source = job(tmp_path, HEALTHY, minutes=25)
+    out = str(tmp_path / "job" / "profiler-output")
+    write_steps(out, "algo-1", 0, _steps(START + 23 * 60, 10, 1.0))
+    write_steps(out, "algo-2", 1, _steps(START + 5 * 60, 10, 1.0))
+    assert not replay(source, None, scrape_interval=15).rules["MaxInitializationTime"].fired
+
+
+def test_framework_traces_alone_replay_the_framework_rules(tmp_path, promtool):
+    out = str(tmp_path / "job" / "profiler-output")
+    write_steps(out, "algo-1", 0, _steps(START, 300, 0.2, slow=range(120, 300, 10)))
+    result = replay(str(tmp_path / "job"), None, scrape_interval=15)
+    assert result.rules["StepOutlier"].fired
+    assert any("no system metrics" in n for n in result.notes)

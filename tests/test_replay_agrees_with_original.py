@@ -15,7 +15,7 @@ import pytest
 
 from original_rules import DECIDE
 from trainprof.replay import load_timeline, replay
-from trainprof.replay.synthetic import write_system
+from trainprof.replay.synthetic import write_steps, write_system
 from trainprof.rules.config import load_config
 
 START = 1_700_000_040
@@ -96,6 +96,20 @@ def load_balancing_case(rng, n: int):
     return params, hosts, fires, params["patience"]
 
 
+def step_outlier_case(rng, n: int):
+    stddev, n_outliers = rng.choice([2, 3, 4]), rng.choice([5, 10, 20])
+    fires = n % 2 == 0
+    slow = n_outliers + 6 if fires else max(n_outliers - 4, 0)
+    steps, t = [], START + 30
+    slow_at = set(rng.sample(range(120, 400), slow))
+    for k in range(400):
+        d = 3.0 if k in slow_at else 0.4 + rng.uniform(-0.02, 0.02)
+        steps.append(("train", t, t + d))
+        t += d
+    params = {"stddev": stddev, "n_outliers": n_outliers}
+    return params, {"steps": steps}, fires, 0
+
+
 GENERATORS = {
     "CPUBottleneck": lambda rng, n: bottleneck_case(rng, n, io=False),
     "IOBottleneck": lambda rng, n: bottleneck_case(rng, n, io=True),
@@ -103,6 +117,7 @@ GENERATORS = {
     "BatchSize": batch_size_case,
     "GPUMemoryIncrease": memory_increase_case,
     "LoadBalancing": load_balancing_case,
+    "StepOutlier": step_outlier_case,
 }
 
 
@@ -120,10 +135,14 @@ def test_replay_agrees_with_the_original_rule(rule, params, hosts, fires, datapo
     # Long enough for `for:` of patience after the window filled, at a 60 s scrape.
     duration = datapoints * interval + 6 * 60
     out = tmp_path / "job" / "profiler-output"
+    if "steps" in hosts:
+        write_steps(str(out), "algo-1", 0, hosts["steps"])
+        hosts = {"algo-1": {"cores": 2, "gpus": 1}}
     write_system(str(out), start=START, duration=duration, interval=interval, hosts=hosts)
     timeline, _ = load_timeline(str(tmp_path / "job"), "sagemaker", None)
     full = {**load_config({"rules": [rule]}).rule(rule).values, **params}
-    assert DECIDE[rule](timeline.hosts, full) == fires, "the generated case is not clear-cut"
+    evidence = timeline.steps if rule == "StepOutlier" else timeline.hosts
+    assert DECIDE[rule](evidence, full) == fires, "the generated case is not clear-cut"
     config = {"rules": [{"rule": rule, "parameters": params}]}
     for scrape in SCRAPES:
         result = replay(str(tmp_path / "job"), load_config({**config, "scrape_interval":

@@ -122,11 +122,23 @@ def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline
     if system.unknown:
         notes.append("ignored unknown dimensions: " + ", ".join(
             f"{k} ({n} lines)" for k, n in sorted(system.unknown.items())))
+    try:
+        steps = sagemaker.read_steps(found)
+    except sagemaker.SourceError as e:
+        raise ReplayError(str(e)) from None
     if not any(system.by_node.values()):
-        raise ReplayError(f"{found.root}: no system metrics (system/incremental/*.algo-N.json "
-                          "holds no CPU, GPU or memory lines)")
+        if not steps:
+            raise ReplayError(f"{found.root}: no system metrics (system/incremental/"
+                              "*.algo-N.json holds no CPU, GPU or memory lines) and no steps")
+        notes.append("no system metrics (system/incremental): only StepOutlier and "
+                     "MaxInitializationTime had input")
+    ranks = sorted({(node, rank) for _, node, rank, _ in found.trace_files})
+    if not ranks:
+        notes.append("no framework traces (framework/pevents): MaxInitializationTime and "
+                     "StepOutlier had no input")
     job = training_job or _job_name(found.root)
-    return Timeline(system.by_node, job, _sampling_interval(system.by_node)), notes
+    return Timeline(system.by_node, job, _sampling_interval(system.by_node), steps,
+                    ranks), notes
 
 
 def _job_name(root: str) -> str:
@@ -199,7 +211,8 @@ def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float 
     needed = required_inputs(config)
     grid = BottleneckGrid.default().including(cpu=needed["cpu_bottleneck"],
                                               io=needed["io_bottleneck"])
-    scraped = scrape(timeline, config.scrape_interval, grid, progress)
+    scraped = scrape(timeline, config.scrape_interval, grid, progress,
+                     stddevs=needed["step_outlier_stddevs"])
     shift_timestamps(scraped.series, scraped.start, ("trainprof_training_start_timestamp_seconds",
                                                      "trainprof_training_first_step_timestamp_seconds",
                                                      "trainprof_training_last_step_timestamp_seconds"))
@@ -222,7 +235,7 @@ def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float 
         rules=verdicts, health=health, source=source, nodes=len(timeline.hosts),
         gpus=sum(len({g.index for s in samples for g in s.gpus})
                  for samples in timeline.hosts.values()),
-        samples=sum(len(s) for s in timeline.hosts.values()), steps=0,
+        samples=sum(len(s) for s in timeline.hosts.values()), steps=len(timeline.steps),
         start=scraped.start, end=scraped.start + scraped.end,
         datapoint_interval=timeline.datapoint_interval,
         scrape_interval=config.scrape_interval, evaluation_interval=evaluation, notes=notes)

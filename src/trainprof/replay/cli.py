@@ -52,7 +52,8 @@ def _when(t: float | None) -> str:
 def print_table(result: ReplayResult, out=sys.stdout) -> None:
     minutes = (result.end - result.start) / 60
     print(f"Replayed {result.source}\n  {result.nodes} node(s), {result.gpus} GPU(s), "
-          f"{result.samples} samples over {minutes:.1f} min from {_when(result.start)} UTC; "
+          f"{result.samples} samples, {result.steps} steps over {minutes:.1f} min from "
+          f"{_when(result.start)} UTC; "
           f"datapoint {result.datapoint_interval:g}s, scraped every "
           f"{result.scrape_interval:g}s, rules evaluated every "
           f"{result.evaluation_interval:g}s\n", file=out)

@@ -12,6 +12,8 @@
     >>> samples = read_system(found)                         # doctest: +SKIP
     >>> samples.by_node["algo-1"][0].cpu_utilization[:2]     # doctest: +SKIP
     [1.0, 0.9787]
+    >>> read_steps(found)[0]                                 # doctest: +SKIP
+    Step(node='algo-1', rank=0, mode='train', start=1594662608.09, end=1594662617.11)
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import os
 import re
 from collections.abc import Iterator
 
+from trainprof.replay.timeline import Step
 from trainprof.sampling import GpuSample, HostSample
+from trainprof.training_state import canonical_mode
 
 SYSTEM_FILE = re.compile(r"^(\d+)\.(algo-\d+)\.json$")
 TRACE_FILE = re.compile(r"^(\d+)_(\d+)-(.+)_pythontimeline\.json$")
@@ -47,15 +51,6 @@ class ProfilerOutput:
     trace_files: list[tuple[int, str, int, str]]   # (end_us, node, rank, path)
     ignored: list[str]
 
-
-@dataclasses.dataclass
-class StepEvent:
-    node: str
-    rank: int
-    mode: str          # train | eval | predict | global
-    start: float       # Unix seconds
-    end: float
-    step: int | None
 
 
 @dataclasses.dataclass
@@ -223,9 +218,9 @@ def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
     return None, 0
 
 
-def read_steps(found: ProfilerOutput) -> list[StepEvent]:
+def read_steps(found: ProfilerOutput) -> list[Step]:
     """Every step of every rank, from the python timeline traces, in start order."""
-    steps: list[StepEvent] = []
+    steps: list[Step] = []
     for _, node, rank, path in found.trace_files:
         events = _trace(path)
         base = 0
@@ -243,10 +238,11 @@ def read_steps(found: ProfilerOutput) -> list[StepEvent]:
             except (KeyError, TypeError, ValueError):
                 raise SourceError(f"{path}: step event without numeric ts/dur: "
                                   f"{json.dumps(e)[:120]}") from None
-            mode = name.rsplit("ModeKeys.", 1)[-1].strip().lower() or "train"
-            raw_step = (e.get("args") or {}).get("step_num")
-            step = int(raw_step) if str(raw_step).isdigit() else None
-            steps.append(StepEvent(node, rank, mode, start, end, step))
+            try:
+                mode = canonical_mode(name)
+            except ValueError:
+                raise SourceError(f"{path}: step event of an unknown mode: {name!r}") from None
+            steps.append(Step(node, rank, mode, start, end))
     steps.sort(key=lambda s: (s.start, s.node, s.rank))
     return steps
 

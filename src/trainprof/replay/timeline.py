@@ -1,8 +1,9 @@
 """A recorded timeline, scraped the way Prometheus would have scraped it.
 
-Host samples go through the exporter's own `SampleAccumulator` (one per node), so replay
-sees exactly the series a live exporter would have served; the accumulators are read at
-every scrape instant `t0 + k * scrape_interval`. Times are relative to `t0` (the first
+Host samples go through the exporter's own `SampleAccumulator` (one per node) and training
+steps through the training API's own `TrainingState` (one per rank), so replay sees exactly
+the series a live exporter and training process would have served; both are read at every
+scrape instant `t0 + k * scrape_interval`. Times are relative to `t0` (the first
 sample's minute, as SageMaker's rules started their scan there), because that is how
 promtool numbers its input; timestamps *inside* series (a process start time, say) are
 shifted by the same amount so `time()` in a rule still measures the right age.
@@ -13,34 +14,48 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 
 from trainprof.promtool import series_text
 from trainprof.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
+from trainprof.training_state import TrainingState
 
 EXPORTER_JOB = "trainprof"
 EXPORTER_PORT = 9945
+TRAINING_JOB = "trainprof-training"
+TRAINING_PORT = 9946
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    node: str
+    rank: int
+    mode: str          # a contract mode: train, eval, predict, global
+    start: float       # Unix seconds
+    end: float
 
 
 @dataclasses.dataclass
 class Timeline:
-    """What happened on each host (and, once added, in each training process)."""
+    """What happened on each host and in each training process (rank)."""
 
     hosts: dict[str, list[HostSample]]
     training_job: str
     datapoint_interval: float
-    # Producers of extra series (training processes): given the scrape instants, yield
-    # (series key, values at each instant); timestamps in values are absolute.
-    extra: list[Callable[[list[float]], Iterator[tuple[str, list[float | None]]]]] = \
-        dataclasses.field(default_factory=list)
+    steps: list[Step] = dataclasses.field(default_factory=list)
+    # Ranks that left a trace, (node, rank): they exist from the job's start even when
+    # they never completed a step (MaxInitializationTime needs them).
+    ranks: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def first(self) -> float:
-        return min(s[0].timestamp for s in self.hosts.values() if s)
+        return min([s[0].timestamp for s in self.hosts.values() if s]
+                   + [s.start for s in self.steps])
 
     @property
     def last(self) -> float:
-        return max(s[-1].timestamp for s in self.hosts.values() if s)
+        return max([s[-1].timestamp for s in self.hosts.values() if s]
+                   + [s.end for s in self.steps])
 
     @property
     def start(self) -> float:
@@ -61,10 +76,17 @@ def host_identity(node: str, training_job: str) -> dict[str, str]:
             "training_job": training_job}
 
 
+def rank_identity(node: str, rank: int, index: int, training_job: str) -> dict[str, str]:
+    """Target labels of a rank's /metrics (one port per process on its node) plus the
+    identity the training process itself exports."""
+    return {"job": TRAINING_JOB, "instance": f"{node}:{TRAINING_PORT + index}", "node": node,
+            "training_job": training_job, "rank": str(rank)}
+
+
 def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | None = None,
-           progress: bool = False) -> Scraped:
-    if not any(timeline.hosts.values()):
-        raise ValueError("the timeline holds no samples")
+           progress: bool = False, stddevs: Iterable[float] = ()) -> Scraped:
+    if not any(timeline.hosts.values()) and not timeline.steps:
+        raise ValueError("the timeline holds no samples and no steps")
     t0 = timeline.start
     count = int(math.ceil((timeline.last - t0) / scrape_interval)) + 1
     instants = [t0 + k * scrape_interval for k in range(count)]
@@ -84,11 +106,33 @@ def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | No
             for name, labels, value in samples_of(acc.families()):
                 series.setdefault(series_text(name, labels), [None] * count)[k] = value
         bar.done_with(len(samples))
-    for produce in timeline.extra:
-        for key, values in produce(instants):
-            series[key] = [None if v is None else v for v in values]
+    _scrape_ranks(timeline, instants, t0, tuple(stddevs), series)
     bar.close()
     return Scraped(series, t0, instants[-1] - t0, count)
+
+
+def _scrape_ranks(timeline: Timeline, instants: list[float], t0: float,
+                  stddevs: tuple[float, ...], series: dict) -> None:
+    """Every rank's training series: its steps, observed as they end, read at each instant."""
+    by_rank: dict[tuple[str, int], list[Step]] = {r: [] for r in timeline.ranks}
+    for step in timeline.steps:
+        by_rank.setdefault((step.node, step.rank), []).append(step)
+    per_node: dict[str, int] = {}
+    count = len(instants)
+    for (node, rank), steps in sorted(by_rank.items()):
+        index = per_node[node] = per_node.get(node, -1) + 1
+        labels = rank_identity(node, rank, index, timeline.training_job)
+        target = {k: labels.pop(k) for k in ("job", "instance")}
+        state = TrainingState(labels, stddevs=stddevs, start_time=t0)
+        steps.sort(key=lambda s: s.end)
+        i = 0
+        for k, instant in enumerate(instants):
+            while i < len(steps) and steps[i].end <= instant + 1e-9:
+                state.observe_step(steps[i].mode, steps[i].start, steps[i].end)
+                i += 1
+            for name, sample_labels, value in samples_of(state.families()):
+                key = series_text(name, {**sample_labels, **target})
+                series.setdefault(key, [None] * count)[k] = value
 
 
 def shift_timestamps(series: dict[str, list[float | None]], t0: float,
