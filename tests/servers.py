@@ -140,7 +140,7 @@ def webhook_sink():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", deliveries
@@ -159,3 +159,77 @@ def wait_for(condition, timeout: float, what: str, step: float = 0.2):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(step)
+
+
+@contextlib.contextmanager
+def actions_receiver(config, token: str, audit_path: Path, stop=None, client=None):
+    """`trainprof actions` in a thread on a free loopback port; yields (url, receiver).
+
+    `stop` replaces the real stopper (a spy records what would have been stopped); with
+    `client` the Kubernetes target talks to that client's API server.
+    """
+    import dataclasses
+    import threading
+
+    from trainprof.actions import audit, decide
+    from trainprof.actions.server import ActionsHTTPServer, Receiver
+
+    config = dataclasses.replace(config, listen=("127.0.0.1", 0))
+    log = audit.AuditLog(str(audit_path))
+    actions = decide.Actions(config, stop or decide.stopper(config, client))
+    actions.remember(audit.history(str(audit_path)))
+    receiver = Receiver(config, token, actions, log)
+    server = ActionsHTTPServer(config.listen, receiver)
+    # A short poll interval: shutdown() waits for the next poll.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+        log.close()
+
+
+@contextlib.contextmanager
+def fake_kubernetes(responses: dict[tuple[str, str], int] | None = None):
+    """A loopback stand-in for the Kubernetes API server that records every call.
+
+    Yields (url, calls); each call is a dict with method, path, content_type, authorization
+    and body (parsed JSON). `responses` maps (method, path) to a status (default 200).
+    """
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    calls: list[dict] = []
+    responses = responses or {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _record(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            calls.append({"method": self.command, "path": self.path,
+                          "content_type": self.headers.get("Content-Type"),
+                          "authorization": self.headers.get("Authorization"),
+                          "body": json.loads(raw) if raw else None})
+            status = responses.get((self.command, self.path), 200)
+            body = json.dumps({"kind": "Status", "code": status,
+                               "message": f"fake answer {status}"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PATCH = do_DELETE = do_POST = do_PUT = _record
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", calls
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -11,6 +11,10 @@ Three jobs, scripted so that each shows one part of the policy:
 - team-a/idle: a healthy host with a GPU at 30 %. LowGPUUtilization notifies, BatchSize goes to
   the info receiver.
 
+The actions route delivers to a real `trainprof actions` receiver (dry run, Kubernetes target,
+authenticated with the bearer token Alertmanager reads from a file), which decides "would
+stop" for the starved job and calls nothing.
+
 The rules are compiled with short windows and patience, evaluated every second. The inhibiting
 alerts are given a shorter patience than the ones they inhibit, so they reach Alertmanager
 first, as the default group_wait of the ticket route arranges in production.
@@ -23,6 +27,8 @@ import urllib.parse
 
 import pytest
 
+from trainprof.actions.audit import history
+from trainprof.actions.config import load_actions_config
 from trainprof.alerting import files, routing
 from trainprof.alerting.model import Timing
 from trainprof.render import to_yaml
@@ -31,7 +37,16 @@ from trainprof.rules.config import load_config
 from trainprof.sampling import GpuSample, HostSample
 
 from scripted_exporter import ScriptedHost, scripted_exporter
-from servers import alertmanager, get_json, prometheus, wait_for, webhook_sink
+from servers import (
+    actions_receiver,
+    alertmanager,
+    fake_kubernetes,
+    get_json,
+    prometheus,
+    wait_for,
+    webhook_sink,
+)
+from webhook import TOKEN
 
 RULES = {
     "datapoint_interval": "0.5s",
@@ -81,13 +96,34 @@ def _hosts() -> list[ScriptedHost]:
     ]
 
 
-def _am_config(hook: str) -> str:
+ACTIONS = {
+    "allow": {"namespaces": ["team-a"], "training_jobs": [".*"]},
+    "rules": {"CPUBottleneck": "stop", "MaxInitializationTime": "stop",
+              "LowGPUUtilization": "notify"},
+}
+
+
+def _am_config(hook: str, actions: str, token_file) -> str:
     tree = routing.tree(timing={name: FAST for name in routing.DEFAULT_TIMING})
     receivers = {name: {"webhook_configs": [{"url": f"{hook}/{name.removeprefix('trainprof-')}",
                                              "send_resolved": False}]}
                  for name in routing.RECEIVERS}
     receivers["default"] = {"webhook_configs": [{"url": f"{hook}/default"}]}
+    receivers[routing.ACTIONS] = {"webhook_configs": [{
+        "url": f"{actions}/alerts", "send_resolved": True, "http_config": {
+            "authorization": {"type": "Bearer", "credentials_file": str(token_file)}}}]}
     return to_yaml(files.example_config(tree, routing.inhibit_rules(), receivers))
+
+
+ACTED = {("starved", "CPUBottleneck", "would_stop"),
+         ("idle", "LowGPUUtilization", "notified"),
+         ("stuck", "MaxInitializationTime", "ignored")}      # team-b is not allow-listed
+
+
+def _actions_config(api: str, token_file):
+    return load_actions_config({
+        **ACTIONS, "token_file": str(token_file),
+        "kubernetes": {"resource": "Job", "action": "suspend", "api_url": api}})
 
 
 def _prometheus_config(exporter: str, am: str) -> str:
@@ -123,20 +159,34 @@ def _has_expected(received) -> bool:
                for receiver, groups in EXPECTED.items() for group, names in groups.items())
 
 
+def _decisions(audit_path) -> set[tuple[str, str, str]]:
+    return {(r["training_job"], r["rule"], r["decision"]) for r in history(str(audit_path))
+            if r["event"] == "decision"}
+
+
 @pytest.mark.tools
 def test_alerts_reach_their_receivers_grouped_per_job_and_inhibited_ones_do_not(
         prometheus_bin, alertmanager_bin, tmp_path):
     rules = to_yaml({"groups": compile_rules(load_config(RULES)).groups})
     (tmp_path / "prom").mkdir()
     (tmp_path / "am").mkdir()
+    token_file = tmp_path / "actions-token"
+    token_file.write_text(TOKEN)
+    audit_path = tmp_path / "audit.jsonl"
     with webhook_sink() as (hook, deliveries), \
-            alertmanager(alertmanager_bin, tmp_path / "am", _am_config(hook)) as am, \
+            fake_kubernetes() as (api, api_calls), \
+            actions_receiver(_actions_config(api, token_file), TOKEN, audit_path) as (
+                actions, _), \
+            alertmanager(alertmanager_bin, tmp_path / "am",
+                         _am_config(hook, actions, token_file)) as am, \
             scripted_exporter(_hosts()) as (exporter, collector), \
             prometheus(prometheus_bin, tmp_path / "prom",
                        _prometheus_config(exporter, am.removeprefix("http://")),
                        {"trainprof.rules.yaml": rules}):
         wait_for(lambda: _has_expected(_received(deliveries)), 90,
                  "every expected alert at its receiver")
+        wait_for(lambda: _decisions(audit_path) >= ACTED, 30,
+                 "the actions receiver's decisions")
         wait_for(lambda: _suppressed(am) >= INHIBITED, 30,
                  "Alertmanager to hold every inhibited alert as suppressed")
         # Evidence that the inhibited alerts' groups were flushed since: the idle job's
@@ -162,6 +212,9 @@ def test_alerts_reach_their_receivers_grouped_per_job_and_inhibited_ones_do_not(
         assert body["version"] == "4"
         if d.path != "/actions":
             assert set(body["groupLabels"]) == {"namespace", "training_job"}
+    # The receiver saw only what Alertmanager let through, and in dry run called nothing.
+    assert not {(job, f"Training{rule}") for job, rule, _ in _decisions(audit_path)} & INHIBITED
+    assert api_calls == []
     # Measured, not asserted: from the first scrape to the first page of each job.
     for group, at in first_page.items():
         print(f"first page for {group[1]}: {at - collector.first_scrape:.1f}s after the "

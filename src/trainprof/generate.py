@@ -37,6 +37,7 @@ def artifacts() -> dict[str, Callable[[], str]]:
         "alerting/alertmanager.example.yml": lambda: alerting.example_text(GENERATOR),
         "alerting/trainprof.alertmanagerconfig.yaml": lambda: alerting.resource_text(GENERATOR),
         "alerting/route-tests.yaml": lambda: alerting.route_tests_text(GENERATOR),
+        "alerting/actions/rbac.yaml": lambda: alerting.rbac_text(GENERATOR),
     }
 
 
