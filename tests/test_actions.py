@@ -24,7 +24,7 @@ from trainprof.actions import local
 from trainprof.actions.audit import history
 from trainprof.actions.config import load_actions_config
 
-from servers import actions_receiver
+from servers import actions_receiver, wait_for
 from webhook import FIXTURE, TOKEN, payload, post
 
 BASE = {
@@ -270,6 +270,36 @@ def test_requests_over_the_rate_limit_get_429(audit_path):
     assert status == 429
     assert int(headers["Retry-After"]) >= 1
     assert len(spy.calls) == 1
+
+
+def test_connections_over_the_cap_are_closed_unanswered(audit_path, monkeypatch):
+    import socket
+
+    from trainprof.actions import server
+
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 3)
+    with actions_receiver(config(), TOKEN, audit_path) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+        try:
+            with pytest.raises(ConnectionError):          # reset, or closed before the answer
+                conn = http.client.HTTPConnection(host, int(port), timeout=10)
+                try:
+                    conn.request("GET", "/-/healthy")
+                    conn.getresponse()
+                finally:
+                    conn.close()
+        finally:
+            for s in idle:
+                s.close()
+
+        def answers():
+            try:
+                with urllib.request.urlopen(url + "/-/healthy", timeout=10) as r:
+                    return r.status == 200
+            except (ConnectionError, urllib.error.URLError):
+                return False
+        wait_for(answers, 15, "the receiver to answer once the idle connections closed")
 
 
 def test_other_paths_and_methods_are_refused(audit_path):

@@ -48,11 +48,11 @@ def run(args: argparse.Namespace) -> int:
             return _rbac(config, args.service_account_namespace)
         if getattr(args, "listen", None):
             try:
-                config = _replace(config, listen=cfg.parse_listen(args.listen))
+                config = dataclasses.replace(config, listen=cfg.parse_listen(args.listen))
             except ValueError as e:
                 raise ConfigError([Problem("", str(e))], "--listen") from None
         if getattr(args, "dry_run", False):
-            config = _replace(config, dry_run=True)
+            config = dataclasses.replace(config, dry_run=True)
         token = cfg.read_token(config, args.config)
         api_url = cfg.resolve_api_url(config, args.config) if config.kubernetes else None
     except ConfigError as e:
@@ -63,10 +63,6 @@ def run(args: argparse.Namespace) -> int:
         print("ok")
         return 0
     return _serve(config, token, api_url)
-
-
-def _replace(config, **changes):
-    return dataclasses.replace(config, **changes)
 
 
 def _summary(config) -> str:
@@ -108,8 +104,13 @@ def _serve(config, token: str, api_url: str | None) -> int:
             return EXIT_BAD_INPUT
     client = None
     if config.kubernetes:
-        client = kubernetes.Client(api_url, config.kubernetes.token_file,
-                                   config.kubernetes.ca_file)
+        try:
+            client = kubernetes.Client(api_url, config.kubernetes.token_file,
+                                       config.kubernetes.ca_file)
+        except (OSError, ssl.SSLError) as e:
+            print(f"error: kubernetes.ca_file: cannot load {config.kubernetes.ca_file}: "
+                  f"{getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     try:
         log = audit.AuditLog(config.audit_log)
     except OSError as e:

@@ -5,7 +5,7 @@
     dry_run: true                    # the default: decide and audit, stop nothing
     token_file: /etc/trainprof-actions/token      # or token_env: NAME; at least 16 characters
     audit_log: /var/log/trainprof/actions.jsonl   # "-" (the default) is standard output
-    limits: {max_body_bytes: 1048576, requests_per_minute: 60, burst: 10}
+    limits: {max_body_bytes: 1048576, requests_per_minute: 300, burst: 50}
     cooldown: 10m                    # a job stopped this recently is not stopped again
     allow:
       namespaces: [team-a]
@@ -56,8 +56,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 @dataclasses.dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 1 << 20
-    requests_per_minute: int = 60
-    burst: int = 10
+    # Alertmanager sends one request per group and flush: a fleet of jobs needs headroom.
+    requests_per_minute: int = 300
+    burst: int = 50
 
 
 @dataclasses.dataclass(frozen=True)

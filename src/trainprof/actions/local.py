@@ -54,6 +54,9 @@ def stop(job: LocalJob, signal_name: str = "SIGTERM") -> Outcome:
     try:
         if job.process_group:
             group = os.getpgid(pid)
+            if group <= 1:
+                return Outcome("failed", f"process {pid} is in process group {group}; "
+                                         "refusing to signal it")
             if group == os.getpgrp():
                 return Outcome("failed", f"process {pid} is in this receiver's own process "
                                          "group; refusing to signal it")

@@ -7,6 +7,7 @@ Checks run cheapest and most general first, and nothing is read or parsed for a 
 has not proven it holds the token:
 
     404 other path          405 other method          503 too many requests in flight
+                            (connections beyond 64 are closed without an answer)
     429 over the rate limit (per client address, with Retry-After)
     401 no or wrong bearer token (constant-time comparison)
     415 not application/json    411 no Content-Length    413 body over max_body_bytes
@@ -35,7 +36,8 @@ from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import PayloadError, parse
 
 PATH = "/alerts"
-MAX_IN_FLIGHT = 16
+MAX_IN_FLIGHT = 16           # webhook requests being processed
+MAX_CONNECTIONS = 64         # open connections, each a thread; more are closed at once
 
 
 class RateLimiter:
@@ -194,7 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
         _send(self, status, {"error": "POST webhook payloads to " + PATH},
               {"Allow": "POST"} if status == 405 else None)
 
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = _refuse
+    do_PUT = do_DELETE = do_PATCH = _refuse
 
     def log_message(self, format, *args):       # the audit log records every request
         pass
@@ -210,6 +212,7 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
 
 class ActionsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128       # the listen backlog; connections over the cap are closed
 
     def __init__(self, address: tuple[str, int], receiver: Receiver,
                  context: ssl.SSLContext | None = None):
@@ -217,8 +220,25 @@ class ActionsHTTPServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
         self.receiver = receiver
+        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         if context:
             # The handshake then happens in the handler's thread, under its timeout, not
             # in accept(), where one silent client would block every other.
             self.socket = context.wrap_socket(self.socket, server_side=True,
                                               do_handshake_on_connect=False)
+
+    def process_request(self, request, client_address):
+        if not self._connections.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connections.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
