@@ -203,6 +203,22 @@ def test_oversized_requests_are_refused_before_the_body_is_read(audit_path):
     assert spy.calls == []
 
 
+def test_a_body_that_never_arrives_times_out_with_408(audit_path, monkeypatch, capfd):
+    import socket
+
+    from trainprof.actions import server
+
+    monkeypatch.setattr(server._Handler, "timeout", 0.5)
+    with actions_receiver(config(), TOKEN, audit_path) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as client:
+            client.sendall(f"POST /alerts HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+                           "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+                           .encode())
+            assert client.recv(100).startswith(b"HTTP/1.0 408 ")
+    assert "Traceback" not in capfd.readouterr().err
+
+
 @pytest.mark.parametrize("changes", [
     {"training_job": "starved; kill -9 1"},
     {"training_job": "../../../etc/passwd"},

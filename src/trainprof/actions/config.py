@@ -104,6 +104,10 @@ def _kind(value: Any) -> str:
         type(value), f"{type(value).__name__} {value!r}")
 
 
+def _is_one_of(value: Any, choices) -> bool:
+    return isinstance(value, str) and value in choices
+
+
 class _Checker:
     def __init__(self):
         self.problems: list[Problem] = []
@@ -175,7 +179,7 @@ class _Checker:
                 self.problem(path, "not an alerting rule of the catalog" + nearest(str(name), names)
                              + f"; rules: {', '.join(names)}")
                 continue
-            if action not in RULE_ACTIONS:
+            if not _is_one_of(action, RULE_ACTIONS):
                 self.problem(path, f"{_kind(action)} is not one of {', '.join(RULE_ACTIONS)}"
                              + nearest(str(action), RULE_ACTIONS))
                 continue
@@ -194,7 +198,7 @@ class _Checker:
     def local(self, value: Any) -> tuple[str, dict[str, local.LocalJob]]:
         data = self.mapping(value, "local", _LOCAL)
         signal = data.get("signal", "SIGTERM")
-        if signal not in local.SIGNALS:
+        if not _is_one_of(signal, local.SIGNALS):
             self.problem("local.signal", f"{_kind(signal)} is not one of "
                          f"{', '.join(local.SIGNALS)}" + nearest(str(signal), local.SIGNALS))
             signal = "SIGTERM"
@@ -224,12 +228,12 @@ class _Checker:
     def kubernetes(self, value: Any) -> KubernetesTarget | None:
         data = self.mapping(value, "kubernetes", _KUBERNETES)
         resource = data.get("resource")
-        if resource not in kubernetes.KINDS:
+        if not _is_one_of(resource, kubernetes.KINDS):
             self.problem("kubernetes.resource", f"{_kind(resource)} is not one of "
                          f"{', '.join(kubernetes.KINDS)}"
                          + nearest(str(resource), kubernetes.KINDS))
         action = data.get("action", "suspend")
-        if action not in kubernetes.ACTIONS:
+        if not _is_one_of(action, kubernetes.ACTIONS):
             self.problem("kubernetes.action", f"{_kind(action)} is not one of "
                          f"{', '.join(kubernetes.ACTIONS)}"
                          + nearest(str(action), kubernetes.ACTIONS))
@@ -242,7 +246,8 @@ class _Checker:
         ca_file = self.string(data, "ca_file", "kubernetes.ca_file",
                               kubernetes.IN_CLUSTER_CA)
         name_label = self.string(data, "name_label", "kubernetes.name_label", "training_job")
-        if resource not in kubernetes.KINDS or action not in kubernetes.ACTIONS:
+        if not (_is_one_of(resource, kubernetes.KINDS)
+                and _is_one_of(action, kubernetes.ACTIONS)):
             return None
         return KubernetesTarget(resource, action, api_url, token_file, ca_file, name_label)
 

@@ -6,13 +6,15 @@
 Checks run cheapest and most general first, and nothing is read or parsed for a client that
 has not proven it holds the token:
 
-    404 other path          405 other method          503 too many requests in flight
-                            (connections beyond 64 are closed without an answer)
+    404 other path, 405 other method, 503 too many requests in flight (connections
+        beyond 64 are closed without an answer)
     429 over the rate limit (per client address, with Retry-After)
     401 no or wrong bearer token (constant-time comparison)
-    415 not application/json    411 no Content-Length    413 body over max_body_bytes
-    400 not JSON            422 not an Alertmanager v4 payload, or a label value that
-                                cannot name a job (the whole request is refused)
+    415 not application/json, 411 no Content-Length, 413 body over max_body_bytes,
+        408 body not received within the 10 s read timeout
+    400 not UTF-8 JSON
+    422 not an Alertmanager v4 payload, or a label value that cannot name a job (the whole
+        request is refused)
     502 a stop failed (Alertmanager retries; what was done is not done again)
     200 everything else: each alert's decision is in the response and the audit log
 """
@@ -24,6 +26,7 @@ import json
 import math
 import socket
 import ssl
+import sys
 import threading
 import time
 import uuid
@@ -122,7 +125,11 @@ class Receiver:
             h.close_connection = True
             return reply(413, f"body of {length} bytes exceeds "
                               f"{self.config.limits.max_body_bytes}")
-        body = h.rfile.read(length)
+        try:
+            body = h.rfile.read(length)
+        except TimeoutError:
+            h.close_connection = True
+            return reply(408, "body not received in time")
         if len(body) != length:
             return reply(400, "body shorter than its Content-Length")
         try:
@@ -226,6 +233,13 @@ class ActionsHTTPServer(ThreadingHTTPServer):
             # in accept(), where one silent client would block every other.
             self.socket = context.wrap_socket(self.socket, server_side=True,
                                               do_handshake_on_connect=False)
+
+    def handle_error(self, request, client_address):
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return                   # the client went away; its request is in the audit log
+        print(f"trainprof actions: error serving {client_address[0]}: {error!r}",
+              file=sys.stderr)
 
     def process_request(self, request, client_address):
         if not self._connections.acquire(blocking=False):
