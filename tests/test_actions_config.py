@@ -98,6 +98,11 @@ def test_every_problem_is_reported_at_once_with_its_path_and_nearest_name():
     ({**GOOD, "dry_run": "false"}, "dry_run: expected true or false, got the string 'false'"),
     ({**GOOD, "cooldown": "soon"}, "cooldown: 'soon' is not a duration"),
     ({**GOOD, "tls": {"cert_file": "/c"}}, "tls: set both cert_file and key_file (PEM)"),
+    ({**GOOD, "local": {"signal": {"TERM": 1}, "jobs": {"a": {"pid_file": "/a"}}}},
+     "local.signal: a mapping is not one of SIGTERM"),
+    ({**GOOD, "kubernetes": {"resource": ["Job"]}, "allow": {
+        "namespaces": ["a"], "training_jobs": [".*"]}},
+     "kubernetes.resource: a list is not one of Job"),
     ([], ": expected a mapping, got a list"),
 ])
 def test_each_problem_names_its_path(data, expected):
