@@ -8,7 +8,7 @@ PYTHON ?= python3
 help:
 	@echo "make demo      set up, then compile the default ProfilerReport rules and prove them with promtool"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
-	@echo "make generate  rewrite every generated artifact (rules/, docs/)"
+	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/)"
 	@echo "make check     fail if a generated artifact drifted or a rule file is invalid"
 
 # torch is named in the same pip command as the extras so nothing they pull in can replace
@@ -37,6 +37,7 @@ generate: $(VENV)/.installed
 check: setup
 	$(PY) -m trainprof.generate --check
 	promtool check rules rules/trainprof.rules.yaml
+	amtool check-config alerting/alertmanager.example.yml
 
 clean:
 	rm -rf $(VENV) out build src/*.egg-info

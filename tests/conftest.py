@@ -43,5 +43,11 @@ def amtool() -> str:
 
 
 @pytest.fixture(scope="session")
+def alertmanager_bin() -> str:
+    # Debian names the server binary prometheus-alertmanager.
+    return _tool("prometheus-alertmanager")
+
+
+@pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

@@ -64,3 +64,172 @@ def prometheus(binary: str, workdir: Path, config: str, rule_files: dict[str, st
             proc.kill()
             proc.wait()
         log.close()
+
+
+@contextlib.contextmanager
+def alertmanager(binary: str, workdir: Path, config: str):
+    """Run Alertmanager with `config` (YAML text), gossip off, on a free loopback port."""
+    (workdir / "alertmanager.yml").write_text(config)
+    port = free_port()
+    log_path = workdir / "alertmanager.log"
+    log = open(log_path, "w")
+    # An empty --cluster.listen-address turns off HA gossip, which would bind 0.0.0.0:9094.
+    proc = subprocess.Popen(
+        [binary, f"--config.file={workdir / 'alertmanager.yml'}",
+         f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
+         "--cluster.listen-address=", "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("alertmanager exited:\n" + log_path.read_text())
+            try:
+                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("alertmanager did not become ready in 30s")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+class Delivery:
+    """One request a `webhook_sink` received."""
+
+    def __init__(self, path: str, headers: dict[str, str], body: bytes, at: float):
+        self.path, self.headers, self.body, self.at = path, headers, body, at
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+@contextlib.contextmanager
+def webhook_sink():
+    """A loopback HTTP server that answers 200 to every POST and keeps what it received.
+
+    Yields (base_url, deliveries); `deliveries` is a list appended to as requests arrive.
+    """
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    deliveries: list[Delivery] = []
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with lock:
+                deliveries.append(Delivery(self.path, dict(self.headers), body,
+                                           time.monotonic()))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", deliveries
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def wait_for(condition, timeout: float, what: str, step: float = 0.2):
+    """Poll `condition` until it returns something truthy; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(step)
+
+
+@contextlib.contextmanager
+def actions_receiver(config, token: str, audit_path: Path, stop=None, client=None):
+    """`trainprof actions` in a thread on a free loopback port; yields (url, receiver).
+
+    `stop` replaces the real stopper (a spy records what would have been stopped); with
+    `client` the Kubernetes target talks to that client's API server.
+    """
+    import dataclasses
+    import threading
+
+    from trainprof.actions import audit, decide
+    from trainprof.actions.server import ActionsHTTPServer, Receiver
+
+    config = dataclasses.replace(config, listen=("127.0.0.1", 0))
+    log = audit.AuditLog(str(audit_path))
+    actions = decide.Actions(config, stop or decide.stopper(config, client))
+    actions.remember(audit.history(str(audit_path)))
+    receiver = Receiver(config, token, actions, log)
+    server = ActionsHTTPServer(config.listen, receiver)
+    # A short poll interval: shutdown() waits for the next poll.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+        log.close()
+
+
+@contextlib.contextmanager
+def fake_kubernetes(responses: dict[tuple[str, str], int] | None = None):
+    """A loopback stand-in for the Kubernetes API server that records every call.
+
+    Yields (url, calls); each call is a dict with method, path, content_type, authorization
+    and body (parsed JSON). `responses` maps (method, path) to a status (default 200).
+    """
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    calls: list[dict] = []
+    responses = responses or {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _record(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            calls.append({"method": self.command, "path": self.path,
+                          "content_type": self.headers.get("Content-Type"),
+                          "authorization": self.headers.get("Authorization"),
+                          "body": json.loads(raw) if raw else None})
+            status = responses.get((self.command, self.path), 200)
+            body = json.dumps({"kind": "Status", "code": status,
+                               "message": f"fake answer {status}"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PATCH = do_DELETE = do_POST = do_PUT = _record
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", calls
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,6 +5,7 @@
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof generate [--check]
+    trainprof actions serve|check|rbac -c actions.yaml
 
 Exit codes: 0 success, 1 an operation failed (I/O, a missing tool), 2 bad input.
 """
@@ -113,6 +114,10 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--check", action="store_true",
                           help="only report artifacts that differ from the generator's output")
     generate.add_argument("--root", default=".", help="repository root (default: .)")
+
+    from trainprof.actions import cli as actions_cli
+
+    actions_cli.add_parser(commands)
     return parser
 
 
@@ -129,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof import generate
 
             return generate.main(args.root, check=args.check)
+        if args.command == "actions":
+            from trainprof.actions import cli as actions_cli
+
+            return actions_cli.run(args)
     except ModuleNotFoundError as e:
         if e.name not in _OPTIONAL_MODULES:
             raise

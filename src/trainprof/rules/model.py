@@ -21,6 +21,9 @@ from trainprof.rules.params import Param
 
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 SEVERITIES = ("info", "warning", "critical")
+# Rule families, one per catalog module: what kind of trouble a rule points at. Alerting
+# inhibitions name families, so a new rule of a family is silenced like its siblings.
+FAMILIES = ("bottleneck", "gpu", "framework", "system")
 PATIENCE_MODES = ("auto", "for", "warmup")
 
 
@@ -67,11 +70,18 @@ class RuleSpec:
     patience_auto: str = "for"   # what patience_mode=auto means for this rule
     version: int = 1             # bump when the rule's semantics change
     alerting: bool = True        # False for the summary rules (recordings only)
+    family: str = ""             # one of FAMILIES
+    # Families or rule names whose alerts for the same job this rule's firing alert makes
+    # noise (they follow from it): Alertmanager inhibits them while it fires.
+    inhibits: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
             raise ValueError(f"rule {self.name}: severity {self.severity!r} is not one of "
                              f"{', '.join(SEVERITIES)}")
+        if self.family and self.family not in FAMILIES:
+            raise ValueError(f"rule {self.name}: family {self.family!r} is not one of "
+                             f"{', '.join(FAMILIES)}")
         if self.patience_auto not in ("for", "warmup"):
             raise ValueError(f"rule {self.name}: patience_auto must be for or warmup")
 

@@ -108,6 +108,9 @@ CPU_BOTTLENECK = RuleSpec(
         _WINDOW,
     ),
     build=_cpu,
+    family="bottleneck",
+    # Idle GPUs are the symptom of this bottleneck, not a second problem.
+    inhibits=("LowGPUUtilization", "BatchSize"),
     differences=_SHARED_DIFFERENCES,
 )
 
@@ -136,6 +139,8 @@ IO_BOTTLENECK = RuleSpec(
         _WINDOW,
     ),
     build=_io,
+    family="bottleneck",
+    inhibits=("LowGPUUtilization", "BatchSize"),
     differences=_SHARED_DIFFERENCES + (
         " The AWS documentation page gives `gpu_threshold` a default of 70; the SDK and the "
         "rule code use 10, and so does trainprof."),

@@ -39,6 +39,10 @@ MAX_INITIALIZATION_TIME = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_max_initialization,
+    family="framework",
+    # A job that has not stepped yet idles its GPUs and keeps its CPUs busy loading: every
+    # host and GPU verdict about it is noise until it starts.
+    inhibits=("bottleneck", "gpu"),
     differences=(
         "The job's start is the start of its oldest training process "
         "(`trainprof_training_start_timestamp_seconds`), not the minute-floored first system "
@@ -91,6 +95,7 @@ STEP_OUTLIER = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_step_outlier,
+    family="framework",
     differences=(
         "The training process compares each step, as it ends, with the mean and standard "
         "deviation of all earlier steps of its rank and mode (Welford, O(1) per step); the "
@@ -139,6 +144,7 @@ OVERALL_FRAMEWORK_METRICS = RuleSpec(
     severity="info",
     params=(SCAN_INTERVAL,),
     build=_overall_framework,
+    family="framework",
     alerting=False,
     differences=(
         "Phases come from the training API's timers (dataloader, forward, backward, "

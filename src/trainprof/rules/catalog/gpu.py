@@ -77,6 +77,7 @@ LOW_GPU_UTILIZATION = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_low_gpu,
+    family="gpu",
     differences=(
         "Percentiles come from the exporter's utilization histogram (buckets of 1, 2, then 5 %) "
         "over the "
@@ -136,6 +137,7 @@ BATCH_SIZE = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_batch_size,
+    family="gpu",
     differences=(
         "Percentiles come from the exporter's histograms over `window x datapoint_interval` "
         "(see LowGPUUtilization). The CPU series is the average over the host's cores per "
@@ -194,6 +196,7 @@ GPU_MEMORY_INCREASE = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_memory_increase,
+    family="gpu",
     patience_auto="warmup",
     differences=(
         "SageMaker's code compared the mean of the last `window` samples with the mean of a "
@@ -253,6 +256,7 @@ LOAD_BALANCING = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_load_balancing,
+    family="gpu",
     differences=(
         "SageMaker's public code never compared two GPUs (a mis-indented loop), so the "
         "original never fired; trainprof implements the documented intent. The exporter "

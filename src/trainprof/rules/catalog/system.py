@@ -52,6 +52,7 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
     severity="info",
     params=(SCAN_INTERVAL,),
     build=_overall_system,
+    family="system",
     alerting=False,
     differences=(
         "Percentiles come from the exporter's histograms (buckets of 1, 2 and then 5 %) "
