@@ -10,7 +10,7 @@ import yaml
 
 from trainprof.alerting import files, routing
 from trainprof.rules import catalog
-from trainprof.rules.compiler import HEALTH_RULE
+from trainprof.rules.compiler import HEALTH_RULE, STATE_RULE
 from trainprof.rules.model import FAMILIES, SEVERITIES
 
 CASES = routing.route_cases(files.compiled_alerts())
@@ -45,6 +45,9 @@ def test_route_cases_expect_page_for_critical_ticket_for_warning_low_priority_fo
     for case in CASES:
         if case.labels["rule"] == HEALTH_RULE:
             assert case.receivers == (routing.NOTIFY,)
+            continue
+        if case.labels["rule"] == STATE_RULE:
+            assert case.receivers == (routing.INFO,)
             continue
         expected = {"critical": routing.PAGE, "warning": routing.NOTIFY,
                     "info": routing.INFO, None: routing.NOTIFY}[case.labels.get("severity")]

@@ -7,7 +7,9 @@ Three jobs, scripted so that each shows one part of the policy:
   with CPUBottleneck and IOBottleneck in one notification; its LowGPUUtilization and BatchSize
   follow from the bottleneck and are inhibited.
 - team-b/stuck: started an hour ago, no step yet, same host picture. Pages
-  MaxInitializationTime only; every host and GPU verdict about it is inhibited.
+  MaxInitializationTime only; every host and GPU verdict about it is inhibited (by
+  MaxInitializationTime and by the TrainingNotStarted state, which reaches only the info
+  receiver).
 - team-a/idle: a healthy host with a GPU at 30 %. LowGPUUtilization notifies, BatchSize goes to
   the info receiver.
 
@@ -65,7 +67,8 @@ EXPECTED = {   # receiver -> {(namespace, training_job): alert names it must del
     "page": {("team-a", "starved"): {"TrainingCPUBottleneck", "TrainingIOBottleneck"},
              ("team-b", "stuck"): {"TrainingMaxInitializationTime"}},
     "notify": {("team-a", "idle"): {"TrainingLowGPUUtilization"}},
-    "info": {("team-a", "idle"): {"TrainingBatchSize"}},
+    "info": {("team-a", "idle"): {"TrainingBatchSize"},
+             ("team-b", "stuck"): {"TrainingNotStarted"}},
 }
 INHIBITED = {("starved", "TrainingLowGPUUtilization"), ("starved", "TrainingBatchSize"),
              ("stuck", "TrainingCPUBottleneck"), ("stuck", "TrainingIOBottleneck"),

@@ -34,7 +34,7 @@ def test_every_alert_carries_provenance_labels_and_annotations():
         assert {"rule", "severity", "trainprof_rule_version"} <= set(rule["labels"])
         assert "{{" not in rule["annotations"]["summary"]
         assert {"summary", "description"} <= set(rule["annotations"])
-        if rule["labels"]["rule"] != "TrainprofHealth":
+        if rule["labels"]["rule"] not in ("TrainprofHealth", "TrainprofState"):
             assert {"recommendation", "runbook_url", "dashboard_url"} <= set(rule["annotations"])
             assert "$value" in rule["annotations"]["description"]
 

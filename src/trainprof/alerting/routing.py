@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from trainprof.alerting.model import InhibitRule, Matcher, Route, Timing
 from trainprof.rules import catalog
-from trainprof.rules.compiler import HEALTH_RULE
+from trainprof.rules.compiler import HEALTH_RULE, STATE_RULE
 from trainprof.rules.model import FAMILIES, SEVERITIES, RuleSpec
 
 PAGE = "trainprof-page"
@@ -61,7 +61,7 @@ def _any_of(label: str, values: Sequence[str]) -> Matcher:
 
 def trainprof_rules() -> tuple[str, ...]:
     """Every value of the `rule` label a trainprof alert can carry."""
-    return tuple(r.name for r in alerting_rules()) + (HEALTH_RULE,)
+    return tuple(r.name for r in alerting_rules()) + (HEALTH_RULE, STATE_RULE)
 
 
 def tree(job_labels: Sequence[str] = DEFAULT_JOB_LABELS,
@@ -82,6 +82,9 @@ def tree(job_labels: Sequence[str] = DEFAULT_JOB_LABELS,
             Route(ACTIONS, (_any_of("rule", rules),), timing=timing[ACTIONS], continue_=True,
                   why="every rule alert also reaches the StopTraining receiver, which acts "
                       "only on the rules its configuration opts into"),
+            Route(INFO, (Matcher("rule", "=", STATE_RULE),), timing=timing[INFO],
+                  why="a job's state (not started yet) only exists to inhibit; it "
+                      "never pages and never reaches StopTraining"),
             Route(NOTIFY, (Matcher("rule", "=", HEALTH_RULE),), group_by=("alertname",),
                   timing=timing["health"],
                   why="trainprof's own health explains why a rule is silent; one "
@@ -129,6 +132,12 @@ def inhibit_rules(job_labels: Sequence[str] = DEFAULT_JOB_LABELS) -> list[Inhibi
             (_any_of("rule", sources),), (_any_of("rule", targets),), job_labels,
             why=f"{' or '.join(sources)} firing for a job silences {', '.join(targets)} "
                 "of the same job"))
+    held = tuple(r.name for r in alerting_rules() if r.family in ("bottleneck", "gpu"))
+    out.append(InhibitRule(
+        (Matcher("rule", "=", STATE_RULE), Matcher("alertname", "=", "TrainingNotStarted")),
+        (_any_of("rule", held),), job_labels,
+        why=f"a job that has not completed its first step is initializing: its "
+            f"{', '.join(held)} alerts wait (MaxInitializationTime judges the wait)"))
     rules = _any_of("rule", [r.name for r in alerting_rules()])
     ranked = list(reversed(SEVERITIES))            # critical, warning, info
     for i, higher in enumerate(ranked[:-1]):
@@ -169,6 +178,9 @@ def route_cases(compiled_alerts: Iterable[dict]) -> list[RouteCase]:
         seen.add(key)
         if labels["rule"] == HEALTH_RULE:
             cases.append(RouteCase(labels, (NOTIFY,)))
+            continue
+        if labels["rule"] == STATE_RULE:
+            cases.append(RouteCase(labels, (INFO,)))
             continue
         for severity in reversed(SEVERITIES):
             cases.append(RouteCase({**labels, "severity": severity},

@@ -22,6 +22,9 @@ from trainprof.rules.model import Alert, Build, Recording, Values, ratio
 ALERT_PREFIX = "Training"
 JOB_DASHBOARD_UID = "trainprof-job"
 HEALTH_RULE = "TrainprofHealth"
+# A job's state rather than a verdict: alerts with this `rule` label exist for Alertmanager
+# to inhibit on (a job that has not started is not bottlenecked yet); no one acts on them.
+STATE_RULE = "TrainprofState"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +63,43 @@ def compile_rules(config: RulesConfig) -> Compiled:
             "interval": format_duration(instance.values["scan_interval_us"] / 1e6),
             "rules": rules,
         })
+    state = _state_rules(config)
+    if state:
+        fastest = min(i.values["scan_interval_us"] for i in config.rules) / 1e6
+        groups.append({"name": "trainprof.state", "interval": format_duration(fastest),
+                       "rules": state})
     health = _health_rules(config)
     if health:
         groups.append({"name": "trainprof.health", "interval": "1m", "rules": health})
     return Compiled(groups, tuple(warnings))
+
+
+def _state_rules(config: RulesConfig) -> list[dict[str, Any]]:
+    """`TrainingNotStarted`: from a job's first training process until its first step.
+
+    Fires at once (no `for:`), so Alertmanager can hold back the host and GPU verdicts of a
+    job that is still loading: they describe initialization, which MaxInitializationTime
+    judges. Only compiled with MaxInitializationTime, whose inputs it reads.
+    """
+    if config.rule("MaxInitializationTime") is None:
+        return []
+    from trainprof.rules.promql import by, selector
+
+    jl = config.job_labels
+    start = selector("trainprof_training_start_timestamp_seconds", config.job_selector)
+    steps = selector("trainprof_training_steps_total", config.job_selector)
+    return [{
+        "alert": "TrainingNotStarted",
+        "expr": (f"max {by(jl)} (time() - {start})\nunless on ({', '.join(jl)})\n"
+                 f"sum {by(jl)} ({steps}) > 0"),
+        "labels": {"rule": STATE_RULE, "severity": "info", "trainprof_rule_version": "1"},
+        "annotations": {
+            "summary": "A training job has not completed its first step yet.",
+            "description": ("Job {{ $labels.training_job }} started {{ $value | "
+                            "humanizeDuration }} ago and is still initializing; its host "
+                            "and GPU alerts are held back until its first step."),
+        },
+    }]
 
 
 def _inline(expr: str, recordings: dict[str, str]) -> str:
