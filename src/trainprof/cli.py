@@ -4,6 +4,7 @@
     trainprof rules validate [-c rules.yaml]
     trainprof rules list
     trainprof generate [--check]
+    trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
 
 Exit codes: 0 success, 1 an operation failed (I/O, a missing tool), 2 bad input.
 """
@@ -92,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--check", action="store_true",
                           help="only report artifacts that differ from the generator's output")
     generate.add_argument("--root", default=".", help="repository root (default: .)")
+
+    from trainprof.exporter.cli import add_arguments as exporter_arguments
+
+    exporter = commands.add_parser("exporter", help="sample the host and its GPUs and serve "
+                                                    "/metrics for the rules")
+    exporter_arguments(exporter, _duration)
     return parser
 
 
@@ -104,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof import generate
 
             return generate.main(args.root, check=args.check)
+        if args.command == "exporter":
+            from trainprof.exporter.cli import run
+
+            return run(args)
     except ModuleNotFoundError as e:
         if e.name not in _OPTIONAL_MODULES:
             raise
