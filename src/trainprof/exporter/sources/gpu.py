@@ -14,8 +14,8 @@ Failures are handled at three levels, as gpustat does:
             success 0; NVML is tried again every 30 s, since a GPU operator may install the
             driver after the exporter started
 
-The collector reports success 0 for a sample that left out a GPU; a missing field is not a
-failure (it is what the GPU offers).
+The collector reports success 0 for a sample that left out a GPU, and from a GPU's loss on; a
+missing field is not a failure (it is what the GPU offers).
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ class GpuSource:
         self._driver = ""
         self._next_open = 0.0
         self._initialized = False
+        self._lost: set[int] = set()
 
     # --- opening ---------------------------------------------------------------------
 
@@ -179,6 +180,7 @@ class GpuSource:
                 gpus.append(self._read_device(device))
             except _Lost as e:
                 self._devices.remove(device)
+                self._lost.add(device.index)
                 if device.gpm:
                     device.gpm.close()
                 self._once.start(key, "GPU %d (%s) is lost (%s): its latest-sample series are "
@@ -193,7 +195,7 @@ class GpuSource:
             else:
                 self._once.end(key, "GPU %d (%s) is readable again", device.index, device.uuid)
         sample.gpus = gpus
-        return complete
+        return complete and not self._lost
 
     def _read_device(self, device: _Device) -> GpuSample:
         nvml, h = self._nvml, device.handle
