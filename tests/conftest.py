@@ -54,5 +54,10 @@ def amtool() -> str:
 
 
 @pytest.fixture(scope="session")
+def openssl() -> str:
+    return _tool("openssl")
+
+
+@pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

@@ -20,6 +20,7 @@ per-source health; `sampler.Sampler` folds each sample into the shared `SampleAc
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -151,7 +152,8 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
         try:
             sock = listen(address, port)
         except OSError as e:
-            raise OSError(e.errno, f"cannot listen on {where}: {e.strerror or e}") from None
+            why = os.strerror(e.errno) if e.errno else str(e)
+            raise OSError(e.errno, f"cannot listen on {where}: {why}") from None
     recorder = None
     try:
         if record is not None:
