@@ -165,10 +165,22 @@ def _bad(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time, not the one at start-up."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _configure_logging(level: str) -> None:
     logger = logging.getLogger("trainprof")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        handler = _Stderr()
         handler.setFormatter(logging.Formatter(
             "%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
         logger.addHandler(handler)
