@@ -23,6 +23,7 @@ import pynvml
 from trainprof.sampling import HostSample
 
 GIB = 2**30
+_GPM_NAMES = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_GPM_METRIC_")}
 
 
 @dataclasses.dataclass
@@ -193,10 +194,9 @@ class FakeNvml:
         gpu = self.gpus[second[1][0]]
         if gpu.lost:
             raise pynvml.NVMLError_GpuIsLost()
-        names = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_GPM_METRIC_")}
         for i in range(request.numMetrics):
             metric = request.metrics[i]
-            value = (gpu.gpm or {}).get(names.get(metric.metricId, ""))
+            value = (gpu.gpm or {}).get(_GPM_NAMES.get(metric.metricId, ""))
             if value is None:
                 metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
             else:

@@ -69,6 +69,7 @@ class _Gpm:
         for i, (_, metric_id) in enumerate(_GPM_METRICS):
             request.metrics[i].metricId = getattr(nvml, metric_id)
         self._request = request
+        self._success = nvml.NVML_SUCCESS
 
     def read(self) -> dict[str, float]:
         nvml = self._nvml
@@ -84,7 +85,7 @@ class _Gpm:
         values = {}
         for i, (field, _) in enumerate(_GPM_METRICS):
             metric = request.metrics[i]
-            if metric.nvmlReturn == nvml.NVML_SUCCESS:
+            if metric.nvmlReturn == self._success:
                 values[field] = min(max(metric.value / 100, 0.0), 1.0)  # percent -> ratio
         return values
 
@@ -115,6 +116,13 @@ class GpuSource:
     def __init__(self, nvml: Any, clock: Callable[[], float] = time.monotonic):
         self._nvml = nvml
         self._clock = clock
+        # Looked up once: these are read for every field of every GPU twice a second.
+        self._absent = (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission,
+                        nvml.NVMLError_FunctionNotFound)
+        self._gone = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_GpuNotFound,
+                      nvml.NVMLError_ResetRequired)
+        self._temperature_gpu = nvml.NVML_TEMPERATURE_GPU
+        self._clock_sm = nvml.NVML_CLOCK_SM
         self._once = Once(log)
         self._devices: list[_Device] | None = None
         self._driver = ""
@@ -198,56 +206,48 @@ class GpuSource:
         return complete and not self._lost
 
     def _read_device(self, device: _Device) -> GpuSample:
-        nvml, h = self._nvml, device.handle
+        nvml, h, read = self._nvml, device.handle, self._field
         gpu = GpuSample(device.index, device.uuid, name=device.name,
                         driver_version=self._driver)
-        read = self._field_reader(device)
-        utilization = read("utilization", nvml.nvmlDeviceGetUtilizationRates, h)
+        utilization = read(device, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
         if utilization is not None:
             gpu.utilization = utilization.gpu / 100                  # NVML reports percent
-        memory = read("memory", nvml.nvmlDeviceGetMemoryInfo, h)
+        memory = read(device, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
         if memory is not None:
             gpu.memory_used_bytes = float(memory.used)
             gpu.memory_total_bytes = float(memory.total)
-        power = read("power", nvml.nvmlDeviceGetPowerUsage, h)
+        power = read(device, "power", nvml.nvmlDeviceGetPowerUsage, h)
         if power is not None:
             gpu.power_watts = power / 1000                           # NVML reports mW
-        energy = read("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
+        energy = read(device, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
         if energy is not None:
             gpu.energy_joules = energy / 1000                        # NVML reports mJ
-        temperature = read("temperature", nvml.nvmlDeviceGetTemperature, h,
-                           nvml.NVML_TEMPERATURE_GPU)
+        temperature = read(device, "temperature", nvml.nvmlDeviceGetTemperature, h,
+                           self._temperature_gpu)
         if temperature is not None:
             gpu.temperature_celsius = float(temperature)
-        clock = read("sm_clock", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+        clock = read(device, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, self._clock_sm)
         if clock is not None:
             gpu.sm_clock_hertz = clock * 1e6                         # NVML reports MHz
         if device.gpm is not None:
-            for field, value in (read("gpm", device.gpm.read) or {}).items():
+            for field, value in (read(device, "gpm", device.gpm.read) or {}).items():
                 setattr(gpu, field, value)
         return gpu
 
-    def _field_reader(self, device: _Device):
-        nvml = self._nvml
-        absent = (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission,
-                  nvml.NVMLError_FunctionNotFound)
-        lost = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_GpuNotFound,
-                nvml.NVMLError_ResetRequired)
-
-        def read(field: str, function: Callable[..., Any], *args: Any) -> Any:
-            if field in device.unsupported:
-                return None
-            try:
-                return function(*args)
-            except absent as e:
-                device.unsupported.add(field)
-                log.info("GPU %d (%s) does not offer %s (%s); that series is absent for it",
-                         device.index, device.uuid, field, e)
-                return None
-            except lost as e:
-                raise _Lost() from e
-
-        return read
+    def _field(self, device: _Device, field: str, function: Callable[..., Any],
+               *args: Any) -> Any:
+        """One NVML reading; None when this GPU does not offer it (asked once, said once)."""
+        if field in device.unsupported:
+            return None
+        try:
+            return function(*args)
+        except self._absent as e:
+            device.unsupported.add(field)
+            log.info("GPU %d (%s) does not offer %s (%s); that series is absent for it",
+                     device.index, device.uuid, field, e)
+            return None
+        except self._gone as e:
+            raise _Lost() from e
 
     def close(self) -> None:
         for device in self._devices or ():
