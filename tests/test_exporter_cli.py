@@ -102,19 +102,20 @@ def test_sigterm_stops_the_exporter_and_completes_the_recording(tmp_path):
          f"127.0.0.1:{port}", "--record", str(record), "--identity.node", "n1",
          "--datapoint-interval", "0.1s"],
         stderr=subprocess.PIPE, text=True, env=env)
+    # The hostile job name arrives escaped: quotes and the newline as \" and \n.
+    escaped = 'trainprof_samples_total{node="n1",training_job="job \\"with\\" {quotes}\\n"} '
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
-                    body = r.read().decode()
-                if "trainprof_samples_total" in body and \
-                        'trainprof_samples_total{node="n1",training_job="job \\"with\\" ' \
-                        '{quotes}\\n"} 0.0' not in body:
+                    lines = r.read().decode().splitlines()
+                served = [line for line in lines if line.startswith(escaped)]
+                if served and float(served[0].split()[-1]) >= 2:
                     break
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "the exporter never served a sample"
+            assert time.monotonic() < deadline, "the exporter never served two samples"
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

@@ -7,8 +7,8 @@ and never fails the sample or the scrape.
 
     # HELP trainprof_collector_success 1 if the collector's last sample succeeded, 0 if ...
     # TYPE trainprof_collector_success gauge
-    trainprof_collector_success{collector="cpu",node="n1"} 1.0
     trainprof_collector_success{collector="gpu",node="n1"} 0.0
+    trainprof_collector_success{collector="cpu",node="n1"} 1.0
 """
 
 from __future__ import annotations

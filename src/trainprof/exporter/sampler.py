@@ -30,13 +30,16 @@ class Sampler:
 
     def __init__(self, runner: SourceRunner, accumulator: SampleAccumulator,
                  on_sample: Callable[[HostSample], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] | None = None):
+        """`clock` and `sleep` replace the monotonic clock and waiting (tests)."""
         self.runner = runner
         self.accumulator = accumulator
         self.interval = accumulator.interval
         self.samples = 0
         self._on_sample = on_sample
         self._clock = clock
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._health: Mapping[str, tuple[float, float]] = {}
         self._stop = threading.Event()
@@ -62,7 +65,7 @@ class Sampler:
     def _run(self) -> None:
         self.runner.sample()   # primes the sources; not a datapoint
         next_tick = self._clock() + self.interval
-        while not self._stop.wait(max(next_tick - self._clock(), 0.0)):
+        while not self._wait(max(next_tick - self._clock(), 0.0)):
             try:
                 self.sample_once()
             except Exception as e:  # noqa: BLE001 - the thread must outlive a bad sample
@@ -78,6 +81,13 @@ class Sampler:
                                  self.interval, skipped, self._durations())
             else:
                 self._once.end("overrun", "sampling keeps up with the datapoint interval again")
+
+    def _wait(self, seconds: float) -> bool:
+        """Wait `seconds`; True when asked to stop."""
+        if self._sleep is None:
+            return self._stop.wait(seconds)
+        self._sleep(seconds)
+        return self._stop.is_set()
 
     def sample_once(self) -> HostSample:
         """Take one datapoint now (the thread's body; tests call it directly)."""

@@ -16,8 +16,8 @@ class CpuSource:
 
         # HELP trainprof_cpu_core_utilization_ratio Busy fraction of one logical core ...
         # TYPE trainprof_cpu_core_utilization_ratio gauge
-        trainprof_cpu_core_utilization_ratio{cpu="0",node="n1"} 0.95
-        trainprof_cpu_core_iowait_ratio{cpu="0",node="n1"} 0.02
+        trainprof_cpu_core_utilization_ratio{cpu="0",node="n1",training_job="golden"} 0.95
+        trainprof_cpu_core_iowait_ratio{cpu="1",node="n1",training_job="golden"} 0.6
 
     Check by hand: `mpstat -P ALL 1` (100 - %idle - %iowait, and %iowait).
     """

@@ -14,9 +14,9 @@ class DiskSource:
     """Cumulative bytes read and written by each whole disk (`exclude` drops loop and RAM
     devices and partitions by default, so summing devices counts every byte once).
 
-        # HELP trainprof_disk_read_bytes_total Bytes read from a block device ...
+        # HELP trainprof_disk_read_bytes_total Bytes read from a whole block device ...
         # TYPE trainprof_disk_read_bytes_total counter
-        trainprof_disk_read_bytes_total{device="nvme0n1",node="n1"} 5.24288e+08
+        trainprof_disk_read_bytes_total{device="nvme0n1",node="n1",training_job="golden"} 524288.0
 
     Check by hand: `cat /proc/diskstats` (sectors read x 512, the sixth column).
     """

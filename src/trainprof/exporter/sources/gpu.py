@@ -103,9 +103,9 @@ class GpuSource:
 
         # HELP trainprof_gpu_utilization_ratio Fraction of the latest sample period in which ...
         # TYPE trainprof_gpu_utilization_ratio gauge
-        trainprof_gpu_utilization_ratio{gpu="0",node="n1",uuid="GPU-5e2f0b1c-..."} 0.97
+        trainprof_gpu_utilization_ratio{gpu="0",node="n1",training_job="golden",uuid="GPU-..."} 0.05
         trainprof_gpu_info{driver_version="550.54.15",gpu="0",name="NVIDIA H100 80GB HBM3",
-                           node="n1",uuid="GPU-5e2f0b1c-..."} 1.0
+                           node="n1",training_job="golden",uuid="GPU-..."} 1.0
 
     Check by hand: `nvidia-smi --query-gpu=index,uuid,utilization.gpu,memory.used,power.draw
     --format=csv`.

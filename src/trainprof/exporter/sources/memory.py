@@ -13,7 +13,7 @@ class MemorySource:
 
         # HELP trainprof_memory_used_bytes Host memory in use (total minus available) ...
         # TYPE trainprof_memory_used_bytes gauge
-        trainprof_memory_used_bytes{node="n1"} 6.442450944e+09
+        trainprof_memory_used_bytes{node="n1",training_job="golden"} 4.294967296e+09
 
     Check by hand: `free -b` (total minus available).
     """
