@@ -152,7 +152,9 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
         try:
             sock = listen(address, port)
         except OSError as e:
-            why = os.strerror(e.errno) if e.errno else str(e)
+            # create_server appends the address to strerror; gaierror's errno is not errno.
+            why = e.strerror if isinstance(e, socket.gaierror) or not e.errno \
+                else os.strerror(e.errno)
             raise OSError(e.errno, f"cannot listen on {where}: {why}") from None
     recorder = None
     try:

@@ -60,7 +60,10 @@ def listen(host: str, port: int) -> socket.socket:
             return socket.create_server(("", port), family=socket.AF_INET6,
                                         dualstack_ipv6=True, backlog=128)
         return socket.create_server(("0.0.0.0", port), backlog=128)
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    # A name such as localhost may resolve to ::1 first; prefer IPv4, as Go exporters do, so
+    # a Prometheus configured with 127.0.0.1 finds it.
+    families = [info[0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    family = socket.AF_INET if socket.AF_INET in families else families[0]
     return socket.create_server((host, port), family=family, backlog=128)
 
 
