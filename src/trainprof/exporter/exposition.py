@@ -7,8 +7,9 @@ it folds a finished sample in (microseconds), never while it reads the sources, 
 never waits for a sample in progress and never causes one.
 
 The renderer writes exactly the bytes prometheus_client's `generate_latest` writes (a test
-compares them) at about half the cost: a series' `name{labels}` prefix is escaped once and
-reused for as long as the series exists, and so is a value's text while it does not change.
+compares them) at a fraction of the cost (for 8 GPUs' 660 series here, about 1.4 ms instead of
+6.5 ms for text and 12.6 ms for OpenMetrics): a series' `name{labels}` prefix is escaped once
+and reused for as long as the series exists, and so is a value's text while it does not change.
 """
 
 from __future__ import annotations
@@ -31,21 +32,28 @@ _TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
 
 def wants_openmetrics(accept: str | None) -> bool:
     """True if the Accept header takes OpenMetrics (Prometheus asks for it first)."""
-    for entry in (accept or "").split(","):
-        media, *params = [part.strip() for part in entry.split(";")]
-        if media.lower() != "application/openmetrics-text":
-            continue
-        if any(p.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in params):
-            continue
-        return True
-    return False
+    return _accepts(accept, "application/openmetrics-text")
 
 
 def wants_gzip(accept_encoding: str | None) -> bool:
-    for entry in (accept_encoding or "").split(","):
-        coding, *params = [part.strip() for part in entry.split(";")]
-        if coding.lower() == "gzip" and not any(p.replace(" ", "") in ("q=0", "q=0.0")
-                                               for p in params):
+    return _accepts(accept_encoding, "gzip")
+
+
+def _accepts(header: str | None, wanted: str) -> bool:
+    """True if a comma-separated Accept-style header lists `wanted` with a q above 0."""
+    for entry in (header or "").split(","):
+        name, *params = [part.strip() for part in entry.split(";")]
+        if name.lower() != wanted:
+            continue
+        quality = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if quality > 0:
             return True
     return False
 
