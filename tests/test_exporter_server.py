@@ -181,6 +181,11 @@ def test_in_process_the_series_join_the_given_registry_until_stopped():
     assert registry.get_sample_value("trainprof_samples_total", {"node": "n1"}) is None
 
 
+def test_identity_labels_that_belong_to_the_target_are_refused():
+    with pytest.raises(ValueError, match="identity label job is not one of training_job, node"):
+        trainprof.exporter.start(None, sources=fake_sources(), identity={"job": "bert"})
+
+
 def test_a_registry_that_already_has_these_names_is_refused_and_nothing_runs():
     registry = CollectorRegistry(auto_describe=True)
     first = trainprof.exporter.start(None, registry=registry, sources=fake_sources())

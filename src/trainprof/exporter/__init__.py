@@ -118,6 +118,7 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
     names the address or file), ValueError for bad arguments, ConfigError for a bad
     `rules_config`. Nothing is left running when it raises.
     """
+    from trainprof import metrics as contract
     from trainprof.exporter import identity as identities
     from trainprof.exporter import sources as sources_module
     from trainprof.exporter.collector import ExporterCollector, SourceRunner
@@ -142,6 +143,11 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
     if procfs is not None:
         sources_module.set_procfs(procfs)
     labels = dict(identity) if identity is not None else identities.resolve()
+    unknown = sorted(set(labels) - set(contract.EXPORTER_IDENTITY))
+    if unknown:
+        raise ValueError(f"identity label {', '.join(unknown)} is not one of "
+                         f"{', '.join(contract.EXPORTER_IDENTITY)} (job, instance, namespace "
+                         "and pod belong to the scrape target)")
     if sources is None:
         sources = sources_module.default_sources(
             sources_module.COLLECTORS if collectors is None else collectors, nvml=nvml)
