@@ -50,6 +50,10 @@ def get(port, path="/metrics", headers=None, method="GET", context=None):
         conn.close()
 
 
+def trainprof_threads() -> int:
+    return sum(t.name.startswith("trainprof-") for t in threading.enumerate())
+
+
 def wait_for_samples(exporter, n=2):
     import time
 
@@ -142,12 +146,12 @@ def test_connections_beyond_the_maximum_are_refused_not_queued():
 
 
 def test_a_port_in_use_is_a_clear_error_and_nothing_keeps_running(exporter):
-    before = {t.name for t in threading.enumerate()}
+    before = trainprof_threads()
     with pytest.raises(OSError) as raised:
         start(port=exporter.port)
     assert raised.value.strerror == (f"cannot listen on 127.0.0.1:{exporter.port}: "
                                      "Address already in use")
-    assert {t.name for t in threading.enumerate()} == before
+    assert trainprof_threads() == before
 
 
 def test_the_cli_exits_1_on_a_port_in_use_without_a_traceback(exporter):
@@ -190,10 +194,10 @@ def test_a_registry_that_already_has_these_names_is_refused_and_nothing_runs():
     registry = CollectorRegistry(auto_describe=True)
     first = trainprof.exporter.start(None, registry=registry, sources=fake_sources())
     try:
-        before = {t.name for t in threading.enumerate()}
+        before = trainprof_threads()
         with pytest.raises(ValueError, match="Duplicated timeseries"):
             trainprof.exporter.start(None, registry=registry, sources=fake_sources())
-        assert {t.name for t in threading.enumerate()} == before
+        assert trainprof_threads() == before
     finally:
         first.stop()
 
