@@ -7,6 +7,7 @@ need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 \
   || need+=(prometheus-alertmanager)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)   # the exporter's TLS tests make certificates
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -17,6 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite the golden files under tests/golden/ from the current "
+                          "output (review the diff before committing)")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return request.config.getoption("--update-golden")
+
+
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path:
@@ -46,6 +57,11 @@ def amtool() -> str:
 def alertmanager_bin() -> str:
     # Debian names the server binary prometheus-alertmanager.
     return _tool("prometheus-alertmanager")
+
+
+@pytest.fixture(scope="session")
+def openssl() -> str:
+    return _tool("openssl")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof generate [--check]
     trainprof actions serve|check|rbac -c actions.yaml
+    trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
 
 Exit codes: 0 success, 1 an operation failed (I/O, a missing tool), 2 bad input.
 """
@@ -118,6 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     from trainprof.actions import cli as actions_cli
 
     actions_cli.add_parser(commands)
+    from trainprof.exporter.cli import add_arguments as exporter_arguments
+
+    exporter = commands.add_parser("exporter", help="sample the host and its GPUs and serve "
+                                                    "/metrics for the rules")
+    exporter_arguments(exporter, _duration)
     return parser
 
 
@@ -138,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof.actions import cli as actions_cli
 
             return actions_cli.run(args)
+        if args.command == "exporter":
+            from trainprof.exporter.cli import run
+
+            return run(args)
     except ModuleNotFoundError as e:
         if e.name not in _OPTIONAL_MODULES:
             raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -112,10 +113,11 @@ def _merged(pairs, extra):
 class _Histogram:
     """Fixed-bucket histogram state: per-bucket counts (not cumulative), sum, count."""
 
-    __slots__ = ("bounds", "counts", "sum", "count")
+    __slots__ = ("bounds", "les", "counts", "sum", "count")
 
     def __init__(self, bounds: Sequence[float]):
         self.bounds = bounds
+        self.les = _les(tuple(bounds))
         self.counts = [0] * (len(bounds) + 1)   # the last slot is +Inf
         self.sum = 0.0
         self.count = 0
@@ -127,11 +129,16 @@ class _Histogram:
 
     def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
         cumulative, buckets = 0, []
-        for bound, n in zip(self.bounds, self.counts):
+        for le, n in zip(self.les, self.counts):
             cumulative += n
-            buckets.append((bucket_label(bound), cumulative))
+            buckets.append((le, cumulative))
         buckets.append(("+Inf", self.count))
         family.add_metric(labels, buckets, self.sum)
+
+
+@functools.lru_cache(maxsize=None)
+def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    return tuple(bucket_label(b) for b in bounds)
 
 
 @dataclasses.dataclass

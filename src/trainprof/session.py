@@ -73,6 +73,7 @@ class Session:
         self.identity: Identity | None = None
         self.server: Any = None
         self.port: int | None = None
+        self.system: Any = None          # the in-process system exporter, if started here
         self.started = False
         self.inert = False
 
@@ -222,11 +223,17 @@ class Session:
         if server is not None:
             server.shutdown()
             server.server_close()
+        system, self.system = self.system, None
+        if system is not None:
+            system.stop()
 
     def _abandon_in_forked_child(self) -> None:
         # Only this thread exists in the child: the server thread did not come along, but its
         # listening socket did. Close the child's copy so the port belongs to the rank alone.
         self.inert = True
+        system, self.system = self.system, None
+        if system is not None:
+            system.abandon_in_forked_child()
         self._lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
@@ -326,9 +333,11 @@ def start(*, training_job: str | None = None, node: str | None = None,
       PyTorch has initialised CUDA (trainprof never initialises it).
     - `framework`, `framework_version`: for `trainprof_training_info` (default: pytorch and
       its version once torch is imported).
-    - `system_metrics`: on local rank 0, also run the system exporter in this process (port
-      9945). This build has no in-process exporter yet: True logs that and runs
-      `trainprof exporter` nowhere; run it beside the job instead.
+    - `system_metrics`: on local rank 0, also run the system exporter (`trainprof.exporter`:
+      host and GPU samples every 0.5 s) in this process, on `TRAINPROF_EXPORTER_PORT`
+      (default 9945), with this rank's `training_job` and `node`. A port already taken (an
+      exporter already runs on the node) or a missing `trainprof[exporter]` extra logs one
+      warning and training goes on without it.
 
     Calling `start()` again returns the running session unchanged; `stop()` first to
     restart with other settings.
@@ -357,8 +366,8 @@ def start(*, training_job: str | None = None, node: str | None = None,
         if serve:
             session._serve(addr, _ports(port, identity))
         if system_metrics and identity.local_rank == 0:
-            log.warning("trainprof: system_metrics=True, but this trainprof has no in-process "
-                        "system exporter; run `trainprof exporter` on the node instead")
+            session.system = _start_system_exporter(
+                rules_config or os.environ.get("TRAINPROF_RULES_CONFIG"), identity)
         session.started = True
         log.info("trainprof: rank %s (local %s) of %s, %s, serving %s", identity.rank,
                  identity.local_rank, identity.labels().get("training_job", "(job from scrape "
@@ -368,6 +377,25 @@ def start(*, training_job: str | None = None, node: str | None = None,
         session._error()
         session.started = True
     return session
+
+
+def _start_system_exporter(rules_config: str | None, identity: Any) -> Any:
+    try:
+        from trainprof import exporter
+        from trainprof.metrics import EXPORTER_IDENTITY
+
+        port = int(os.environ.get("TRAINPROF_EXPORTER_PORT", exporter.DEFAULT_PORT))
+        labels = {k: v for k, v in identity.labels().items() if k in EXPORTER_IDENTITY}
+        return exporter.start(port=port, rules_config=rules_config, identity=labels)
+    except ModuleNotFoundError as e:
+        log.warning("trainprof: system_metrics=True needs the exporter extra (%s is missing): "
+                    "pip install 'trainprof[exporter]'", e.name)
+    except OSError as e:
+        log.warning("trainprof: system exporter not started: %s (is one already running on "
+                    "this node?)", e)
+    except Exception as e:  # noqa: BLE001 - a bad rules_config must not stop training
+        log.warning("trainprof: system exporter not started: %s", e)
+    return None
 
 
 def stop() -> None:

@@ -1,0 +1,105 @@
+"""Running the sources with health, and the exporter's families for a registry.
+
+`SourceRunner` reads every source into one `HostSample` and keeps each source's health, the way
+node_exporter's `execute()` does: a source that raises or reads only part of what it serves
+turns into `trainprof_collector_success{collector} 0` for that sample, says so once in the log,
+and never fails the sample or the scrape.
+
+    # HELP trainprof_collector_success 1 if the collector's last sample succeeded, 0 if ...
+    # TYPE trainprof_collector_success gauge
+    trainprof_collector_success{collector="gpu",node="n1"} 0.0
+    trainprof_collector_success{collector="cpu",node="n1"} 1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric as MetricFamily
+
+from trainprof import metrics as contract
+from trainprof._version import __version__
+from trainprof.exporter.once import Once
+from trainprof.exporter.sources import Source
+from trainprof.sampling import HostSample
+
+log = logging.getLogger("trainprof.exporter")
+
+
+class SourceRunner:
+    """Reads all sources into a sample; `health` maps collector -> (success, seconds)."""
+
+    def __init__(self, sources: Sequence[Source],
+                 clock: Callable[[], float] = time.perf_counter,
+                 wall_clock: Callable[[], float] = time.time):
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two sources share a collector name: {', '.join(names)}")
+        self.sources = list(sources)
+        self.health: dict[str, tuple[float, float]] = {}
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._once = Once(log)
+
+    def sample(self) -> HostSample:
+        sample = HostSample(self._wall_clock())
+        for source in self.sources:
+            start = self._clock()
+            try:
+                complete = bool(source.read(sample))
+            except Exception as e:  # noqa: BLE001 - reported as collector_success 0
+                complete = False
+                self._once.start(source.name, "collector %s failed: %s: %s; its series are "
+                                 "left out until it recovers", source.name, type(e).__name__,
+                                 e, exc_info=e)
+            else:
+                self._once.end(source.name, "collector %s works again", source.name)
+            self.health[source.name] = (1.0 if complete else 0.0,
+                                        max(self._clock() - start, 0.0))
+        return sample
+
+    def close(self) -> None:
+        for source in self.sources:
+            try:
+                source.close()
+            except Exception as e:  # noqa: BLE001 - closing must not stop the others
+                log.warning("collector %s did not close cleanly: %s", source.name, e)
+
+
+def health_families(health: Mapping[str, tuple[float, float]],
+                    identity: Mapping[str, str]) -> list[MetricFamily]:
+    """Collector health and build info, with the identity labels every series carries."""
+    names, values = list(identity), list(identity.values())
+    build = _gauge("trainprof_exporter_build_info", names + ["version"])
+    build.add_metric(values + [__version__], 1)
+    success = _gauge("trainprof_collector_success", names + ["collector"])
+    duration = _gauge("trainprof_collector_duration_seconds", names + ["collector"])
+    for collector, (ok, seconds) in health.items():
+        success.add_metric(values + [collector], ok)
+        duration.add_metric(values + [collector], seconds)
+    return [build, success, duration]
+
+
+def _gauge(name: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, contract.metric(name).help, labels=labels)
+
+
+class ExporterCollector:
+    """The exporter's series for a prometheus_client registry (in-process use).
+
+    `collect()` returns the families of the latest sample; `describe()` returns names only, so
+    registering on an auto-describe registry never touches psutil or the NVIDIA driver.
+    """
+
+    def __init__(self, families: Callable[[], list[MetricFamily]]):
+        self._families = families
+
+    def collect(self) -> list[MetricFamily]:
+        return self._families()
+
+    def describe(self) -> list[MetricFamily]:
+        return [MetricFamily(m.base, m.help, m.type) for m in contract.METRICS
+                if m.source == "exporter"]

@@ -1,0 +1,241 @@
+"""`--web.config.file`: TLS and basic auth in the Prometheus exporter-toolkit format.
+
+    tls_server_config:
+      cert_file: server.crt             # relative paths are relative to this file
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert   # optional, with client_ca_file
+      client_ca_file: ca.crt
+      min_version: TLS12                # default TLS12, as exporter-toolkit
+    http_server_config:
+      headers: {X-Frame-Options: deny}  # added to every response
+    basic_auth_users:                   # bcrypt hashes, e.g. from `htpasswd -nBC 10 USER`
+      prometheus: $2y$10$...
+
+The same file works for node_exporter and this exporter. Every problem is reported at once with
+its path; a key exporter-toolkit has and this exporter does not implement is an error, not
+silently ignored, since it is usually a security setting. Basic auth needs the `bcrypt` module;
+without it the exporter refuses to start rather than serve without the authentication the file
+asks for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import os
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+_TOP = ("tls_server_config", "http_server_config", "basic_auth_users")
+_TLS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
+        "max_version")
+_TLS_NOT_IMPLEMENTED = ("cert", "key", "client_ca", "cipher_suites", "curve_preferences",
+                        "prefer_server_cipher_suites", "client_allowed_sans")
+_HTTP = ("headers", "http2")
+_CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+_CLIENT_AUTH_NOT_IMPLEMENTED = ("RequestClientCert", "RequireAnyClientCert")
+_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
+             "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
+
+
+class WebConfigError(ValueError):
+    """A web configuration that cannot be used; the message lists every problem."""
+
+
+class BcryptMissing(RuntimeError):
+    """basic_auth_users is set but the bcrypt module is not installed."""
+
+
+@dataclasses.dataclass
+class WebConfig:
+    ssl_context: ssl.SSLContext | None = None
+    users: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    check_password: Callable[[bytes, bytes], bool] | None = None
+
+    def __post_init__(self) -> None:
+        self._verified: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def authorized(self, user: str, password: str) -> bool:
+        """True if the user's password matches its hash; bcrypt runs once per good pair.
+
+        bcrypt is slow on purpose (tens of milliseconds), and Prometheus sends the same
+        credentials every scrape, so verified pairs are remembered by digest.
+        """
+        stored = self.users.get(user)
+        if stored is None or self.check_password is None:
+            return False
+        digest = hashlib.sha256("\0".join((user, password, stored)).encode()).digest()
+        with self._lock:
+            if digest in self._verified:
+                return True
+        if not self.check_password(password.encode(), stored.encode()):
+            return False
+        with self._lock:
+            if len(self._verified) > 256:
+                self._verified.clear()
+            self._verified.add(digest)
+        return True
+
+
+def load(path: str) -> WebConfig:
+    """Read and check a web configuration file; raises WebConfigError or BcryptMissing."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise WebConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise WebConfigError(f"{path}: not valid YAML{where}: "
+                             f"{getattr(e, 'problem', None) or e}") from None
+    return parse(data if data is not None else {}, path)
+
+
+def parse(data: Any, path: str = "web config",
+          check_password: Callable[[bytes, bytes], bool] | None = None) -> WebConfig:
+    """Check a parsed configuration. `check_password` replaces bcrypt.checkpw (tests)."""
+    problems: list[str] = []
+    base = os.path.dirname(os.path.abspath(path)) if os.path.exists(path) else os.getcwd()
+    if not isinstance(data, dict):
+        raise WebConfigError(f"{path}: expected a mapping with {', '.join(_TOP)}")
+    _unknown(data, _TOP, "", problems)
+    config = WebConfig()
+
+    tls = data.get("tls_server_config")
+    if tls is not None:
+        config.ssl_context = _tls(tls, base, problems)
+    http = data.get("http_server_config")
+    if http is not None:
+        config.headers = _http(http, problems)
+    users = data.get("basic_auth_users")
+    if users is not None:
+        config.users = _users(users, problems)
+
+    if problems:
+        raise WebConfigError(f"{path}:\n" + "\n".join(f"  - {p}" for p in problems))
+    if config.users:
+        if check_password is None:
+            try:
+                import bcrypt
+            except ModuleNotFoundError:
+                raise BcryptMissing(
+                    f"{path}: basic_auth_users needs the bcrypt module, which is not "
+                    "installed (pip install bcrypt); refusing to start without the "
+                    "authentication the file asks for") from None
+            check_password = bcrypt.checkpw
+        config.check_password = check_password
+    return config
+
+
+def _unknown(section: dict, known: tuple[str, ...], where: str, problems: list[str],
+             not_implemented: tuple[str, ...] = ()) -> None:
+    for key in section:
+        path = f"{where}{key}"
+        if key in known:
+            continue
+        if key in not_implemented:
+            problems.append(f"{path}: not implemented by trainprof exporter")
+            continue
+        close = difflib.get_close_matches(str(key), known + not_implemented, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        problems.append(f"{path}: unknown key{hint}")
+
+
+def _tls(tls: Any, base: str, problems: list[str]) -> ssl.SSLContext | None:
+    where = "tls_server_config."
+    if not isinstance(tls, dict):
+        problems.append("tls_server_config: expected a mapping")
+        return None
+    _unknown(tls, _TLS, where, problems, _TLS_NOT_IMPLEMENTED)
+    missing = [k for k in ("cert_file", "key_file") if not tls.get(k)]
+    for key in missing:
+        problems.append(f"{where}{key}: required for TLS")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for key, attribute in (("min_version", "minimum_version"),
+                           ("max_version", "maximum_version")):
+        if key in tls:
+            version = _VERSIONS.get(str(tls[key]))
+            if version is None:
+                problems.append(f"{where}{key}: {tls[key]!r} is not one of "
+                                f"{', '.join(_VERSIONS)}")
+            else:
+                setattr(context, attribute, version)
+    if not missing:
+        cert, key = (_path(base, tls[k]) for k in ("cert_file", "key_file"))
+        try:
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            problems.append(f"{where}cert_file/key_file: cannot load {cert} and {key}: "
+                            f"{getattr(e, 'strerror', None) or e}")
+    auth = str(tls.get("client_auth_type", "NoClientCert"))
+    if auth in _CLIENT_AUTH_NOT_IMPLEMENTED:
+        problems.append(f"{where}client_auth_type: {auth} is not implemented by trainprof "
+                        "exporter; use RequireAndVerifyClientCert or VerifyClientCertIfGiven")
+    elif auth not in _CLIENT_AUTH:
+        problems.append(f"{where}client_auth_type: {auth!r} is not one of "
+                        f"{', '.join(_CLIENT_AUTH)}")
+    else:
+        context.verify_mode = _CLIENT_AUTH[auth]
+        ca = tls.get("client_ca_file")
+        if auth != "NoClientCert" and not ca:
+            problems.append(f"{where}client_ca_file: required with client_auth_type {auth}")
+        if ca:
+            try:
+                context.load_verify_locations(_path(base, ca))
+            except (OSError, ssl.SSLError) as e:
+                problems.append(f"{where}client_ca_file: cannot load {_path(base, ca)}: "
+                                f"{getattr(e, 'strerror', None) or e}")
+    return context
+
+
+def _http(http: Any, problems: list[str]) -> dict[str, str]:
+    if not isinstance(http, dict):
+        problems.append("http_server_config: expected a mapping")
+        return {}
+    _unknown(http, _HTTP, "http_server_config.", problems)
+    headers = http.get("headers") or {}
+    if not isinstance(headers, dict):
+        problems.append("http_server_config.headers: expected a mapping of header: value")
+        return {}
+    out = {}
+    for name, value in headers.items():
+        text = str(value)
+        if not str(name).replace("-", "").isalnum() or "\n" in text or "\r" in text:
+            problems.append(f"http_server_config.headers.{name}: not a valid header")
+        else:
+            out[str(name)] = text
+    # http2 is accepted for files shared with node_exporter; this server speaks HTTP/1.1.
+    return out
+
+
+def _users(users: Any, problems: list[str]) -> dict[str, str]:
+    if not isinstance(users, dict):
+        problems.append("basic_auth_users: expected a mapping of user: bcrypt hash")
+        return {}
+    out = {}
+    for user, hashed in users.items():
+        if not isinstance(hashed, str) or not hashed.startswith(_BCRYPT_PREFIXES):
+            problems.append(f"basic_auth_users.{user}: not a bcrypt hash (expected $2y$...; "
+                            "make one with htpasswd -nBC 10 USER); plaintext passwords are "
+                            "not accepted")
+        else:
+            out[str(user)] = hashed
+    return out
+
+
+def _path(base: str, name: Any) -> str:
+    return os.path.join(base, str(name))
