@@ -490,9 +490,3 @@ def test_import_needs_only_prometheus_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
-
-
-def test_system_metrics_request_is_logged_honestly(caplog):
-    with caplog.at_level(logging.WARNING, logger="trainprof"):
-        api.start(serve=False, system_metrics=True)
-    assert any("no in-process system exporter" in r.message for r in caplog.records)
