@@ -19,7 +19,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import trainprof
-from trainprof import session as api
 from trainprof import timing
 
 
