@@ -1,7 +1,8 @@
 """End to end: the real exporter, scraped by two real Prometheus servers at once, one every
 second and one every 15 seconds, while a scripted pattern plays; the compiled
 LowGPUUtilization and CPUBottleneck rules must reach the same values and verdicts at both
-scrape intervals (within a histogram bucket).
+scrape intervals (within a histogram bucket), and the exporter's recording of the run must
+replay to the same verdicts.
 
 The pattern repeats every 4 samples (2 s), which no scrape interval here divides evenly into
 whole sample sets: a 15 s scrape of a latest-value gauge would see GPU 0 idle or busy depending
@@ -23,6 +24,7 @@ import pytest
 import trainprof.exporter
 from trainprof.exporter.sources.gpu import GpuSource
 from trainprof.render import to_yaml
+from trainprof.replay import replay
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 
@@ -89,7 +91,8 @@ def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(prometheus_b
     cpu = ScriptedCpu([([0.95, 0.2], [0.0, 0.0])] * 3 + [([0.3, 0.2], [0.0, 0.0])])
     exporter = trainprof.exporter.start(
         0, address="127.0.0.1", sources=[GpuSource(FakeNvml(gpus)), cpu],
-        identity={"training_job": "e2e", "node": "n1"}, datapoint_interval=0.5)
+        identity={"training_job": "e2e", "node": "n1"}, datapoint_interval=0.5,
+        record=str(tmp_path / "recording.jsonl"))
     fast_dir, slow_dir = Path(tmp_path / "1s"), Path(tmp_path / "15s")
     fast_dir.mkdir()
     slow_dir.mkdir()
@@ -122,3 +125,11 @@ def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(prometheus_b
         assert low <= fast_value <= high, f"{key} at 1s: {fast_value}"
         assert low <= slow_value <= high, f"{key} at 15s: {slow_value}"
         assert abs(fast_value - slow_value) <= BUCKET, (key, fast_value, slow_value)
+
+    # The exporter's recording of the same run replays to the live verdicts.
+    for scrape in (1.0, 15.0):
+        config = load_config({**RULES, "scrape_interval": f"{scrape:g}s"})
+        result = replay(str(tmp_path / "recording.jsonl"), config, scrape_interval=scrape)
+        replayed = {(a.labels["alertname"], a.labels.get("gpu"), a.labels.get("reason"))
+                    for verdict in result.rules.values() for a in verdict.alerts}
+        assert replayed == FIRING, f"replay at {scrape:g}s"
