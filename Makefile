@@ -6,7 +6,7 @@ PYTHON ?= python3
 .PHONY: help setup tools demo test check generate clean
 
 help:
-	@echo "make demo      set up, then compile the default ProfilerReport rules and prove them with promtool"
+	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/)"
 	@echo "make check     fail if a generated artifact drifted or a rule file is invalid"

@@ -1,107 +1,16 @@
-"""Real Prometheus servers for tests: on 127.0.0.1, a free high port, killed by PID."""
+"""Real servers for tests: Prometheus and Alertmanager (from trainprof.localstack), webhook
+sinks, the actions receiver and a fake Kubernetes API, on 127.0.0.1 and free ports."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
+from trainprof.localstack import alertmanager, free_port, get_json, prometheus, query
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get_json(url: str, timeout: float = 5.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def query(base: str, expr: str) -> dict:
-    return get_json(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
-
-
-@contextlib.contextmanager
-def prometheus(binary: str, workdir: Path, config: str, rule_files: dict[str, str]):
-    """Run Prometheus with `config` (YAML text; `rule_files:` may name the given files)."""
-    for name, text in rule_files.items():
-        (workdir / name).write_text(text)
-    (workdir / "prometheus.yml").write_text(config)
-    port = free_port()
-    log = open(workdir / "prometheus.log", "w")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={workdir / 'prometheus.yml'}",
-         f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                log_text = (workdir / "prometheus.log").read_text()
-                raise RuntimeError("prometheus exited:\n" + log_text)
-            try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not become ready in 30s")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-@contextlib.contextmanager
-def alertmanager(binary: str, workdir: Path, config: str):
-    """Run Alertmanager with `config` (YAML text), gossip off, on a free loopback port."""
-    (workdir / "alertmanager.yml").write_text(config)
-    port = free_port()
-    log_path = workdir / "alertmanager.log"
-    log = open(log_path, "w")
-    # An empty --cluster.listen-address turns off HA gossip, which would bind 0.0.0.0:9094.
-    proc = subprocess.Popen(
-        [binary, f"--config.file={workdir / 'alertmanager.yml'}",
-         f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--cluster.listen-address=", "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError("alertmanager exited:\n" + log_path.read_text())
-            try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("alertmanager did not become ready in 30s")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+__all__ = ["alertmanager", "free_port", "get_json", "prometheus", "query"]
 
 
 class Delivery:

@@ -1,60 +1,346 @@
-"""`make demo`: compile SageMaker's default ProfilerReport into Prometheus rules and prove
-them with the real promtool.
+"""`make demo`: a training job whose input pipeline starves its GPU, watched end to end.
 
-    python -m trainprof.demo [--out out/demo]
+One command runs, on 127.0.0.1:
+
+* a training loop instrumented with `trainprof.step()/phase()/data()`, and the system exporter
+  in the same process. Act 1: every batch is prepared on the CPU while the GPU waits. Act 2:
+  batches come prefetched and the GPU is kept busy (with a bigger batch, and a checkpoint
+  stall now and then). The GPU is simulated (a machine without one runs the demo too): its
+  utilization is the share of each sample the loop spent in GPU phases; the CPU readings are
+  real.
+* Prometheus, scraping both every second, with SageMaker's ProfilerReport compiled at demo
+  speed (patience and windows of seconds instead of minutes);
+* Alertmanager with trainprof's generated routing, delivering to a webhook this demo prints.
+
+It prints the alerts as they fire and resolve and the notifications Alertmanager sends, then
+writes the profiling report (HTML) and a summary.
+
+    python -m trainprof.demo [--duration 150] [--out out/demo]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.server
+import json
 import os
 import shutil
-import subprocess
+import socket
 import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
 
-from trainprof.rules.compiler import compile_rules
-from trainprof.rules.config import default_config
-from trainprof.rules.files import OUTPUT_NAMES, render
+from trainprof.sampling import GpuSample, HostSample
+
+JOB = "demo"
+DEMO_RULES: dict[str, Any] = {
+    "datapoint_interval": "0.5s",
+    "scrape_interval": "1s",
+    "rules": [{"rule": "ProfilerReport", "parameters": {
+        # SageMaker's defaults, at demo speed: datapoints of 0.5 s, patience of 10 s.
+        "scan_interval_us": 2_000_000,
+        "CPUBottleneck_patience": 20, "CPUBottleneck_window": 60,
+        "IOBottleneck_patience": 20, "IOBottleneck_window": 60,
+        "LowGPUUtilization_window": 20, "LowGPUUtilization_patience": 20,
+        "BatchSize_window": 20, "BatchSize_patience": 20,
+        "GPUMemoryIncrease_patience": 20, "LoadBalancing_patience": 20,
+        "MaxInitializationTime_threshold": 1, "StepOutlier_n_outliers": 3,
+    }}],
+}
+
+
+class SimulatedGpu:
+    """An exporter source for a GPU that is not there: busy for the share of each sample
+    interval the training loop spent in its GPU phases (forward, backward, optimizer)."""
+
+    name = "gpu"
+
+    def __init__(self, loop: DemoLoop):
+        self.loop = loop
+        self._last = time.monotonic()
+
+    def read(self, sample: HostSample) -> bool:
+        now = time.monotonic()
+        busy = self.loop.take_gpu_seconds()
+        utilization = min(busy / max(now - self._last, 1e-6), 1.0)
+        self._last = now
+        total = 16 * 2**30
+        sample.gpus = [GpuSample(
+            0, "GPU-00000000-demo-0000-0000-simulated000", utilization=round(utilization, 2),
+            memory_used_bytes=self.loop.gpu_memory * total, memory_total_bytes=total,
+            name="simulated GPU (trainprof demo)", driver_version="-")]
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class DemoLoop:
+    """The training loop of the demo, run in a thread."""
+
+    def __init__(self, duration: float):
+        self.duration = duration
+        self.act = 1
+        self.gpu_memory = 0.30
+        self._gpu_seconds = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="demo-training", daemon=True)
+
+    def take_gpu_seconds(self) -> float:
+        with self._lock:
+            seconds, self._gpu_seconds = self._gpu_seconds, 0.0
+        return seconds
+
+    def _gpu_work(self, phase: str, seconds: float) -> None:
+        import trainprof
+
+        with trainprof.phase(phase):
+            time.sleep(seconds)
+        with self._lock:
+            self._gpu_seconds += seconds
+
+    def _batches(self):
+        while not self._stop.is_set():
+            if self.act == 1:
+                _burn_cpu(0.095)            # decode and augment on the CPU, every batch
+            else:
+                time.sleep(0.002)           # prefetched: the batch is already there
+            yield None
+
+    def _run(self) -> None:
+        import trainprof
+
+        _pin_to_first_cpu()
+        started = time.monotonic()
+        step = 0
+        for _ in trainprof.data(self._batches()):
+            elapsed = time.monotonic() - started
+            if elapsed > self.duration:
+                break
+            if self.act == 1 and elapsed > self.duration / 2:
+                self.act, self.gpu_memory = 2, 0.55      # prefetching, and a bigger batch
+            compute = 0.005 if self.act == 1 else 0.06
+            with trainprof.step():
+                self._gpu_work("forward", compute * 0.35)
+                self._gpu_work("backward", compute * 0.55)
+                self._gpu_work("optimizer", compute * 0.10)
+                if step % 40 == 39:
+                    with trainprof.phase("checkpoint"):
+                        time.sleep(0.6)
+            step += 1
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(5)
+
+
+def _burn_cpu(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def _pin_to_first_cpu() -> None:
+    # A busy thread that migrates between cores shows as several half-busy cores; pinned,
+    # it saturates one, as a single-threaded data loader does.
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(threading.get_native_id(), {allowed[0]})
+    except (AttributeError, OSError):
+        pass
+
+
+class _Printer:
+    def __init__(self, started: float):
+        self.started = started
+        self.lock = threading.Lock()
+
+    def __call__(self, text: str) -> None:
+        elapsed = int(time.monotonic() - self.started)
+        with self.lock:
+            print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {text}", flush=True)
+
+
+def _webhook(say: _Printer) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """A receiver that prints what Alertmanager delivers, as a pager or chat would show it."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.end_headers()
+            try:
+                payload = json.loads(body)
+            except json.JSONDecodeError:
+                return
+            receiver = payload.get("receiver", "?").removeprefix("trainprof-")
+            names = sorted({a["labels"].get("alertname", "?") for a in payload.get("alerts", [])})
+            say(f"  -> {receiver:<7} {payload.get('status', '?').upper():<8} "
+                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get('training_job')})")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def _alertmanager_config(webhook: str) -> str:
+    from trainprof.alerting import files, routing
+    from trainprof.alerting.model import Timing
+    from trainprof.render import to_yaml
+
+    fast = Timing("1s", "5s", "1h")
+    tree = routing.tree(timing={k: fast for k in ("subtree", routing.PAGE, routing.NOTIFY,
+                                                  routing.INFO, routing.ACTIONS, "health")})
+    hook = {"webhook_configs": [{"url": webhook, "send_resolved": True}]}
+    receivers = {"default": {}, routing.PAGE: hook, routing.NOTIFY: hook, routing.INFO: hook,
+                 routing.ACTIONS: {}}
+    return to_yaml(files.example_config(tree, routing.inhibit_rules(), receivers))
+
+
+def _prometheus_config(targets: dict[str, int], alertmanager: str) -> str:
+    jobs = "".join(f"  - job_name: {name}\n"
+                   f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
+                   for name, port in targets.items())
+    host = alertmanager.removeprefix("http://")
+    return ("global: {scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 1s}\n"
+            "rule_files: [rules.yaml]\n"
+            f"alerting:\n  alertmanagers:\n  - static_configs: [{{targets: ['{host}']}}]\n"
+            f"scrape_configs:\n{jobs}")
+
+
+def _firing(base: str) -> dict[tuple, dict]:
+    from trainprof.localstack import get_json
+
+    out = {}
+    for alert in get_json(f"{base}/api/v1/alerts")["data"]["alerts"]:
+        if alert["state"] != "firing":
+            continue
+        labels = alert["labels"]
+        key = (labels.get("alertname"), labels.get("gpu"), labels.get("reason"),
+               labels.get("rank"))
+        out[key] = alert
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join("out", "demo"))
+    parser.add_argument("--duration", type=float, default=150,
+                        help="seconds of training, half input-bound, half fixed (default 150)")
+    parser.add_argument("--out", default=os.path.join("out", "demo"),
+                        help="where the compiled rules and the report go (default out/demo)")
     args = parser.parse_args(argv)
 
-    config = default_config()
-    compiled = compile_rules(config)
-    os.makedirs(args.out, exist_ok=True)
-    written = []
-    for fmt in ("rules", "prometheusrule"):
-        path = os.path.join(args.out, OUTPUT_NAMES[fmt])
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(render(compiled, fmt, "trainprof demo"))
-        written.append(path)
-
-    print("SageMaker's default ProfilerReport, compiled for Prometheus:\n")
-    print(f"  {'rule':<24} {'severity':<9} {'alerts':>6} {'records':>7}  evaluated every")
-    for group in compiled.groups:
-        alerts = sum(1 for r in group["rules"] if "alert" in r)
-        records = sum(1 for r in group["rules"] if "record" in r)
-        name = group["name"].removeprefix("trainprof.")
-        severity = next((r["labels"]["severity"] for r in group["rules"] if "alert" in r), "-")
-        print(f"  {name:<24} {severity:<9} {alerts:>6} {records:>7}  {group['interval']}")
-    for w in compiled.warnings:
-        print(f"\nnote: {w}")
-
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        print("\npromtool is not installed (scripts/install-tools.sh installs it)",
-              file=sys.stderr)
+    missing = [b for b in ("prometheus", "prometheus-alertmanager", "promtool")
+               if shutil.which(b) is None]
+    if missing:
+        print(f"error: {', '.join(missing)} not installed; `make demo` installs them "
+              "(scripts/install-tools.sh)", file=sys.stderr)
         return 1
-    result = subprocess.run([promtool, "check", "rules", written[0]],
-                            capture_output=True, text=True)
-    print(f"\n$ promtool check rules {written[0]}\n{result.stdout.strip()}")
-    print(f"\nwrote {', '.join(written)}")
-    print("next: load the rule file into Prometheus (rule_files:) or apply the "
-          "PrometheusRule with kubectl")
-    return result.returncode
+
+    import trainprof
+    import trainprof.exporter
+    from trainprof.localstack import alertmanager, prometheus
+    from trainprof.render import to_yaml
+    from trainprof.rules.compiler import compile_rules
+    from trainprof.rules.config import load_config
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    compiled = compile_rules(load_config(DEMO_RULES, "demo rules"))
+    rules = to_yaml({"groups": compiled.groups}, "trainprof demo")
+    (out / "rules.yaml").write_text(rules)
+    started = time.monotonic()
+    say = _Printer(started)
+    loop = DemoLoop(args.duration)
+    node = socket.gethostname()
+    session = trainprof.start(port=0, addr="127.0.0.1", training_job=JOB, node=node,
+                              rank=0, local_rank=0, world_size=1)
+    from trainprof.exporter.sources import default_sources
+
+    exporter = trainprof.exporter.start(
+        0, address="127.0.0.1", datapoint_interval=0.5,
+        sources=[SimulatedGpu(loop)] + default_sources(("cpu", "memory", "disk", "network")),
+        identity={"training_job": JOB, "node": node})
+    hook, hook_url = _webhook(say)
+    seen: dict[tuple, dict] = {}
+    fired: dict[str, float] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainprof-demo-") as tmp:
+            am_dir, prom_dir = Path(tmp, "am"), Path(tmp, "prom")
+            am_dir.mkdir()
+            prom_dir.mkdir()
+            with alertmanager("prometheus-alertmanager", am_dir,
+                              _alertmanager_config(hook_url)) as am, \
+                    prometheus("prometheus", prom_dir,
+                               _prometheus_config({"trainprof": exporter.port,
+                                                   "trainprof-training": session.port}, am),
+                               {"rules.yaml": rules}) as prom:
+                print("trainprof demo: a training job whose input pipeline starves its GPU, "
+                      "then is fixed")
+                print("  (the GPU is simulated; CPU readings are this machine's)")
+                print(f"  Prometheus   {prom}   rules: SageMaker's ProfilerReport at demo speed")
+                print(f"  Alertmanager {am}   routing: alerting/ (generated)")
+                print(f"  exporter     {exporter.url}   rank 0 "
+                      f"http://127.0.0.1:{session.port}/metrics\n", flush=True)
+                loop.start()
+                say("act 1: every batch is decoded on the CPU while the GPU waits")
+                act = 1
+                while loop.thread.is_alive():
+                    if loop.act != act:
+                        act = loop.act
+                        say("act 2: batches come prefetched, the batch is bigger, the GPU is "
+                            "kept busy")
+                    now = _firing(prom)
+                    for key in now.keys() - seen.keys():
+                        alert = now[key]
+                        fired.setdefault(key[0], time.monotonic() - started)
+                        labels = alert["labels"]
+                        where = " ".join(f"{k}={labels[k]}" for k in ("gpu", "rank", "reason")
+                                         if k in labels)
+                        say(f"FIRING   {key[0]} [{labels.get('severity')}] {where}")
+                        say(f"         {alert['annotations'].get('description', '')}")
+                    for key in seen.keys() - now.keys():
+                        say(f"RESOLVED {key[0]}")
+                    seen = now
+                    time.sleep(1)
+                time.sleep(3)   # the last notifications
+                report = _report(prom, out, say)
+    finally:
+        loop.stop()
+        exporter.stop()
+        trainprof.stop()
+        hook.shutdown()
+
+    print("\nSummary (first firing, seconds after the start):")
+    for name, at in sorted(fired.items(), key=lambda kv: kv[1]):
+        print(f"  {name:<32} {at:5.0f}s")
+    print(f"\nRules: {out / 'rules.yaml'}")
+    if report:
+        print(f"Report: {report}")
+    return 0
+
+
+def _report(prometheus_url: str, out: Path, say: _Printer) -> Path | None:
+    """Write the HTML profiling report from the demo's Prometheus, if this build has one."""
+    try:
+        from trainprof.report import from_prometheus
+    except ImportError:
+        return None
+    path = out / "report.html"
+    from_prometheus(prometheus_url, JOB, path)
+    say(f"report written to {path}")
+    return path
 
 
 if __name__ == "__main__":
