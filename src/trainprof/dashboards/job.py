@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from grafanalib import core
 
+from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope
-from trainprof.dashboards.signals import alerting, recording, rule_signals, summary_recordings
+from trainprof.dashboards.signals import alerting, rule_signals
 from trainprof.rules.compiler import JOB_DASHBOARD_UID
 from trainprof.rules.config import RuleInstance, RulesConfig
 
@@ -26,16 +27,6 @@ SOURCE = "src/trainprof/dashboards/job.py"
 # The series that say a job exists: one from the exporter, one from the training API.
 PRESENCE = ("trainprof_samples_total", "trainprof_training_steps_total")
 
-# OverallSystemUsage's histograms, as the report's table names them.
-SYSTEM_USAGE_NAMES = {
-    "trainprof_cpu_utilization_sampled_ratio": "CPU utilization",
-    "trainprof_cpu_iowait_sampled_ratio": "I/O wait",
-    "trainprof_memory_used_sampled_ratio": "Host memory",
-    "trainprof_gpu_utilization_sampled_ratio": "GPU utilization",
-    "trainprof_gpu_memory_used_sampled_ratio": "GPU memory",
-}
-QUANTILES = ("0.5", "0.95", "0.99")
-
 
 def presence(scope: Scope) -> str:
     """Any series of the job, for variable queries."""
@@ -43,90 +34,63 @@ def presence(scope: Scope) -> str:
     return f'{{__name__=~"{names}"}}'
 
 
-def _mean(scope: Scope, histogram: str, by: str = "") -> str:
-    """Mean of a sampled-ratio histogram over the rate interval: every sample counts."""
-    total = f"rate({scope.sel(histogram + '_sum')}[{RATE_INTERVAL}])"
-    count = f"rate({scope.sel(histogram + '_count')}[{RATE_INTERVAL}])"
-    if by:
-        return f"sum by ({by}) ({total})\n/\nsum by ({by}) ({count})"
-    return f"{total}\n/\n{count}"
-
-
 # --- rows ------------------------------------------------------------------------------------
 
 def summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    s = scope.sel
-    start = s("trainprof_training_start_timestamp_seconds")
-    steps = s("trainprof_training_steps_total")
-    initialization = recording(summary_recordings(config, "OverallFrameworkMetrics"),
-                               "trainprof_training_initialization_seconds")
-    sampled = (f"max(\n  {s('trainprof_samples_total')}\n  * on (instance, job)\n  "
-               f"{s('trainprof_sampler_interval_seconds')}\n)")
-    elapsed = f"(max(timestamp({start})) - min({start}))\nor\n{sampled}"
-    nodes = (f"count(count by (node) ({s('trainprof_samples_total')} or {steps}))")
     return ui.row("Training job summary", [
-        ui.stat("Start", [target(f"min({start}) * 1000")], unit=ui.TIMESTAMP_MS, w=5,
+        ui.stat("Start", [target(x.start_ms(scope))], unit=ui.TIMESTAMP_MS, w=5,
                 description="When the job's first training process started."),
-        ui.stat("Time to first step", [target(s(initialization.record))], unit=ui.DURATION,
+        ui.stat("Time to first step", [target(x.initialization(scope, config))],
+                unit=ui.DURATION,
                 description="From the first process start to the first training step "
                             "(MaxInitializationTime watches it)."),
-        ui.stat("Elapsed", [target(elapsed)], unit=ui.DURATION,
+        ui.stat("Elapsed", [target(x.elapsed(scope))], unit=ui.DURATION,
                 description="From start to the latest scrape; without the training API, "
                             "how long the exporters have sampled."),
-        ui.stat("Steps", [target(f"sum by (mode) ({steps})", "{{mode}}")], w=4),
-        ui.stat("Step rate", [target(f"sum(rate({steps}[{RATE_INTERVAL}]))")],
-                unit=ui.STEPS_PER_SECOND, graph=True, decimals=2, w=3),
-        ui.stat("Rules firing", [target(
-            f"count({s('ALERTS', alertstate='firing')}) or vector(0)")], threshold=1, w=3,
+        ui.stat("Steps", [target(x.steps_by_mode(scope), "{{mode}}")], w=4),
+        ui.stat("Step rate", [target(x.step_rate(scope))], unit=ui.STEPS_PER_SECOND,
+                graph=True, decimals=2, w=3),
+        ui.stat("Rules firing", [target(f"count({x.firing_alerts(scope)}) or vector(0)")],
+                threshold=1, w=3,
                 description="Alerts of this job firing now (see Rules summary)."),
-        ui.stat("Nodes", [target(nodes)], w=3),
-        ui.stat("GPUs", [target(f"count({s('trainprof_gpu_utilization_sampled_ratio_count')})")],
-                w=3),
-        ui.stat("Ranks", [target(f"count(count by (rank) ({steps}))")], w=3),
-        ui.timeseries("Step rate per rank", [target(
-            f"sum by (rank, mode) (rate({steps}[{RATE_INTERVAL}]))", "rank {{rank}} {{mode}}")],
-            unit=ui.STEPS_PER_SECOND, w=15, h=6),
+        ui.stat("Nodes", [target(x.node_count(scope))], w=3),
+        ui.stat("GPUs", [target(x.gpu_count(scope))], w=3),
+        ui.stat("Ranks", [target(x.rank_count(scope))], w=3),
+        ui.timeseries("Step rate per rank", [target(x.step_rate(scope, by="rank, mode"),
+                                                    "rank {{rank}} {{mode}}")],
+                      unit=ui.STEPS_PER_SECOND, w=15, h=6),
     ])
 
 
 def system_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    s = scope.sel
-    usage = summary_recordings(config, "OverallSystemUsage")
-    network = [target(s(recording(usage, f"trainprof_network_{d}_bytes").record),
-                      f"{{{{node}}}} {d}") for d in ("receive", "transmit")]
-    gpu = "{{node}} GPU {{gpu}}"
+    network = [target(x.network(scope, config, d), f"{{{{node}}}} {d}")
+               for d in ("receive", "transmit")]
+    gpu = x.GPU_LEGEND
     return ui.row("System usage statistics", [
         ui.timeseries("CPU utilization (average of the cores)", [target(
-            _mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "{{node}}")],
+            x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "{{node}}")],
             unit=ui.RATIO, min_value=0, max_value=1, w=8),
         ui.timeseries("GPU utilization", [target(
-            _mean(scope, "trainprof_gpu_utilization_sampled_ratio"), gpu)],
+            x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), gpu)],
             unit=ui.RATIO, min_value=0, max_value=1, w=8),
         ui.timeseries("GPU memory used", [target(
-            _mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), gpu)],
+            x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), gpu)],
             unit=ui.RATIO, min_value=0, max_value=1, w=8),
         ui.timeseries("I/O wait (average of the cores)", [target(
-            _mean(scope, "trainprof_cpu_iowait_sampled_ratio"), "{{node}}")],
+            x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), "{{node}}")],
             unit=ui.RATIO, min_value=0, w=8),
         ui.timeseries("Host memory used", [target(
-            _mean(scope, "trainprof_memory_used_sampled_ratio"), "{{node}}")],
+            x.mean(scope, "trainprof_memory_used_sampled_ratio"), "{{node}}")],
             unit=ui.RATIO, min_value=0, max_value=1, w=8),
         ui.timeseries("Network", network, unit=ui.BYTES_PER_SECOND, w=8),
-        system_usage_table(scope, usage),
+        system_usage_table(scope, config),
     ])
 
 
-def system_usage_table(scope: Scope, usage) -> core.Table:
+def system_usage_table(scope: Scope, config: RulesConfig) -> core.Table:
     """OverallSystemUsage: per node and resource, p50/p95/p99 since the job started."""
-    queries = []
-    for q in QUANTILES:
-        parts = []
-        for histogram, name in SYSTEM_USAGE_NAMES.items():
-            rec = recording(usage, histogram, quantile=q)
-            parts.append(f'label_replace({scope.sel(rec.record, quantile=q)}, "resource", '
-                         f'"{name}", "", "")')
-        queries.append(target("\nor\n".join(parts), instant=True, fmt="table",
-                              ref=f"p{float(q) * 100:g}"))
+    queries = [target(x.system_usage_quantile(scope, config, q), instant=True, fmt="table",
+                      ref=f"p{float(q) * 100:g}") for q in x.QUANTILES]
     return ui.table(
         "Overall system usage (p50 / p95 / p99 since the job started)", queries,
         unit=ui.RATIO, h=9, sort_by="node", descending=False,
@@ -146,50 +110,37 @@ def system_usage_table(scope: Scope, usage) -> core.Table:
 
 
 def framework_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    s = scope.sel
-    framework = summary_recordings(config, "OverallFrameworkMetrics")
-    job_phase = recording(framework, "trainprof_training_phase_seconds", "training_job_phase")
-    rank_phase = recording(framework, "trainprof_training_phase_seconds", "rank_phase")
-    job_mode = recording(framework, "trainprof_training_step_duration_seconds",
-                         "training_job_mode")
-    buckets = s("trainprof_training_step_duration_seconds_bucket")
-    phase = s("trainprof_training_phase_seconds_total")
-    dataloader = s("trainprof_training_phase_seconds_total", phase="dataloader")
     return ui.row("Framework metrics summary", [
-        ui.heatmap("Step duration", target(
-            f"sum by (le) (increase({buckets}[{RATE_INTERVAL}]))", "{{le}}", fmt="heatmap"),
-            w=12),
+        ui.heatmap("Step duration", target(x.step_buckets(scope, RATE_INTERVAL), "{{le}}",
+                                           fmt="heatmap"), w=12),
         ui.bargauge("Step duration histogram (whole range)", [target(
-            f"sum by (le) (increase({buckets}[{RANGE}]))", "{{le}}", instant=True,
-            fmt="heatmap")], w=12, vertical=True,
+            x.step_buckets(scope, RANGE), "{{le}}", instant=True, fmt="heatmap")], w=12,
+            vertical=True,
             description="Steps per duration bucket (upper bound) over the dashboard's range."),
         ui.timeseries("Step duration percentiles", [
-            target(f"histogram_quantile({q}, sum by (le, mode) "
-                   f"(rate({buckets}[{RATE_INTERVAL}])))", f"p{float(q) * 100:g} {{{{mode}}}}")
-            for q in ("0.5", "0.9", "0.99")], unit=ui.SECONDS, w=12),
+            target(x.step_quantile(scope, q), f"p{float(q) * 100:g} {{{{mode}}}}")
+            for q in x.STEP_QUANTILES], unit=ui.SECONDS, w=12),
         ui.piechart("Phase breakdown (since start)", [target(
-            s(job_phase.record), "{{phase}}", instant=True)], w=6,
+            x.job_phase_share(scope, config), "{{phase}}", instant=True)], w=6,
             description="SageMaker's OverallFrameworkMetrics: each phase's share of the "
                         "training loop, all ranks together."),
-        ui.piechart("Step time per mode", [target(s(job_mode.record), "{{mode}}",
+        ui.piechart("Step time per mode", [target(x.job_mode_share(scope, config), "{{mode}}",
                                                   instant=True)], w=6),
         ui.timeseries("Dataloader share per rank", [target(
-            f"sum by (rank) (rate({dataloader}[{RATE_INTERVAL}]))\n/\n"
-            f"sum by (rank) (rate({phase}[{RATE_INTERVAL}]))", "rank {{rank}}")],
+            x.dataloader_share(scope), "rank {{rank}}")],
             unit=ui.RATIO, min_value=0, max_value=1, w=12,
             description="Time waiting for the next batch as a share of the loop: high means "
                         "the input pipeline holds the GPUs back (see CPUBottleneck)."),
         ui.table("Phase share per rank (since start)", [target(
-            s(rank_phase.record), instant=True, fmt="table")], unit=ui.RATIO, w=12,
-            transformations=[{"id": "groupingToMatrix", "options": {
+            x.rank_phase_share(scope, config), instant=True, fmt="table")], unit=ui.RATIO,
+            w=12, transformations=[{"id": "groupingToMatrix", "options": {
                 "columnField": "phase", "rowField": "rank", "valueField": "Value"}}]),
     ])
 
 
 def rules_summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     rules = alerting(config)
-    s = scope.sel
-    firing_by_rule = f"count by (rule) ({s('ALERTS', alertstate='firing')})"
+    firing_by_rule = f"count by (rule) ({x.firing_alerts(scope)})"
     return ui.row("Rules summary", [
         ui.table("Rules summary", [
             target(catalog_rows(rules), instant=True, fmt="table", ref="catalog"),
@@ -237,39 +188,27 @@ def _override(field: str, properties: list[dict]) -> dict:
 def profiler_views_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     """The SageMaker Profiler UI's views: active time, utilization per node, step time
     distribution per rank, per-annotation durations."""
-    s = scope.sel
-    interval = s("trainprof_sampler_interval_seconds")
-    gpu_busy = (f"increase({s('trainprof_gpu_utilization_sampled_ratio_sum')}[{RANGE}])\n"
-                f"* ignoring (gpu, uuid) group_left\n{interval}")
-    # The three series come from one exporter with the same labels: plain one-to-one `*`.
-    cpu_busy = (f"increase({s('trainprof_cpu_utilization_sampled_ratio_sum')}[{RANGE}])\n"
-                f"* {interval}\n* {s('trainprof_cpu_cores')}")
-    buckets = s("trainprof_training_step_duration_seconds_bucket")
-    phase = s("trainprof_training_phase_seconds_total")
-    steps = s("trainprof_training_steps_total")
     return ui.row("Profiler views", collapsed=True, panels=[
-        ui.bargauge("GPU active time", [target(gpu_busy, "{{node}} GPU {{gpu}}", instant=True)],
+        ui.bargauge("GPU active time", [target(x.gpu_busy_seconds(scope), x.GPU_LEGEND,
+                                                      instant=True)],
                     unit=ui.DURATION, w=12,
                     description="Seconds a kernel ran on each GPU over the range (utilization "
                                 "summed over every sample x the sampling interval)."),
-        ui.bargauge("CPU active time", [target(cpu_busy, "{{node}}", instant=True)],
+        ui.bargauge("CPU active time", [target(x.cpu_busy_seconds(scope), "{{node}}",
+                                                      instant=True)],
                     unit=ui.DURATION, w=12,
                     description="Core-seconds the CPUs were busy over the range."),
         ui.timeseries("Utilization on $node", [
-            target(_mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "CPU"),
-            target(_mean(scope, "trainprof_gpu_utilization_sampled_ratio", by="gpu"),
+            target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "CPU"),
+            target(x.mean(scope, "trainprof_gpu_utilization_sampled_ratio", by="gpu"),
                    "GPU {{gpu}}")], unit=ui.RATIO, min_value=0, max_value=1, w=12,
             repeat="node"),
         ui.timeseries("Step time per rank (p50 and p99)", [
-            target(f"histogram_quantile({q}, sum by (le, rank) (rate({buckets}"
-                   f"[{RATE_INTERVAL}])))", f"rank {{{{rank}}}} p{float(q) * 100:g}")
+            target(x.step_quantile(scope, q, by="rank"), f"rank {{{{rank}}}} p{float(q) * 100:g}")
             for q in ("0.5", "0.99")], unit=ui.SECONDS, w=12),
         ui.table("Per-annotation durations", [
-            target(f"sum by (phase) (increase({phase}[{RANGE}]))", instant=True, fmt="table",
-                   ref="total"),
-            target(f"sum by (phase) (increase({phase}[{RANGE}]))\n/ ignoring (phase) "
-                   f"group_left\nsum(increase({steps}[{RANGE}]))", instant=True, fmt="table",
-                   ref="per_step"),
+            target(x.phase_seconds(scope), instant=True, fmt="table", ref="total"),
+            target(x.phase_seconds_per_step(scope), instant=True, fmt="table", ref="per_step"),
         ], unit=ui.SECONDS, w=12, sort_by="Total",
             description="Time in each phase (trainprof.phase annotations) over the range, in "
                         "total and per step.",
