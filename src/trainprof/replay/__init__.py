@@ -260,9 +260,15 @@ def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float 
                  for name, by_time in run.queries.items()})
 
 
+def query_step(seconds: float, scrape_interval: float, points: int) -> float:
+    """The time between two of about `points` query evaluations over `seconds`: a whole
+    number of scrape intervals."""
+    return scrape_interval * max(1, math.ceil(seconds / max(points, 1) / scrape_interval))
+
+
 def _query_times(end: float, scrape_interval: float, points: int) -> list[float]:
     """About `points` evaluation times up to `end`, whole scrape intervals apart."""
-    step = scrape_interval * max(1, math.ceil(end / max(points, 1) / scrape_interval))
+    step = query_step(end, scrape_interval, points)
     times = [k * step for k in range(1, int(end // step) + 1)]
     return times if times and times[-1] == end else times + [end]
 
