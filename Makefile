@@ -8,7 +8,7 @@ PYTHON ?= python3
 help:
 	@echo "make demo      set up, then compile the default ProfilerReport rules and prove them with promtool"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
-	@echo "make generate  rewrite every generated artifact (rules/, docs/)"
+	@echo "make generate  rewrite every generated artifact (rules/, docs/, dashboards/)"
 	@echo "make check     fail if a generated artifact drifted or a rule file is invalid"
 
 $(VENV)/.installed: pyproject.toml

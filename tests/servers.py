@@ -88,3 +88,17 @@ def try_query(base: str, expr: str) -> tuple[list | None, str | None]:
         body = json.loads(e.read() or b"{}")
         return None, body.get("error", str(e))
     return doc["data"]["result"], None
+
+
+def wait_for_firing(base: str, rules: set[str], timeout: float = 60.0) -> set[str]:
+    """Until alerts of every rule in `rules` fire; the rules firing then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alerts = get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
+        firing = {a["labels"].get("rule") for a in alerts if a["state"] == "firing"}
+        if rules <= firing:
+            return firing
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"after {timeout:g}s only {sorted(firing)} fire, not all of "
+                               f"{sorted(rules)}")
+        time.sleep(0.5)

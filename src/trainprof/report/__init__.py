@@ -5,14 +5,14 @@
 
 The numbers come from the job dashboard's own queries (`dashboards.exprs`), run against
 Prometheus or over a replay through promtool's rule engine; `collect` gets them, `build`
-arranges them in SageMaker's sections, `html` writes the file.
+arranges them in SageMaker's sections, `page` writes the file.
 """
 
 from __future__ import annotations
 
 from trainprof.report.build import Report, build
 from trainprof.report.collect import Collected, ReportError, from_prometheus, from_replay
-from trainprof.report.html import render
+from trainprof.report.page import render
 
 __all__ = ["Collected", "Report", "ReportError", "build", "from_prometheus", "from_replay",
            "render"]
