@@ -232,3 +232,35 @@ def test_an_unwritable_output_fails_cleanly(replayed, tmp_path):
     result = cli("report", "--replay", str(source), "-o", str(tmp_path / "no" / "r.html"))
     assert result.returncode == 1
     assert "cannot write" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_configuration_without_the_summary_rules_still_reports_its_rules(replayed, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n- rule: LowGPUUtilization\n- rule: MaxInitializationTime\n")
+    out = tmp_path / "r.html"
+    result = cli("report", "--replay", str(Path(replayed[0]).parent / "job"), "--rules",
+                 str(rules), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    dom = Dom(out.read_text())
+    assert set(dom.rule_rows) == {"LowGPUUtilization", "MaxInitializationTime"}
+    assert dom.ids == SECTIONS and "rule-LowGPUUtilization" in dom.articles
+
+
+def test_a_bad_rule_configuration_is_reported_with_its_path(replayed, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n- rule: LowGPUUtilisation\n")
+    result = cli("report", "--replay", str(Path(replayed[0]).parent / "job"), "--rules",
+                 str(rules), "-o", str(tmp_path / "r.html"))
+    assert result.returncode == 2
+    assert "did you mean LowGPUUtilization?" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_server_that_is_not_prometheus_is_a_clear_failure(live_job, tmp_path):
+    _, live, _ = live_job
+    exporter = f"http://{live.targets[0]}"
+    result = cli("report", "--prometheus", exporter, "--job", "x", "-o",
+                 str(tmp_path / "r.html"))
+    assert result.returncode == 1
+    assert "did not answer like Prometheus" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -14,7 +14,7 @@ from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
 from trainprof.dashboards.panels import target
-from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope
+from trainprof.dashboards.queries import JOB_VARIABLES, PRESENCE, RANGE, RATE_INTERVAL, Scope
 from trainprof.dashboards.signals import alerting, rule_signals
 from trainprof.rules.compiler import JOB_DASHBOARD_UID
 from trainprof.rules.config import RuleInstance, RulesConfig
@@ -23,10 +23,6 @@ UID = JOB_DASHBOARD_UID
 TITLE = "Trainprof job"          # slug trainprof-job, as in the alerts' dashboard_url
 SLUG = "trainprof-job"
 SOURCE = "src/trainprof/dashboards/job.py"
-
-# The series that say a job exists: one from the exporter, one from the training API.
-PRESENCE = ("trainprof_samples_total", "trainprof_training_steps_total")
-
 
 def presence(scope: Scope) -> str:
     """Any series of the job, for variable queries."""

@@ -180,14 +180,12 @@ def heatmap(title: str, query: core.Target, *, unit: str = SECONDS, description:
 
 
 def bargauge(title: str, targets: Sequence[core.Target], *, unit: str = COUNT,
-             description: str = "", w: int = 12, h: int = 8, vertical: bool = False,
-             max_value: float | None = None) -> _CurrentPanel:
+             description: str = "", w: int = 12, h: int = 8, vertical: bool = False
+             ) -> _CurrentPanel:
     """Bars, one per series (or per bucket of a histogram in heatmap format)."""
     defaults: dict[str, Any] = {"unit": unit, "min": 0, "color": {"mode": "continuous-BlYlRd"},
                                 "thresholds": {"mode": "absolute",
                                                "steps": threshold_steps(None)}}
-    if max_value is not None:
-        defaults["max"] = max_value
     return _CurrentPanel(
         type="bargauge", title=title, description=description, targets=list(targets),
         gridPos=_grid(w, h),

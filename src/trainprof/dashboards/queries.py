@@ -29,6 +29,8 @@ FLEET_VARIABLES = ("namespace",)
 # or several values, which Grafana writes as a regex.
 SINGLE_VALUED = ("training_job",)
 ALERT_SERIES = ("ALERTS", "ALERTS_FOR_STATE")
+# The series that say a job exists: one from the exporter, one from the training API.
+PRESENCE = ("trainprof_samples_total", "trainprof_training_steps_total")
 
 # Grafana's built-in interval variables.
 RATE_INTERVAL = "$__rate_interval"

@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 from trainprof import metrics as contract
 from trainprof.dashboards.queries import Scope
-from trainprof.durations import format_duration
 from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
 from trainprof.rules.model import Build, Recording, RuleOutput, Values
 
@@ -204,7 +203,3 @@ def summary_recordings(config: RulesConfig, rule: str) -> RuleOutput:
                          f"or {rule}")
     return build(config, instance)[1]
 
-
-def window(config: RulesConfig, seconds: float) -> str:
-    """A rate window that holds at least four scrapes."""
-    return format_duration(max(seconds, 4 * config.scrape_interval))

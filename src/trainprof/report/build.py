@@ -13,10 +13,11 @@ import re
 from trainprof import __version__
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope
-from trainprof.dashboards.signals import Signal, alerting, rule_signals
+from trainprof.dashboards.signals import Signal, alerting
 from trainprof.report import format as fmt
 from trainprof.report import svg
 from trainprof.report.collect import Collected, Points, Series
+from trainprof.report.queries import signals
 from trainprof.rules.config import RuleInstance
 
 MAX_LINES = 12          # series per chart; more would be unreadable
@@ -106,13 +107,17 @@ class _Numbers:
         finite = [v for v in values if not math.isnan(v)]
         return finite[0] if finite else None
 
+    def _legend(self, name: str) -> str:
+        query = self.c.queries.get(name)
+        return query.legend if query else ""
+
     def by_legend(self, name: str) -> list[tuple[str, float]]:
-        legend = self.c.queries[name].legend
+        legend = self._legend(name)
         return sorted((legend_text(legend, labels), points[-1][1])
                       for labels, points in self.series(name) if points)
 
     def lines(self, name: str) -> list[tuple[str, Points]]:
-        legend = self.c.queries[name].legend
+        legend = self._legend(name)
         return sorted((legend_text(legend, labels), points)
                       for labels, points in self.series(name) if points)
 
@@ -350,7 +355,7 @@ def _details(c: Collected, rows: list[RuleRow], spans: dict[str, list]) -> list[
     for row in sorted((r for r in rows if r.times_triggered), key=lambda r: -r.times_triggered):
         instance = by_name[row.name]
         charts = []
-        for i, signal in enumerate(rule_signals(c.config, instance, scope)):
+        for i, signal in enumerate(signals(c.config, instance, scope)):
             chart = _chart(c, signal.title, n.lines(f"rule.{row.name}.{i}"), signal.unit,
                            signal, spans.get(row.name, []))
             if chart:

@@ -15,8 +15,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from trainprof.dashboards.queries import PRESENCE
 from trainprof.dashboards.signals import alerting, evaluation_interval
-from trainprof.replay import FiredAlert, Query, ReplayResult, Verdict, query_step, replay
+from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, resolved
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.promql import quote
@@ -24,7 +25,6 @@ from trainprof.rules.promql import quote
 Points = list[tuple[float, float]]
 Series = list[tuple[dict[str, str], Points]]
 POINTS = 200
-PRESENCE = ("trainprof_samples_total", "trainprof_training_steps_total")
 
 
 class ReportError(Exception):
@@ -48,7 +48,6 @@ class Collected:
     results: dict[str, Series]
     verdicts: dict[str, Verdict]
     notes: list[str] = dataclasses.field(default_factory=list)
-    replayed: ReplayResult | None = None
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -84,7 +83,7 @@ def from_replay(source: str, rules: str | None, scrape_interval: float = 15.0,
         config=result.config, queries=asked, results=results,
         verdicts={i.spec.name: result.rules.get(i.spec.name, Verdict())
                   for i in alerting(result.config)},
-        notes=notes, replayed=result)
+        notes=notes)
 
 
 # --- Prometheus ------------------------------------------------------------------------------

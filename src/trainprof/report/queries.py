@@ -12,9 +12,9 @@ import dataclasses
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
-from trainprof.dashboards.signals import alerting, rule_signals
+from trainprof.dashboards.signals import Signal, alerting, rule_signals
 from trainprof.durations import format_duration
-from trainprof.rules.config import RulesConfig, default_config  # noqa: F401 (doctest)
+from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,11 +24,21 @@ class ReportQuery:
     legend: str = ""           # Grafana legend format
 
 
+def signals(config: RulesConfig, instance: RuleInstance, scope: Scope) -> tuple[Signal, ...]:
+    """The rule's signals; none when they read a summary rule the configuration leaves out."""
+    try:
+        return rule_signals(config, instance, scope)
+    except ValueError:
+        return ()
+
+
 def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
+    """Every query of the report. Those reading OverallSystemUsage's or
+    OverallFrameworkMetrics' recordings are left out when the configuration leaves the rule
+    out: nothing records them then."""
     scope = Scope(config, JOB_VARIABLES)
     q: dict[str, ReportQuery] = {
         "summary.start": ReportQuery(x.start_ms(scope)),
-        "summary.initialization": ReportQuery(x.initialization(scope, config)),
         "summary.elapsed": ReportQuery(x.elapsed(scope)),
         "summary.steps": ReportQuery(x.steps_by_mode(scope), legend="{{mode}}"),
         "summary.step_rate": ReportQuery(x.step_rate(scope, over=RANGE)),
@@ -47,15 +57,9 @@ def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
                                   True, x.GPU_LEGEND),
         "system.gpu_memory": ReportQuery(
             x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), True, x.GPU_LEGEND),
-        "system.network_receive": ReportQuery(x.network(scope, config, "receive"), True,
-                                              "{{node}} receive"),
-        "system.network_transmit": ReportQuery(x.network(scope, config, "transmit"), True,
-                                               "{{node}} transmit"),
         "system.gpu_busy": ReportQuery(x.gpu_busy_seconds(scope), legend=x.GPU_LEGEND),
         "system.cpu_busy": ReportQuery(x.cpu_busy_seconds(scope), legend="{{node}}"),
         "framework.step_buckets": ReportQuery(x.step_buckets(scope, RANGE)),
-        "framework.phases": ReportQuery(x.job_phase_share(scope, config), legend="{{phase}}"),
-        "framework.modes": ReportQuery(x.job_mode_share(scope, config), legend="{{mode}}"),
         "framework.dataloader": ReportQuery(x.dataloader_share(scope), True, "rank {{rank}}"),
         "framework.phase_seconds": ReportQuery(x.phase_seconds(scope), legend="{{phase}}"),
         "framework.phase_per_step": ReportQuery(x.phase_seconds_per_step(scope),
@@ -64,14 +68,22 @@ def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
                                     "{{rule}}"),
         "rules.state": ReportQuery(state_now(scope, alerting(config)), legend="{{rule}}"),
     }
-    for quantile in x.QUANTILES:
-        q[f"system.p{float(quantile) * 100:g}"] = ReportQuery(
-            x.system_usage_quantile(scope, config, quantile))
+    if config.rule("OverallSystemUsage"):
+        for direction in ("receive", "transmit"):
+            q[f"system.network_{direction}"] = ReportQuery(
+                x.network(scope, config, direction), True, f"{{{{node}}}} {direction}")
+        for quantile in x.QUANTILES:
+            q[f"system.p{float(quantile) * 100:g}"] = ReportQuery(
+                x.system_usage_quantile(scope, config, quantile))
+    if config.rule("OverallFrameworkMetrics"):
+        q["summary.initialization"] = ReportQuery(x.initialization(scope, config))
+        q["framework.phases"] = ReportQuery(x.job_phase_share(scope, config), legend="{{phase}}")
+        q["framework.modes"] = ReportQuery(x.job_mode_share(scope, config), legend="{{mode}}")
     for quantile in x.STEP_QUANTILES:
         q[f"framework.step_p{float(quantile) * 100:g}"] = ReportQuery(
             x.step_quantile(scope, quantile), True, "{{mode}}")
     for instance in alerting(config):
-        for i, signal in enumerate(rule_signals(config, instance, scope)):
+        for i, signal in enumerate(signals(config, instance, scope)):
             q[f"rule.{instance.spec.name}.{i}"] = ReportQuery(signal.expr, True, signal.legend)
     return q
 
