@@ -18,7 +18,7 @@ from trainprof.durations import format_duration
 from trainprof.rules.config import RuleInstance
 from trainprof.rules.promql import Matcher, quote
 
-FIRING, PENDING = 2, 1
+FIRING, PENDING, OK = 2, 1, 0      # state_now's values
 
 
 def _rules_regex(instances: Sequence[RuleInstance]) -> str:

@@ -8,7 +8,7 @@ from grafanalib import core
 from trainprof import metrics as contract
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
-from trainprof.dashboards.queries import FLEET_VARIABLES, RANGE, RATE_INTERVAL, Scope
+from trainprof.dashboards.queries import FLEET_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
 from trainprof.rules.config import RulesConfig
 
 UID = "trainprof-fleet"
@@ -72,7 +72,8 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
     rows = [
         ui.row("Fleet", [
             ui.stat("Running jobs", [target(
-                f"count(count {by_job} ({s('trainprof_samples_total')} or {steps}))")], w=6),
+                f"count(count {by_job} ({s('trainprof_samples_total')} or {steps}))")], w=6,
+                    description="Jobs with an exporter or a training process scraped now."),
             ui.stat("GPUs", [target(f"count({s(_UTIL + '_count')})")], w=6),
             ui.stat("Alerts firing", [target(f"count({firing}) or vector(0)")], threshold=1,
                     w=6),
@@ -120,8 +121,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         ]),
     ]
     variables = [ui.datasource_variable(),
-                 ui.query_variable("namespace", 'label_values({__name__=~"trainprof_samples_total'
-                                                '|trainprof_training_steps_total"}, namespace)',
+                 ui.query_variable("namespace", f"label_values({presence()}, namespace)",
                                    label="Namespace", multi=True, include_all=True)]
     from trainprof.dashboards import job
 

@@ -26,6 +26,7 @@ import attr
 from grafanalib import core
 from grafanalib._gen import DashboardEncoder
 
+from trainprof.dashboards.alerts import FIRING, OK, PENDING
 from trainprof.render import to_json
 
 # The first schema version whose panel model this module writes (Grafana 10.4 and later
@@ -43,7 +44,7 @@ TIMESTAMP_MS = "dateTimeAsIso"
 COUNT = "none"
 STEPS_PER_SECOND = "suffix: steps/s"
 
-FIRING, PENDING, OK = 2, 1, 0
+# How a rule's state (dashboards.alerts.state_now: 2, 1, 0) is shown.
 STATE_MAPPINGS = [{"type": "value", "options": {
     str(OK): {"text": "OK", "color": "green", "index": 0},
     str(PENDING): {"text": "pending", "color": "yellow", "index": 1},

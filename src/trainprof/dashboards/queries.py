@@ -37,6 +37,11 @@ RATE_INTERVAL = "$__rate_interval"
 RANGE = "$__range"
 
 
+def presence() -> str:
+    """A selector of any series of a job, for the variables' queries."""
+    return f'{{__name__=~"{"|".join(PRESENCE)}"}}'
+
+
 def series_labels(name: str, job_labels: Sequence[str]) -> frozenset[str]:
     """Which of the dashboard variables' labels a series carries.
 

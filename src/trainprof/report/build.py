@@ -11,6 +11,7 @@ import math
 import re
 
 from trainprof import __version__
+from trainprof.dashboards.alerts import FIRING, PENDING
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope
 from trainprof.dashboards.signals import Signal, alerting
@@ -22,7 +23,6 @@ from trainprof.rules.config import RuleInstance
 
 MAX_LINES = 12          # series per chart; more would be unreadable
 MAX_ALERT_ROWS = 25
-FIRING, PENDING = 2, 1
 
 
 @dataclasses.dataclass
