@@ -335,7 +335,7 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
     return rows, spans
 
 
-def _rules_section(c: Collected, rows: list[RuleRow]) -> Section:
+def _rules_section(rows: list[RuleRow]) -> Section:
     fired = sorted((r for r in rows if r.times_triggered), key=lambda r: -r.times_triggered)
     intro = ("The profiler rules, sorted by how often each triggered (an alert that started "
              "firing; one per GPU, node or rank it concerns).")
@@ -383,7 +383,7 @@ def build(c: Collected) -> Report:
         drawn = svg.timeline([(r.name, spans[r.name]) for r in rows], start=c.start, end=c.end,
                              label="When each rule fired")
         timeline = Chart("When each rule fired", drawn, [], wide=True)
-    sections = [_summary(c, n, rows), _system(c, n), _framework(c, n), _rules_section(c, rows)]
+    sections = [_summary(c, n, rows), _system(c, n), _framework(c, n), _rules_section(rows)]
     rows.sort(key=lambda r: -r.times_triggered)
     return Report(c.training_job, c.source, c.start, c.end, f"trainprof {__version__}",
                   sections, rows, timeline, _details(c, rows, spans), list(c.notes))

@@ -1,7 +1,9 @@
 """Numbers as the report prints them.
 
-    >>> value(0.4567, "percentunit"), value(5400, "s"), value(2.5e6, "Bps")
-    ('45.7%', '1 h 30 min', '2.5 MB/s')
+    >>> value(0.4567, "percentunit"), value(1, "percentunit"), value(5400, "s")
+    ('45.7%', '100%', '1 h 30 min')
+    >>> value(2.5e6, "Bps")
+    '2.5 MB/s'
     >>> when(1783677636)
     '2026-07-10 10:00:36 UTC'
 """
@@ -72,7 +74,8 @@ def value(x: float | None, unit: str) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     if unit == "percentunit":
-        return f"{x * 100:.1f}%" if x < 0.995 or x > 1.005 else f"{x * 100:.0f}%"
+        whole = abs(x * 100 - round(x * 100)) < 1e-9
+        return f"{x * 100:.0f}%" if whole else f"{x * 100:.1f}%"
     if unit in ("s", "dtdurations"):
         return duration(x)
     if unit == "Bps":
