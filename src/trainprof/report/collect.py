@@ -130,6 +130,9 @@ class Prometheus:
         return [(r["metric"], [(at, float(r["value"][1]))]) for r in data["result"]]
 
     def range(self, expr: str, start: float, end: float, step: float) -> Series:
+        """Values at `end` and every `step` before it back to `start` (Prometheus counts
+        steps from the start; counting from the end keeps the last value at `end`)."""
+        start = end - math.ceil((end - start) / step - 1e-9) * step
         data = self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}",
                                                  "end": f"{end:.3f}", "step": f"{step:g}"})
         return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]])

@@ -77,7 +77,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, u
     top = _y_max(values, unit, threshold)
 
     def x(t: float) -> float:
-        return LEFT + (t - start) / (end - start) * plot_w
+        return LEFT + (min(max(t, start), end) - start) / (end - start) * plot_w
 
     def y(v: float) -> float:
         return TOP + plot_h - max(min(v, top), 0) / top * plot_h
