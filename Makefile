@@ -8,7 +8,7 @@ PYTHON ?= python3
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
-	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/)"
+	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/)"
 	@echo "make check     fail if a generated artifact drifted or a rule file is invalid"
 
 # torch is named in the same pip command as the extras so nothing they pull in can replace

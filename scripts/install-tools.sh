@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real Prometheus tools the tests run: prometheus + promtool (2.42) and
-# Alertmanager + amtool (0.25), from Debian. Does nothing when they are already on PATH.
+# Alertmanager + amtool (0.25), from Debian; Chromium (the HTML report's screenshot test) and
+# npm; then Grafana's dashboard JSON schema with ajv (the dashboards' schema check) under
+# .tools/. Does nothing for what is already there.
 set -euo pipefail
 
 need=()
@@ -8,23 +10,43 @@ command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || 
 command -v amtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 \
   || need+=(prometheus-alertmanager)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # the exporter's TLS tests make certificates
-[ ${#need[@]} -eq 0 ] && exit 0
+command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "missing: ${need[*]}. Install them with: sudo apt-get install --no-install-recommends ${need[*]}" >&2
-  exit 1
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "missing: ${need[*]}. Install them with: sudo apt-get install --no-install-recommends ${need[*]}" >&2
+    exit 1
+  fi
+
+  export DEBIAN_FRONTEND=noninteractive
+  # Without systemd, the packages' postinst would start Prometheus on :9090 through
+  # invoke-rc.d unless a policy forbids it; forbid it for the duration of the install.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && made_policy=1
+  fi
+  trap '[ -n "$made_policy" ] && rm -f "$policy"' EXIT
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  promtool --version | head -1
+  amtool --version | head -1
 fi
 
-export DEBIAN_FRONTEND=noninteractive
-# Without systemd, the packages' postinst would start Prometheus on :9090 through
-# invoke-rc.d unless a policy forbids it; forbid it for the duration of the install.
-policy=/usr/sbin/policy-rc.d
-made_policy=
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && made_policy=1
+# Grafana publishes its dashboard model as TypeScript types only (@grafana/schema); a JSON
+# Schema is generated from them, and tests/test_dashboards.py checks dashboards/*.json with
+# ajv against it (scripts/check-dashboard-schema.mjs).
+tools="$(cd "$(dirname "$0")/.." && pwd)/.tools/grafana-schema"
+if [ ! -s "$tools/dashboard.schema.json" ]; then
+  mkdir -p "$tools"
+  cd "$tools"
+  [ -f package.json ] || echo '{"private": true}' > package.json
+  npm install --silent --no-audit --no-fund \
+    @grafana/schema@13.2.3 ts-json-schema-generator@2.4.0 ajv@8.20.0
+  npx --no-install ts-json-schema-generator --no-type-check --type Dashboard \
+    --path node_modules/@grafana/schema/dist/types/raw/dashboard/x/types.gen.d.ts \
+    -o dashboard.schema.json.tmp
+  mv dashboard.schema.json.tmp dashboard.schema.json
+  echo "Grafana dashboard schema: $tools/dashboard.schema.json"
 fi
-trap '[ -n "$made_policy" ] && rm -f "$policy"' EXIT
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-promtool --version | head -1
-amtool --version | head -1

@@ -67,3 +67,60 @@ def openssl() -> str:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    return _tool("chromium")
+
+
+# Rules compiled for a fast live test: evaluated every second, a few datapoints of patience
+# and window, so every rule the scripted job provokes fires within seconds.
+LIVE_RULES = {
+    "scrape_interval": "1s",
+    "rules": [{"rule": "ProfilerReport", "parameters": {
+        "scan_interval_us": 1_000_000,
+        **{f"{rule}_patience": 4 for rule in (
+            "CPUBottleneck", "IOBottleneck", "LowGPUUtilization", "BatchSize",
+            "GPUMemoryIncrease", "LoadBalancing")},
+        "LowGPUUtilization_window": 10, "BatchSize_window": 10, "GPUMemoryIncrease_window": 4,
+        "StepOutlier_n_outliers": 2,
+        # Half the job's nodes starve a GPU: above 40 % (not SageMaker's 50 %) fires.
+        "CPUBottleneck_threshold": 40, "IOBottleneck_threshold": 40,
+    }}],
+}
+
+
+@pytest.fixture(scope="session")
+def live_job(prometheus_bin, tmp_path_factory):
+    """A real Prometheus scraping a small training job (see live_job.py for what serves the
+    metrics) with LIVE_RULES loaded; yields (base URL, the job, the rule configuration)."""
+    from trainprof.render import to_yaml
+    from trainprof.rules.compiler import compile_rules
+    from trainprof.rules.config import load_config
+
+    from live_job import scrape_config, scripted_job
+    from servers import prometheus, wait_for_targets
+
+    config = load_config(LIVE_RULES)
+    rules = to_yaml({"groups": compile_rules(config).groups})
+    workdir = tmp_path_factory.mktemp("live-prometheus")
+    with scripted_job() as job:
+        with prometheus(prometheus_bin, workdir, scrape_config(job),
+                        {"rules.yaml": rules}) as base:
+            wait_for_targets(base, len(job.targets))
+            yield base, job, config
+
+
+@pytest.fixture(scope="session")
+def grafana_schema(root) -> Path:
+    """The directory where scripts/install-tools.sh put Grafana's dashboard JSON schema
+    (generated from @grafana/schema 13.2.3) and ajv."""
+    _tool("node")
+    tools = Path(os.environ.get("TRAINPROF_GRAFANA_SCHEMA_DIR", root / ".tools" / "grafana-schema"))
+    if not (tools / "dashboard.schema.json").is_file():
+        message = f"{tools}/dashboard.schema.json is missing (scripts/install-tools.sh makes it)"
+        if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
+            pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure")
+        pytest.skip(message)
+    return tools

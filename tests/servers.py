@@ -142,3 +142,41 @@ def fake_kubernetes(responses: dict[tuple[str, str], int] | None = None):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def wait_for_targets(base: str, count: int, timeout: float = 30.0) -> None:
+    """Until `count` scrape targets are up (the first scrape comes ~5 s after start)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        targets = get_json(f"{base}/api/v1/targets")["data"]["activeTargets"]
+        if sum(t["health"] == "up" for t in targets) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"targets not up after {timeout:g}s: {targets}")
+        time.sleep(0.2)
+
+
+def try_query(base: str, expr: str) -> tuple[list | None, str | None]:
+    """(result, None) or (None, Prometheus' error message) for an instant query."""
+    import urllib.error
+
+    try:
+        doc = query(base, expr)
+    except urllib.error.HTTPError as e:
+        body = json.loads(e.read() or b"{}")
+        return None, body.get("error", str(e))
+    return doc["data"]["result"], None
+
+
+def wait_for_firing(base: str, rules: set[str], timeout: float = 60.0) -> set[str]:
+    """Until alerts of every rule in `rules` fire; the rules firing then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alerts = get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
+        firing = {a["labels"].get("rule") for a in alerts if a["state"] == "firing"}
+        if rules <= firing:
+            return firing
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"after {timeout:g}s only {sorted(firing)} fire, not all of "
+                               f"{sorted(rules)}")
+        time.sleep(0.5)

@@ -4,6 +4,7 @@
     trainprof rules validate [-c rules.yaml]
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
+    trainprof report (--prometheus URL --job NAME [--from T --to T] | --replay SOURCE) -o FILE
     trainprof generate [--check]
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
@@ -111,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", metavar="FILE",
                         help="write the verdicts as JSON to FILE, or - for stdout")
 
+    from trainprof.report.cli import add_parser as add_report_parser
+
+    add_report_parser(commands)
+
     generate = commands.add_parser("generate", help="rewrite every generated artifact")
     generate.add_argument("--check", action="store_true",
                           help="only report artifacts that differ from the generator's output")
@@ -136,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof.replay.cli import main as replay_main
 
             return replay_main(args)
+        if args.command == "report":
+            from trainprof.report.cli import main as report_main
+
+            return report_main(args)
         if args.command == "generate":
             from trainprof import generate
 

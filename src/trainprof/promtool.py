@@ -8,11 +8,12 @@ samples, so promtool reports every firing alert as a mismatch, which `firing_ale
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from trainprof.durations import format_duration
@@ -64,9 +65,11 @@ def _num(v: float) -> str:
 
 
 def write_alerts_test(path: Path, series: dict[str, Sequence[float | None]],
-                      interval: float, evaluation_interval: float, end: float) -> int:
-    """Write a promtool test reporting the firing alerts at every evaluation up to `end`;
-    return the number of evaluations. Written by hand, not through PyYAML: a replay holds
+                      interval: float, evaluation_interval: float, end: float,
+                      queries: Mapping[str, tuple[str, Sequence[float]]] | None = None) -> int:
+    """Write a promtool test reporting the firing alerts at every evaluation up to `end`,
+    and the result of each of `queries` (name -> (PromQL, evaluation times)); return the
+    number of evaluations. Written by hand, not through PyYAML: a replay holds
     millions of values and the YAML emitter would take minutes."""
     times = []
     t = evaluation_interval
@@ -84,10 +87,21 @@ def write_alerts_test(path: Path, series: dict[str, Sequence[float | None]],
         for t in times:
             f.write("  - expr: 'ALERTS{alertstate=\"firing\"}'\n"
                     f"    eval_time: {format_duration(t)}\n    exp_samples: []\n")
+        for name, (expr, query_times) in (queries or {}).items():
+            if not _QUERY_NAME.match(name):
+                raise ValueError(f"query name {name!r} is not [A-Za-z0-9_.-]+")
+            tagged = json.dumps(f'label_replace(({expr}), "{QUERY_LABEL}", "{name}", "", "")')
+            for t in query_times:
+                f.write(f"  - expr: {tagged}\n    eval_time: {format_duration(t)}\n"
+                        "    exp_samples: []\n")
     return len(times)
 
 
 _TIME = re.compile(r'^\s*expr: "ALERTS\{alertstate=\\"firing\\"\}", time: (\S+),\s*$')
+_ANY_TIME = re.compile(r'^\s*expr: ".*", time: (\S+),\s*$')
+_QUERY_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+# The label replay's extra queries are tagged with, so their results can be told apart.
+QUERY_LABEL = "trainprof_query"
 
 
 def firing_alerts(output: str) -> dict[float, list[dict[str, str]]]:
@@ -155,12 +169,31 @@ class PromtoolError(RuntimeError):
     """promtool failed for a reason other than the firing alerts it was asked to report."""
 
 
+@dataclasses.dataclass
+class RuleRun:
+    """What promtool's rule engine reported: firing alerts and query results, each keyed by
+    evaluation time (seconds from the first sample)."""
+
+    firing: dict[float, list[dict[str, str]]]
+    queries: dict[str, dict[float, list[tuple[dict[str, str], float]]]]
+
+
 def run_alerts(groups: list[dict], series: dict[str, Sequence[float | None]],
                interval: float, evaluation_interval: float, end: float, workdir: Path,
                promtool: str | None = None, timeout: float = 3600
                ) -> dict[float, list[dict[str, str]]]:
     """Evaluate `groups` over `series` with the real rule engine; the firing alerts at
     every evaluation time (seconds from the first sample)."""
+    return run_rules(groups, series, interval, evaluation_interval, end, workdir, promtool,
+                     timeout).firing
+
+
+def run_rules(groups: list[dict], series: dict[str, Sequence[float | None]],
+              interval: float, evaluation_interval: float, end: float, workdir: Path,
+              promtool: str | None = None, timeout: float = 3600,
+              queries: Mapping[str, tuple[str, Sequence[float]]] | None = None) -> RuleRun:
+    """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
+    evaluation times)) over the same series and rules."""
     from trainprof.render import to_yaml
 
     promtool = promtool or shutil.which("promtool")
@@ -168,16 +201,37 @@ def run_alerts(groups: list[dict], series: dict[str, Sequence[float | None]],
         raise FileNotFoundError("promtool is not installed (apt-get install prometheus, or "
                                 "scripts/install-tools.sh)")
     (workdir / "rules.yaml").write_text(to_yaml({"groups": strip_annotations(groups)}))
-    write_alerts_test(workdir / "test.yaml", series, interval, evaluation_interval, end)
+    write_alerts_test(workdir / "test.yaml", series, interval, evaluation_interval, end,
+                      queries)
     result = subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=workdir,
                             capture_output=True, text=True, timeout=timeout)
     output = result.stdout + result.stderr
     unexpected = [line for line in output.splitlines() if line.strip() and not (
-        _TIME.match(line) or line.strip().startswith(("exp: nil", "got: ", "FAILED:",
-                                                      "SUCCESS", "Unit Testing:")))]
+        _ANY_TIME.match(line) or line.strip().startswith(("exp: nil", "got: ", "FAILED:",
+                                                          "SUCCESS", "Unit Testing:")))]
     if result.returncode not in (0, 1) or unexpected:
         raise PromtoolError("\n".join(unexpected[:20]) or output[-2000:])
-    return firing_alerts(output)
+    return RuleRun(firing_alerts(output), _query_results(output))
+
+
+def _query_results(output: str) -> dict[str, dict[float, list[tuple[dict[str, str], float]]]]:
+    from trainprof.durations import parse_duration
+
+    results: dict[str, dict[float, list]] = {}
+    current = None
+    for line in output.splitlines():
+        match = _ANY_TIME.match(line)
+        if match:
+            current = None if _TIME.match(line) else parse_duration(match.group(1))
+            continue
+        stripped = line.strip()
+        if current is not None and stripped.startswith("got:"):
+            for labels, value in parse_samples(stripped[4:]):
+                name = labels.pop(QUERY_LABEL, None)
+                if name is not None:
+                    results.setdefault(name, {}).setdefault(current, []).append((labels, value))
+            current = None
+    return results
 
 
 def strip_annotations(groups: Iterable[dict]) -> list[dict]:

@@ -12,13 +12,15 @@ evaluated over them by promtool's real rule engine, `for:` included.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import statistics
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trainprof import recording
-from trainprof.promtool import run_alerts
+from trainprof.promtool import run_rules
 from trainprof.replay import sagemaker
 from trainprof.replay.timeline import Timeline, scrape, shift_timestamps
 from trainprof.rules.compiler import compile_rules, required_inputs
@@ -55,6 +57,19 @@ class Verdict:
         return min((a.fired_at for a in self.alerts), default=None)
 
 
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """PromQL to evaluate over the replayed series: at the end only, or `over_time`."""
+
+    expr: str
+    over_time: bool = False
+
+
+# (resolved configuration, training_job, seconds replayed) -> {name: Query}
+QueryBuilder = Callable[[RulesConfig, str, float], Mapping[str, Query]]
+Samples = list[tuple[dict[str, str], float]]
+
+
 @dataclasses.dataclass
 class ReplayResult:
     rules: dict[str, Verdict]
@@ -70,6 +85,10 @@ class ReplayResult:
     scrape_interval: float
     evaluation_interval: float
     notes: list[str]
+    training_job: str = ""
+    config: RulesConfig | None = None
+    # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
+    queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
 
     def as_json(self) -> dict:
         """Exactly the documented contract:
@@ -196,7 +215,11 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
 def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float = 15.0,
            datapoint_interval: float | None = None, fmt: str = "auto",
            training_job: str | None = None, promtool: str | None = None,
-           progress: bool = False, workdir: str | None = None) -> ReplayResult:
+           progress: bool = False, workdir: str | None = None,
+           queries: QueryBuilder | None = None, query_points: int = 200) -> ReplayResult:
+    """Replay `source` through the compiled rules. `queries`, given the resolved
+    configuration, the job's name and the seconds replayed, names extra PromQL to evaluate
+    over the same series and rules: at the end, or at about `query_points` times."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
         timeline.datapoint_interval = datapoint_interval
@@ -217,9 +240,15 @@ def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float 
                                                      "trainprof_training_first_step_timestamp_seconds",
                                                      "trainprof_training_last_step_timestamp_seconds"))
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
+    asked = {}
+    if queries is not None:
+        times = _query_times(scraped.end, config.scrape_interval, query_points)
+        asked = {name: (q.expr, times if q.over_time else [scraped.end])
+                 for name, q in queries(config, timeline.training_job, scraped.end).items()}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        firing = run_alerts(compiled.groups, scraped.series, config.scrape_interval,
-                            evaluation, scraped.end, Path(tmp), promtool)
+        run = run_rules(compiled.groups, scraped.series, config.scrape_interval, evaluation,
+                        scraped.end, Path(tmp), promtool, queries=asked)
+    firing = run.firing
 
     verdicts = {i.spec.name: Verdict() for i in config.rules}
     health: list[FiredAlert] = []
@@ -238,7 +267,23 @@ def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float 
         samples=sum(len(s) for s in timeline.hosts.values()), steps=len(timeline.steps),
         start=scraped.start, end=scraped.start + scraped.end,
         datapoint_interval=timeline.datapoint_interval,
-        scrape_interval=config.scrape_interval, evaluation_interval=evaluation, notes=notes)
+        scrape_interval=config.scrape_interval, evaluation_interval=evaluation, notes=notes,
+        training_job=timeline.training_job, config=config,
+        queries={name: {scraped.start + t: samples for t, samples in by_time.items()}
+                 for name, by_time in run.queries.items()})
+
+
+def query_step(seconds: float, scrape_interval: float, points: int) -> float:
+    """The time between two of about `points` query evaluations over `seconds`: a whole
+    number of scrape intervals."""
+    return scrape_interval * max(1, math.ceil(seconds / max(points, 1) / scrape_interval))
+
+
+def _query_times(end: float, scrape_interval: float, points: int) -> list[float]:
+    """About `points` evaluation times up to `end`, whole scrape intervals apart."""
+    step = query_step(end, scrape_interval, points)
+    times = [k * step for k in range(1, int(end // step) + 1)]
+    return times if times and times[-1] == end else times + [end]
 
 
 def _seconds(duration: str) -> float:

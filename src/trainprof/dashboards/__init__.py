@@ -1,0 +1,52 @@
+"""Grafana dashboards, generated from the rule catalog and committed under `dashboards/`.
+
+    >>> sorted(DASHBOARDS)
+    ['dashboards/trainprof-fleet.json', 'dashboards/trainprof-job.json']
+
+Each module builds one dashboard from a rule configuration (the committed files use
+SageMaker's default ProfilerReport); `panels` is the house style over grafanalib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trainprof.rules.config import RulesConfig
+
+
+def _job(config: RulesConfig):
+    from trainprof.dashboards import job
+
+    return job.dashboard(config)
+
+
+def _fleet(config: RulesConfig):
+    from trainprof.dashboards import fleet
+
+    return fleet.dashboard(config)
+
+
+DASHBOARDS: dict[str, Callable] = {
+    "dashboards/trainprof-job.json": _job,
+    "dashboards/trainprof-fleet.json": _fleet,
+}
+
+
+def render(path: str, config: RulesConfig) -> str:
+    """The JSON text of the dashboard committed at `path`."""
+    from trainprof.dashboards import panels
+
+    return panels.render(DASHBOARDS[path](config))
+
+
+def iter_panels(data: dict):
+    """Every panel of a dashboard's JSON, rows' nested panels included."""
+    for p in data["panels"]:
+        yield p
+        yield from p.get("panels", [])
+
+
+def panel_queries(data: dict) -> list[tuple[str, str, str]]:
+    """(panel title, refId, expr) of every query of a dashboard's JSON."""
+    return [(p["title"], t.get("refId", ""), t["expr"])
+            for p in iter_panels(data) for t in p.get("targets", [])]

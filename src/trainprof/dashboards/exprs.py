@@ -1,0 +1,163 @@
+"""The queries behind the job dashboard's panels, shared with the HTML report.
+
+Each function returns PromQL narrowed by the scope's variables; the dashboard puts it in a
+panel, the report evaluates it (against Prometheus, or over a replay through promtool), so a
+number in the report is the number on the dashboard.
+"""
+
+from __future__ import annotations
+
+from trainprof.dashboards.queries import RANGE, RATE_INTERVAL, Scope
+from trainprof.dashboards.signals import recording, summary_recordings
+from trainprof.rules.config import RulesConfig
+
+# OverallSystemUsage's histograms, as the report's table names them.
+SYSTEM_USAGE_NAMES = {
+    "trainprof_cpu_utilization_sampled_ratio": "CPU utilization",
+    "trainprof_cpu_iowait_sampled_ratio": "I/O wait",
+    "trainprof_memory_used_sampled_ratio": "Host memory",
+    "trainprof_gpu_utilization_sampled_ratio": "GPU utilization",
+    "trainprof_gpu_memory_used_sampled_ratio": "GPU memory",
+}
+QUANTILES = ("0.5", "0.95", "0.99")
+STEP_QUANTILES = ("0.5", "0.9", "0.99")
+GPU_LEGEND = "{{node}} GPU {{gpu}}"
+
+
+def mean(scope: Scope, histogram: str, by: str = "", over: str = RATE_INTERVAL) -> str:
+    """Mean of a sampled-ratio histogram over `over`: every sample counts."""
+    total = f"rate({scope.sel(histogram + '_sum')}[{over}])"
+    count = f"rate({scope.sel(histogram + '_count')}[{over}])"
+    if by:
+        return f"sum by ({by}) ({total})\n/\nsum by ({by}) ({count})"
+    return f"{total}\n/\n{count}"
+
+
+# --- training job summary --------------------------------------------------------------------
+
+def start_ms(scope: Scope) -> str:
+    return f"min({scope.sel('trainprof_training_start_timestamp_seconds')}) * 1000"
+
+
+def initialization(scope: Scope, config: RulesConfig) -> str:
+    rec = recording(summary_recordings(config, "OverallFrameworkMetrics"),
+                    "trainprof_training_initialization_seconds")
+    return scope.sel(rec.record)
+
+
+def elapsed(scope: Scope) -> str:
+    """From start to the latest scrape; without the training API, how long the exporters
+    have sampled."""
+    s = scope.sel
+    start = s("trainprof_training_start_timestamp_seconds")
+    sampled = (f"max(\n  {s('trainprof_samples_total')}\n  * on (instance, job)\n  "
+               f"{s('trainprof_sampler_interval_seconds')}\n)")
+    return f"(max(timestamp({start})) - min({start}))\nor\n{sampled}"
+
+
+def steps_by_mode(scope: Scope) -> str:
+    return f"sum by (mode) ({scope.sel('trainprof_training_steps_total')})"
+
+
+def step_rate(scope: Scope, by: str = "", over: str = RATE_INTERVAL) -> str:
+    rate = f"rate({scope.sel('trainprof_training_steps_total')}[{over}])"
+    return f"sum by ({by}) ({rate})" if by else f"sum({rate})"
+
+
+def firing_alerts(scope: Scope) -> str:
+    return scope.sel("ALERTS", alertstate="firing")
+
+
+def node_count(scope: Scope) -> str:
+    s = scope.sel
+    return (f"count(count by (node) ({s('trainprof_samples_total')} or "
+            f"{s('trainprof_training_steps_total')}))")
+
+
+def gpu_count(scope: Scope) -> str:
+    return f"count({scope.sel('trainprof_gpu_utilization_sampled_ratio_count')})"
+
+
+def rank_count(scope: Scope) -> str:
+    return f"count(count by (rank) ({scope.sel('trainprof_training_steps_total')}))"
+
+
+# --- system usage ----------------------------------------------------------------------------
+
+def network(scope: Scope, config: RulesConfig, direction: str) -> str:
+    usage = summary_recordings(config, "OverallSystemUsage")
+    return scope.sel(recording(usage, f"trainprof_network_{direction}_bytes").record)
+
+
+def system_usage_quantile(scope: Scope, config: RulesConfig, q: str) -> str:
+    """OverallSystemUsage's q-quantile of every resource, one series per node and resource
+    (label `resource`)."""
+    usage = summary_recordings(config, "OverallSystemUsage")
+    parts = []
+    for histogram, name in SYSTEM_USAGE_NAMES.items():
+        rec = recording(usage, histogram, quantile=q)
+        parts.append(f'label_replace({scope.sel(rec.record, quantile=q)}, "resource", '
+                     f'"{name}", "", "")')
+    return "\nor\n".join(parts)
+
+
+def gpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
+    """Seconds a kernel ran on each GPU: utilization summed over the samples x interval."""
+    s = scope.sel
+    return (f"increase({s('trainprof_gpu_utilization_sampled_ratio_sum')}[{over}])\n"
+            f"* ignoring (gpu, uuid) group_left\n{s('trainprof_sampler_interval_seconds')}")
+
+
+def cpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
+    """Core-seconds the CPUs were busy."""
+    s = scope.sel
+    # The three series come from one exporter with the same labels: plain one-to-one `*`.
+    return (f"increase({s('trainprof_cpu_utilization_sampled_ratio_sum')}[{over}])\n"
+            f"* {s('trainprof_sampler_interval_seconds')}\n* {s('trainprof_cpu_cores')}")
+
+
+# --- framework metrics -----------------------------------------------------------------------
+
+def step_buckets(scope: Scope, over: str) -> str:
+    buckets = scope.sel("trainprof_training_step_duration_seconds_bucket")
+    return f"sum by (le) (increase({buckets}[{over}]))"
+
+
+def step_quantile(scope: Scope, q: str, by: str = "mode") -> str:
+    buckets = scope.sel("trainprof_training_step_duration_seconds_bucket")
+    return f"histogram_quantile({q}, sum by (le, {by}) (rate({buckets}[{RATE_INTERVAL}])))"
+
+
+def _framework(config: RulesConfig, level: str, metric: str) -> str:
+    return recording(summary_recordings(config, "OverallFrameworkMetrics"), metric, level).record
+
+
+def job_phase_share(scope: Scope, config: RulesConfig) -> str:
+    return scope.sel(_framework(config, "training_job_phase", "trainprof_training_phase_seconds"))
+
+
+def rank_phase_share(scope: Scope, config: RulesConfig) -> str:
+    return scope.sel(_framework(config, "rank_phase", "trainprof_training_phase_seconds"))
+
+
+def job_mode_share(scope: Scope, config: RulesConfig) -> str:
+    return scope.sel(_framework(config, "training_job_mode",
+                                "trainprof_training_step_duration_seconds"))
+
+
+def dataloader_share(scope: Scope, by: str = "rank") -> str:
+    phase = scope.sel("trainprof_training_phase_seconds_total")
+    dataloader = scope.sel("trainprof_training_phase_seconds_total", phase="dataloader")
+    return (f"sum by ({by}) (rate({dataloader}[{RATE_INTERVAL}]))\n/\n"
+            f"sum by ({by}) (rate({phase}[{RATE_INTERVAL}]))")
+
+
+def phase_seconds(scope: Scope, over: str = RANGE) -> str:
+    phase = scope.sel("trainprof_training_phase_seconds_total")
+    return f"sum by (phase) (increase({phase}[{over}]))"
+
+
+def phase_seconds_per_step(scope: Scope, over: str = RANGE) -> str:
+    steps = scope.sel("trainprof_training_steps_total")
+    return (f"{phase_seconds(scope, over)}\n/ ignoring (phase) group_left\n"
+            f"sum(increase({steps}[{over}]))")

@@ -1,0 +1,133 @@
+"""The fleet overview: every running job, the rules firing per job, idle GPU-hours and the
+worst stragglers. A job's name links to its per-job dashboard."""
+
+from __future__ import annotations
+
+from grafanalib import core
+
+from trainprof import metrics as contract
+from trainprof.dashboards import panels as ui
+from trainprof.dashboards.panels import target
+from trainprof.dashboards.queries import FLEET_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
+from trainprof.rules.config import RulesConfig
+
+UID = "trainprof-fleet"
+TITLE = "Trainprof fleet"
+SLUG = "trainprof-fleet"
+SOURCE = "src/trainprof/dashboards/fleet.py"
+_UTIL = "trainprof_gpu_utilization_sampled_ratio"
+
+
+def idle_bound(config: RulesConfig) -> float:
+    """The utilization below which a GPU counts as idle: CPUBottleneck's `gpu_threshold`
+    (SageMaker's definition of a starved GPU), rounded down to a bucket bound of the
+    utilization histogram (counted samples are at or below it)."""
+    instance = config.rule("CPUBottleneck")
+    percent = instance.values["gpu_threshold"] if instance else 10
+    return max(b for b in contract.UTILIZATION_BUCKETS if b <= percent / 100)
+
+
+def _job_link(field: str = "training_job") -> list[dict]:
+    from trainprof.dashboards import job
+
+    url = (f"/d/{job.UID}/{job.SLUG}?var-training_job=${{__data.fields.training_job}}"
+           "&var-namespace=${__data.fields.namespace}&${__url_time_range}")
+    return [{"matcher": {"id": "byName", "options": field}, "properties": [
+        {"id": "links", "value": [{"title": "Open the job's dashboard", "url": url}]}]}]
+
+
+def dashboard(config: RulesConfig) -> core.Dashboard:
+    scope = Scope(config, FLEET_VARIABLES)
+    s = scope.sel
+    jl = ", ".join(config.job_labels)
+    by_job = f"by ({jl})"
+    bound = idle_bound(config)
+    interval = s("trainprof_sampler_interval_seconds")
+    idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
+    idle_hours = (f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
+                  f"  * ignoring (gpu, uuid, le) group_left\n  {interval}\n) / 3600")
+    gpus = f"count {by_job} ({s(_UTIL + '_count')})"
+    util = (f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RANGE}]))\n/\n"
+            f"sum {by_job} (rate({s(_UTIL + '_count')}[{RANGE}]))")
+    steps = s("trainprof_training_steps_total")
+    step_rate = f"sum {by_job} (rate({steps}[{RATE_INTERVAL}]))"
+    firing = s("ALERTS", alertstate="firing")
+    alerts_by_job = f"count {by_job} ({firing})"
+    ranks = f"count {by_job} (count by ({jl}, rank) ({steps}))"
+    nodes = f"count {by_job} (count by ({jl}, node) ({s('trainprof_samples_total')}))"
+    durations = s("trainprof_training_step_duration_seconds_sum")
+    counts = s("trainprof_training_step_duration_seconds_count")
+    mean_step = f"rate({durations}[{RANGE}]) / rate({counts}[{RANGE}])"
+    stragglers = (f"topk(10,\n  {mean_step}\n  / on ({jl}, mode) group_left\n"
+                  f"  quantile by ({jl}, mode) (0.5, {mean_step})\n)")
+    jobs = [
+        target(nodes, instant=True, fmt="table", ref="nodes"),
+        target(gpus, instant=True, fmt="table", ref="gpus"),
+        target(ranks, instant=True, fmt="table", ref="ranks"),
+        target(step_rate, instant=True, fmt="table", ref="step_rate"),
+        target(util, instant=True, fmt="table", ref="gpu_util"),
+        target(f"{alerts_by_job}", instant=True, fmt="table", ref="alerts"),
+        target(idle_hours, instant=True, fmt="table", ref="idle"),
+    ]
+    rows = [
+        ui.row("Fleet", [
+            ui.stat("Running jobs", [target(
+                f"count(count {by_job} ({s('trainprof_samples_total')} or {steps}))")], w=6,
+                    description="Jobs with an exporter or a training process scraped now."),
+            ui.stat("GPUs", [target(f"count({s(_UTIL + '_count')})")], w=6),
+            ui.stat("Alerts firing", [target(f"count({firing}) or vector(0)")], threshold=1,
+                    w=6),
+            ui.stat(f"Idle GPU-hours (below {bound:.0%})", [target(f"sum({idle_hours})")],
+                    decimals=1, w=6,
+                    description="GPU time spent at or below the idle threshold over the "
+                                "range: CPUBottleneck's gpu_threshold."),
+            ui.table("Jobs", jobs, h=10, sort_by="Idle GPU-hours",
+                     transformations=[
+                         {"id": "merge", "options": {}},
+                         {"id": "organize", "options": {
+                             "excludeByName": {"Time": True},
+                             "renameByName": {
+                                 "Value #nodes": "Nodes", "Value #gpus": "GPUs",
+                                 "Value #ranks": "Ranks", "Value #step_rate": "Steps/s",
+                                 "Value #gpu_util": "Mean GPU utilization",
+                                 "Value #alerts": "Alerts firing",
+                                 "Value #idle": "Idle GPU-hours"}}}],
+                     overrides=_job_link() + [
+                         {"matcher": {"id": "byName", "options": "Mean GPU utilization"},
+                          "properties": [{"id": "unit", "value": ui.RATIO}]}]),
+        ]),
+        ui.row("Rules and waste", [
+            ui.table("Rules firing per job", [target(
+                f"count by ({jl}, rule, severity) ({firing})", instant=True, fmt="table")],
+                w=12, sort_by="Alerts firing", overrides=_job_link(),
+                transformations=[{"id": "organize", "options": {
+                    "excludeByName": {"Time": True},
+                    "renameByName": {"Value": "Alerts firing"}}}]),
+            ui.bargauge("Idle GPU-hours per job", [target(idle_hours, "{{training_job}}",
+                                                          instant=True)], w=12),
+            ui.table("Worst stragglers (mean step time / the job's median rank)", [target(
+                stragglers, instant=True, fmt="table")], w=12, sort_by="Slower than the median by",
+                overrides=_job_link(),
+                description="Ranks whose mean step time over the range is furthest above "
+                            "their job's median rank: 1.5 means 50 % slower.",
+                transformations=[{"id": "organize", "options": {
+                    "excludeByName": {"Time": True, "instance": True, "job": True,
+                                      "local_rank": True},
+                    "renameByName": {"Value": "Slower than the median by"}}}]),
+            ui.timeseries("GPU utilization per job", [target(
+                f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RATE_INTERVAL}]))\n/\n"
+                f"sum {by_job} (rate({s(_UTIL + '_count')}[{RATE_INTERVAL}]))",
+                "{{training_job}}")], unit=ui.RATIO, min_value=0, max_value=1, w=12),
+        ]),
+    ]
+    variables = [ui.datasource_variable(),
+                 ui.query_variable("namespace", f"label_values({presence()}, namespace)",
+                                   label="Namespace", multi=True, include_all=True)]
+    from trainprof.dashboards import job
+
+    return ui.dashboard(
+        TITLE, UID,
+        f"Code generated by make generate. DO NOT EDIT. Edit {SOURCE}.\n"
+        "Every training job Prometheus sees: rules firing, idle GPU-hours, stragglers.",
+        rows, variables, tags=["trainprof"],
+        links=[ui.link_to("Job dashboard", job.UID, job.SLUG, "One job in detail")])
