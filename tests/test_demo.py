@@ -22,3 +22,5 @@ def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, 
     assert not [line for line in act1.splitlines()
                 if "-> notify" in line and "TrainingLowGPUUtilization" in line], act1
     assert (tmp_path / "rules.yaml").exists()
+    report = (tmp_path / "report.html").read_text()
+    assert "TrainingCPUBottleneck" in report or "CPUBottleneck" in report

@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    compiled = compile_rules(load_config(DEMO_RULES, "demo rules"))
+    config = load_config(DEMO_RULES, "demo rules")
+    compiled = compile_rules(config)
     rules = to_yaml({"groups": compiled.groups}, "trainprof demo")
     (out / "rules.yaml").write_text(rules)
     started = time.monotonic()
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                     seen = now
                     time.sleep(1)
                 time.sleep(3)   # the last notifications
-                report = _report(prom, out, say)
+                report = _report(prom, config, out, say)
     finally:
         loop.stop()
         exporter.stop()
@@ -325,20 +326,18 @@ def main(argv: list[str] | None = None) -> int:
     print("\nSummary (first firing, seconds after the start):")
     for name, at in sorted(fired.items(), key=lambda kv: kv[1]):
         print(f"  {name:<32} {at:5.0f}s")
-    print(f"\nRules: {out / 'rules.yaml'}")
-    if report:
-        print(f"Report: {report}")
+    print(f"\nRules:  {out / 'rules.yaml'}")
+    print(f"Report: {report}  (open it in a browser: one self-contained file)")
     return 0
 
 
-def _report(prometheus_url: str, out: Path, say: _Printer) -> Path | None:
-    """Write the HTML profiling report from the demo's Prometheus, if this build has one."""
-    try:
-        from trainprof.report import from_prometheus
-    except ImportError:
-        return None
+def _report(prometheus_url: str, config: Any, out: Path, say: _Printer) -> Path:
+    """The HTML profiling report of the demo job, from the demo's Prometheus."""
+    from trainprof.report import build, from_prometheus, render
+
     path = out / "report.html"
-    from_prometheus(prometheus_url, JOB, path)
+    path.write_text(render(build(from_prometheus(prometheus_url, JOB, config))),
+                    encoding="utf-8")
     say(f"report written to {path}")
     return path
 
