@@ -106,9 +106,13 @@ class Prometheus:
                 doc = json.loads(response.read())
         except urllib.error.HTTPError as e:
             try:
-                message = json.loads(e.read()).get("error", str(e))
-            except ValueError:
-                message = str(e)
+                body = json.loads(e.read())
+                message = body["error"]
+            except (ValueError, KeyError, TypeError):
+                # Prometheus explains a refused query in JSON; anything else is not it.
+                raise ReportError(f"{self.url} did not answer like Prometheus (HTTP {e.code} "
+                                  f"for {path}): is it the Prometheus URL?",
+                                  bad_input=False) from None
             raise ReportError(f"Prometheus at {self.url} rejected a query: {message}\n"
                               f"{params.get('query', '')}", bad_input=False) from None
         except (urllib.error.URLError, OSError) as e:
