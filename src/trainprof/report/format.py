@@ -82,7 +82,7 @@ def value(x: float | None, unit: str) -> str:
         for size, name in ((1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
             if abs(x) >= size:
                 return f"{x / size:.3g} {name}"
-        return f"{x:.0f} B/s"
+        return f"{x:.0f} B/s" if abs(x) >= 10 or x == int(x) else f"{x:.2g} B/s"
     if unit.startswith("suffix:"):
         return f"{number(x)} {unit.split(':', 1)[1].strip()}"
     return number(x)
