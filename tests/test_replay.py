@@ -173,12 +173,14 @@ def test_step_outliers_from_framework_traces_fire_per_rank(tmp_path, scrape, pro
     assert not result.rules["MaxInitializationTime"].fired
 
 
-def test_a_job_whose_first_step_comes_late_fires_max_initialization_time(tmp_path, promtool):
+@pytest.mark.parametrize("scrape", [1.0, 15.0])
+def test_a_job_whose_first_step_comes_late_fires_max_initialization_time(tmp_path, scrape,
+                                                                        promtool):
     source = job(tmp_path, HEALTHY, minutes=28)
     out = str(tmp_path / "job" / "profiler-output")
     write_steps(out, "algo-1", 0, _steps(START + 25 * 60, 30, 1.0))
     write_steps(out, "algo-1", 1, _steps(START + 25 * 60, 30, 1.0))
-    result = replay(source, None, scrape_interval=15)
+    result = replay(source, None, scrape_interval=scrape)
     verdict = result.rules["MaxInitializationTime"]
     assert verdict.fired and verdict.alerts[0].labels["training_job"] == "job"
     # started at t0, 20 minutes later the first evaluation above 1200 s is at t0 + 21m.

@@ -8,6 +8,7 @@
     trainprof generate [--check]
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
+    trainprof record FILE [exporter flags]
 
 Exit codes: 0 success, 1 an operation failed (I/O, a missing tool), 2 bad input.
 """
@@ -129,6 +130,13 @@ def _parser() -> argparse.ArgumentParser:
     exporter = commands.add_parser("exporter", help="sample the host and its GPUs and serve "
                                                     "/metrics for the rules")
     exporter_arguments(exporter, _duration)
+    record = commands.add_parser(
+        "record", help="record this host's samples for `trainprof replay` (the exporter, "
+                       "writing every sample to FILE; it serves /metrics too)")
+    record.add_argument("output", metavar="FILE",
+                        help="recording to write (.jsonl, or .jsonl.gz compressed); add the "
+                             "training ranks' steps with trainprof.start(record=...)")
+    exporter_arguments(record, _duration)
     return parser
 
 
@@ -153,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof.actions import cli as actions_cli
 
             return actions_cli.run(args)
+        if args.command == "record":
+            from trainprof.exporter.cli import run
+
+            args.record = args.output
+            return run(args)
         if args.command == "exporter":
             from trainprof.exporter.cli import run
 

@@ -7,9 +7,13 @@ JSON lines, one record per line, optionally gzip-compressed (a `.gz` suffix):
     {"kind": "host", "node": "n1", "t": 1700000000.5, "cpu": [0.5, 0.7], "iowait": [0.0, 0.1],
      "mem": 0.31, "gpus": [{"index": 0, "uuid": "GPU-a", "util": 0.9, "mem": 0.5}]}
 
-Host records carry exactly what `SampleAccumulator` needs (ratios 0..1); other record kinds
-(training steps, for instance) are added by their writers and skipped by readers that do
-not know them. Readers report a malformed line with its path and line number.
+    {"kind": "process", "node": "n1", "rank": 0, "start": 1700000000.1}
+    {"kind": "step", "node": "n1", "rank": 0, "mode": "train", "start": 1700000012.3,
+     "end": 1700000012.5}
+
+Host records carry exactly what `SampleAccumulator` needs (ratios 0..1); process and step
+records what `TrainingState` needs (`trainprof.start(record=...)` writes them). Readers skip
+kinds they do not know and report a malformed line with its path and line number.
 """
 
 from __future__ import annotations
@@ -65,6 +69,15 @@ def host_record(node: str, sample: HostSample) -> dict[str, Any]:
     if gpus:
         record["gpus"] = gpus
     return record
+
+
+def process_record(node: str, rank: int, start: float) -> dict[str, Any]:
+    return {"kind": "process", "node": node, "rank": rank, "start": start}
+
+
+def step_record(node: str, rank: int, mode: str, start: float, end: float) -> dict[str, Any]:
+    return {"kind": "step", "node": node, "rank": rank, "mode": mode, "start": start,
+            "end": end}
 
 
 def host_sample(record: dict[str, Any]) -> HostSample:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -74,6 +75,8 @@ class Session:
         self.server: Any = None
         self.port: int | None = None
         self.system: Any = None          # the in-process system exporter, if started here
+        self.recorder: Any = None        # StepRecorder, with start(record=...)
+        self._step_log: list | None = None
         self.started = False
         self.inert = False
 
@@ -198,6 +201,22 @@ class Session:
         if gpus is None:
             self._detect_gpus()
 
+    def _record(self, path: str, identity: Identity) -> None:
+        from trainprof._version import __version__
+        from trainprof.step_recorder import StepRecorder, rank_path
+
+        rank = identity.rank
+        path = rank_path(path, rank, identity.world_size)
+        node = identity.node or socket.gethostname()
+        try:
+            self.recorder = StepRecorder(path, node, rank, self._state.start_time,
+                                         f"trainprof {__version__}")
+        except OSError as e:
+            log.warning("trainprof: cannot record to %s: %s; training goes on", path,
+                        e.strerror or e)
+            return
+        self._step_log = self.recorder.log
+
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
         from prometheus_client.exposition import start_http_server
 
@@ -226,6 +245,9 @@ class Session:
         system, self.system = self.system, None
         if system is not None:
             system.stop()
+        recorder, self.recorder, self._step_log = self.recorder, None, None
+        if recorder is not None:
+            recorder.close()
 
     def _abandon_in_forked_child(self) -> None:
         # Only this thread exists in the child: the server thread did not come along, but its
@@ -234,6 +256,9 @@ class Session:
         system, self.system = self.system, None
         if system is not None:
             system.abandon_in_forked_child()
+        recorder, self.recorder, self._step_log = self.recorder, None, None
+        if recorder is not None:
+            recorder.abandon_in_forked_child()
         self._lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
@@ -312,7 +337,8 @@ def start(*, training_job: str | None = None, node: str | None = None,
           addr: str = "0.0.0.0", rules_config: str | None = None,
           stddevs: Iterable[float] = (), cuda_sync: bool | Callable[[], Any] = False,
           gpus: Iterable[tuple[Any, Any]] | None = None, framework: str | None = None,
-          framework_version: str | None = None, system_metrics: bool = False) -> Session:
+          framework_version: str | None = None, system_metrics: bool = False,
+          record: str | None = None) -> Session:
     """Configure this rank and serve its `/metrics`. Never raises; problems are logged.
 
     Identity (`training_job`, `node`, `rank`, `local_rank`, `world_size`): explicit
@@ -333,6 +359,10 @@ def start(*, training_job: str | None = None, node: str | None = None,
       PyTorch has initialised CUDA (trainprof never initialises it).
     - `framework`, `framework_version`: for `trainprof_training_info` (default: pytorch and
       its version once torch is imported).
+    - `record` (or `TRAINPROF_RECORD`): also write this rank's steps to a recording file
+      (`.jsonl`, `.jsonl.gz`) for `trainprof replay`; one file per rank (`{rank}` in the path,
+      or `.rank<N>` added in a job of several ranks). Steps are written by a background thread
+      every second; an unwritable file is one warning.
     - `system_metrics`: on local rank 0, also run the system exporter (`trainprof.exporter`:
       host and GPU samples every 0.5 s) in this process, on `TRAINPROF_EXPORTER_PORT`
       (default 9945), with this rank's `training_job` and `node`. A port already taken (an
@@ -365,6 +395,9 @@ def start(*, training_job: str | None = None, node: str | None = None,
         session._configure(identity, factors, sync, gpus, fw)
         if serve:
             session._serve(addr, _ports(port, identity))
+        record = record or os.environ.get("TRAINPROF_RECORD")
+        if record:
+            session._record(record, identity)
         if system_metrics and identity.local_rank == 0:
             session.system = _start_system_exporter(
                 rules_config or os.environ.get("TRAINPROF_RULES_CONFIG"), identity)

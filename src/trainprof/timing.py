@@ -167,6 +167,9 @@ class Step(_Frame):
                 first = state.first_step_time is None
                 state.observe_step(self._mode, start, start + elapsed)
                 state.observe_phase(self._remainder, elapsed - self._child)
+                steps = session._step_log
+                if steps is not None:
+                    steps.append((self._mode, start, start + elapsed))
                 if self._samples:
                     state.add_samples(self._samples)
                 if self._tokens:

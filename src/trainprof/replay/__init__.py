@@ -22,11 +22,12 @@ from pathlib import Path
 from trainprof import recording
 from trainprof.promtool import run_rules
 from trainprof.replay import sagemaker
-from trainprof.replay.timeline import Timeline, scrape, shift_timestamps
+from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
 from trainprof.sampling import BottleneckGrid
+from trainprof.training_state import canonical_mode
 
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
@@ -184,6 +185,8 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
     paths = [source] if os.path.isfile(source) else sorted(
         os.path.join(source, n) for n in os.listdir(source) if n.endswith((".jsonl", ".jsonl.gz")))
     hosts: dict[str, list] = {}
+    steps: list[Step] = []
+    starts: dict[tuple[str, int], float] = {}
     interval, notes, skipped = None, [], 0
     for path in paths:
         try:
@@ -198,18 +201,31 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
                         raise ReplayError(f"{path}:{number}: malformed host record: "
                                           f"{e}") from None
                     hosts.setdefault(str(record.get("node", "node")), []).append(sample)
+                elif kind in ("step", "process"):
+                    try:
+                        key = (str(record["node"]), int(record["rank"]))
+                        if kind == "process":
+                            starts[key] = float(record["start"])
+                        else:
+                            steps.append(Step(key[0], key[1], canonical_mode(record["mode"]),
+                                              float(record["start"]), float(record["end"])))
+                    except (KeyError, TypeError, ValueError) as e:
+                        raise ReplayError(f"{path}:{number}: malformed {kind} record: "
+                                          f"{e}") from None
                 else:
                     skipped += 1
         except recording.RecordingError as e:
             raise ReplayError(str(e)) from None
     if skipped:
         notes.append(f"skipped {skipped} record(s) of kinds replay does not read")
-    if not any(hosts.values()):
-        raise ReplayError(f"{source}: the recording holds no host samples")
+    if not any(hosts.values()) and not steps and not starts:
+        raise ReplayError(f"{source}: the recording holds no host samples and no steps")
     for samples in hosts.values():
         samples.sort(key=lambda s: s.timestamp)
     interval = float(interval) if interval else _sampling_interval(hosts)
-    return Timeline(hosts, training_job or "recorded-job", interval), notes
+    ranks = sorted(set(starts) | {(s.node, s.rank) for s in steps})
+    return Timeline(hosts, training_job or "recorded-job", interval, steps, ranks,
+                    starts), notes
 
 
 def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float = 15.0,

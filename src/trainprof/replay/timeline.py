@@ -46,11 +46,14 @@ class Timeline:
     # Ranks that left a trace, (node, rank): they exist from the job's start even when
     # they never completed a step (MaxInitializationTime needs them).
     ranks: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    # When each rank's process started, where known (a trainprof recording says so; for
+    # SageMaker output the job's start stands in).
+    rank_starts: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
 
     @property
     def first(self) -> float:
         return min([s[0].timestamp for s in self.hosts.values() if s]
-                   + [s.start for s in self.steps])
+                   + [s.start for s in self.steps] + list(self.rank_starts.values()))
 
     @property
     def last(self) -> float:
@@ -85,7 +88,7 @@ def rank_identity(node: str, rank: int, index: int, training_job: str) -> dict[s
 
 def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | None = None,
            progress: bool = False, stddevs: Iterable[float] = ()) -> Scraped:
-    if not any(timeline.hosts.values()) and not timeline.steps:
+    if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
         raise ValueError("the timeline holds no samples and no steps")
     t0 = timeline.start
     count = int(math.ceil((timeline.last - t0) / scrape_interval)) + 1
@@ -123,7 +126,8 @@ def _scrape_ranks(timeline: Timeline, instants: list[float], t0: float,
         index = per_node[node] = per_node.get(node, -1) + 1
         labels = rank_identity(node, rank, index, timeline.training_job)
         target = {k: labels.pop(k) for k in ("job", "instance")}
-        state = TrainingState(labels, stddevs=stddevs, start_time=t0)
+        state = TrainingState(labels, stddevs=stddevs,
+                              start_time=timeline.rank_starts.get((node, rank), t0))
         steps.sort(key=lambda s: s.end)
         i = 0
         for k, instant in enumerate(instants):

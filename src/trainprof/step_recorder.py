@@ -1,0 +1,94 @@
+"""The training API's recording: every step of this rank, for `trainprof replay`.
+
+`trainprof.start(record="run.jsonl.gz")` writes this rank's process and step records (the
+`trainprof.recording` format) beside what `trainprof exporter --record` writes for the host,
+so a job can be replayed later with other rule parameters. The hot path only appends a tuple
+to a list; a background thread writes the list out every second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from trainprof import recording
+
+log = logging.getLogger("trainprof")
+
+
+def rank_path(path: str, rank: int, world_size: int | None) -> str:
+    """One file per rank: `{rank}` in the path is replaced; otherwise, in a job of several
+    ranks, `.rank<N>` goes before the suffix (`run.jsonl.gz` -> `run.rank3.jsonl.gz`)."""
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank))
+    if not world_size or world_size <= 1:
+        return path
+    head, tail = path, ""
+    for suffix in (".jsonl.gz", ".jsonl", ".gz"):
+        if path.endswith(suffix):
+            head, tail = path[: -len(suffix)], suffix
+            break
+    return f"{head}.rank{rank}{tail}"
+
+
+class StepRecorder:
+    """Writes (mode, start, end) steps appended to `log` as step records, every `every`
+    seconds and at `close()`."""
+
+    def __init__(self, path: str, node: str, rank: int, process_start: float | None,
+                 writer: str, every: float = 1.0):
+        self.path, self.node, self.rank = path, node, rank
+        self.log: list[tuple[str, float, float]] = []
+        self._stream = recording.open_recording(path, "w")
+        self._writer = recording.Writer(self._stream)
+        self._writer.write({"kind": "meta", "version": recording.VERSION, "writer": writer})
+        if process_start is not None:
+            self._writer.write(recording.process_record(node, rank, process_start))
+        self._stream.flush()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._every = every
+        self._failed = False
+        self._thread = threading.Thread(target=self._run, name="trainprof-record", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.flush()
+
+    def flush(self) -> None:
+        # list.copy-and-clear under the GIL: the hot path's appends land in one list or
+        # the next, never lost.
+        steps, self.log[:] = self.log[:], []
+        if not steps or self._failed:
+            return
+        with self._lock:
+            try:
+                for mode, start, end in steps:
+                    self._writer.write(recording.step_record(self.node, self.rank, mode,
+                                                             start, end))
+                self._stream.flush()
+            except (OSError, ValueError) as e:
+                self._failed = True
+                log.warning("trainprof: recording to %s stopped: %s; training goes on",
+                            self.path, e)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.flush()
+        with self._lock:
+            try:
+                self._stream.close()
+            except OSError:
+                pass
+
+    def abandon_in_forked_child(self) -> None:
+        """A forked child writes nothing: drop the stream without flushing it."""
+        self._failed = True
+        self.log = []
+        try:
+            os.close(self._stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
