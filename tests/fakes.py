@@ -230,6 +230,29 @@ class ScriptedCpu:
         pass
 
 
+class ScriptedHostCounters:
+    """Memory, disk and network readings that grow steadily, without psutil: a source that
+    reads the (process-wide) procfs would also read other tests' fake /proc."""
+
+    name = "host"
+
+    def __init__(self, memory_used: float = 40 * GIB, memory_total: float = 64 * GIB):
+        self.memory_used, self.memory_total = memory_used, memory_total
+        self.reads = 0
+
+    def read(self, sample: HostSample) -> bool:
+        self.reads += 1
+        k = self.reads
+        sample.memory_used_bytes = self.memory_used
+        sample.memory_total_bytes = self.memory_total
+        sample.disk = {"nvme0n1": (k * 1e6, k * 2e5)}
+        sample.network = {"eth0": (k * 5e6, k * 1e6)}
+        return True
+
+    def close(self) -> None:
+        pass
+
+
 def h100s(n: int, gpm: bool = True, **kwargs: Any) -> list[FakeGpu]:
     """n H100-shaped GPUs with stable UUIDs."""
     metrics = {"NVML_GPM_METRIC_SM_UTIL": 87.5, "NVML_GPM_METRIC_SM_OCCUPANCY": 40.0,

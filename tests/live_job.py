@@ -2,8 +2,9 @@
 that need a real Prometheus to scrape something real.
 
 * one `trainprof.exporter` per node, reading fake GPUs through its real NVML code path
-  (`fakes.FakeNvml`) and a scripted CPU (`fakes.ScriptedCpu`), host memory, disk and network
-  from psutil;
+  (`fakes.FakeNvml`), a scripted CPU (`fakes.ScriptedCpu`) and scripted memory, disk and
+  network counters (psutil reads a process-wide /proc, which other tests point elsewhere
+  while this session-wide job runs);
 * one process per rank running the real training API in a tiny loop (`live_rank.py`):
   `trainprof.start()` serves a process, so two ranks are two processes.
 """
@@ -19,10 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import trainprof.exporter
-from trainprof.exporter.sources import default_sources
 from trainprof.exporter.sources.gpu import GpuSource
 
-from fakes import GIB, FakeGpu, FakeNvml, ScriptedCpu
+from fakes import GIB, FakeGpu, FakeNvml, ScriptedCpu, ScriptedHostCounters
 
 DATAPOINT = 0.5
 
@@ -62,8 +62,8 @@ def _exporter(host: Host, training_job: str) -> tuple[trainprof.exporter.Exporte
     gpus = [FakeGpu(f"GPU-{host.node}-{i}", name="Fake GPU", utilization=[round(u * 100)],
                     memory_used=int(m * 16 * GIB), memory_total=16 * GIB)
             for i, (u, m) in enumerate(zip(host.gpu_util, host.gpu_memory))]
-    sources = [GpuSource(FakeNvml(gpus)), ScriptedCpu([(host.cores, host.iowait)])]
-    sources += default_sources(("memory", "disk", "network"))
+    sources = [GpuSource(FakeNvml(gpus)), ScriptedCpu([(host.cores, host.iowait)]),
+               ScriptedHostCounters()]
     exporter = trainprof.exporter.start(
         0, address="127.0.0.1", sources=sources, datapoint_interval=DATAPOINT,
         identity={"training_job": training_job, "node": host.node})
