@@ -230,7 +230,7 @@ class SampleAccumulator:
         """Every metric family of the exporter's sample state, as prometheus_client objects."""
         ident_names = list(self.identity)
         ident = list(self.identity.values())
-        fam = _Families(ident_names)
+        fam = Families(ident_names)
 
         yield fam.gauge("trainprof_sampler_interval_seconds", [], [(ident, self.interval)])
         yield fam.counter("trainprof_samples_total", [], [(ident, self.samples)])
@@ -279,7 +279,7 @@ class SampleAccumulator:
 
         yield from self._gpu_families(fam, ident)
 
-    def _gpu_families(self, fam: _Families, ident: list[str]) -> Iterator[MetricFamily]:
+    def _gpu_families(self, fam: Families, ident: list[str]) -> Iterator[MetricFamily]:
         if not self._gpus:
             return
         present = {g.index for g in self.latest.gpus} if self.latest else set()
@@ -314,15 +314,12 @@ class SampleAccumulator:
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value by exposed sample name and labels (tests and debugging)."""
-        for family in self.families():
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    return s.value
-        return None
+        return sample_value(self.families(), name, **labels)
 
 
-class _Families:
-    """Builds families from the contract, prefixing the identity labels."""
+class Families:
+    """Builds families from the contract, prefixing the identity labels. Histogram rows hold
+    objects with an `add_to(family, label_values)` method."""
 
     def __init__(self, identity: list[str]):
         self.identity = identity
@@ -380,6 +377,15 @@ def js_distance(p_counts: Sequence[int], q_counts: Sequence[int]) -> float | Non
         if q:
             divergence += q * math.log(q / m)
     return math.sqrt(max(divergence / 2, 0.0))
+
+
+def sample_value(families: Iterable[MetricFamily], name: str, **labels: str) -> float | None:
+    """The value of the first sample called `name` whose labels include `labels`."""
+    for family in families:
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
 
 
 def samples_of(families: Iterable[MetricFamily]) -> Iterator[tuple[str, dict[str, str], float]]:

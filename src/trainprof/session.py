@@ -175,11 +175,9 @@ class Session:
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's current value (tests and debugging)."""
-        for family in self.families():
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    return s.value
-        return None
+        from trainprof.sampling import sample_value
+
+        return sample_value(self.families(), name, **labels)
 
     # --- lifecycle -----------------------------------------------------------------------
 

@@ -29,17 +29,12 @@ import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-)
-from prometheus_client.core import (
-    Metric as MetricFamily,
-)
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import Metric as MetricFamily
 
 from trainprof import metrics as contract
 from trainprof.metrics import bucket_label, threshold_label
+from trainprof.sampling import Families, sample_value
 
 log = logging.getLogger("trainprof")
 
@@ -159,7 +154,7 @@ class StepStatistics:
         other.sum, other.count, other.mean, other.m2 = self.sum, self.count, self.mean, self.m2
         return other
 
-    def add_histogram_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
         cumulative, buckets = 0, []
         for bound, n in zip(self.bounds, self.counts):
             cumulative += n
@@ -281,7 +276,7 @@ class TrainingState:
         """Every training metric family of this state, as prometheus_client objects."""
         ident_names = [k for k in contract.TRAINING_IDENTITY if k in self.identity]
         ident = [self.identity[k] for k in ident_names]
-        fam = _Families(ident_names)
+        fam = Families(ident_names)
 
         info = [k for k in contract.metric("trainprof_training_info").labels if k in self.info]
         yield fam.gauge("trainprof_training_info", info,
@@ -315,11 +310,7 @@ class TrainingState:
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value by exposed sample name and labels (tests and debugging)."""
-        for family in self.families():
-            for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    return s.value
-        return None
+        return sample_value(self.families(), name, **labels)
 
 
 def _factor_grid(extra: Iterable[float]) -> tuple[float, ...]:
@@ -330,31 +321,3 @@ def _factor_grid(extra: Iterable[float]) -> tuple[float, ...]:
             raise ValueError(f"a stddev factor must be a positive number, got {k!r}")
         factors.add(k)
     return tuple(sorted(factors))
-
-
-class _Families:
-    """Builds families from the contract, prefixing the identity labels."""
-
-    def __init__(self, identity: list[str]):
-        self.identity = identity
-
-    def gauge(self, name, labels, rows):
-        family = GaugeMetricFamily(name, contract.metric(name).help,
-                                   labels=self.identity + labels)
-        for values, v in rows:
-            family.add_metric(values, v)
-        return family
-
-    def counter(self, name, labels, rows):
-        m = contract.metric(name)
-        family = CounterMetricFamily(m.base, m.help, labels=self.identity + labels)
-        for values, v in rows:
-            family.add_metric(values, v)
-        return family
-
-    def histogram(self, name, labels, rows):
-        family = HistogramMetricFamily(name, contract.metric(name).help,
-                                       labels=self.identity + labels)
-        for values, stats in rows:
-            stats.add_histogram_to(family, values)
-        return family
