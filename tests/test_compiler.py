@@ -90,11 +90,23 @@ def test_off_grid_thresholds_warn_that_exporters_need_the_configuration():
 def test_a_recording_shared_by_two_rules_is_written_once_and_inlined_elsewhere():
     compiled = compile_rules(default_config())
     records = [r["record"] for r in _rules(compiled) if "record" in r]
-    name = "gpu:trainprof_gpu_utilization_sampled_ratio:p95_rate4m10s"
+    name = "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below70_rate4m10s"
     assert records.count(name) == 1
     batch = next(g for g in compiled.groups if g["name"] == "trainprof.BatchSize")
     alert = next(r for r in batch["rules"] if "alert" in r)
-    assert name not in alert["expr"] and "histogram_quantile(0.95" in alert["expr"]
+    assert name not in alert["expr"]
+    assert 'rate(trainprof_gpu_utilization_sampled_ratio_bucket{le="0.7"}[4m10s])' in alert["expr"]
+
+
+def test_quantile_thresholds_on_bucket_bounds_read_one_bucket_others_interpolate():
+    on_bound = compile_rules(load_config({"rules": ["LowGPUUtilization"]}))
+    exprs = "\n".join(r["expr"] for r in _rules(on_bound))
+    assert "histogram_quantile" not in exprs and 'le="0.7"' in exprs and 'le="0.1"' in exprs
+    off = compile_rules(load_config({"rules": [
+        {"rule": "LowGPUUtilization", "parameters": {"threshold_p95": 72}}]}))
+    exprs = "\n".join(r["expr"] for r in _rules(off))
+    assert "histogram_quantile(0.95" in exprs and "p95_rate4m10s < 0.72" in exprs
+    assert 'le="0.1"' in exprs      # threshold_p5 = 10 is still a bucket bound
 
 
 HOSTILE = ['a"b', "back\\slash", "new\nline", "{{ $labels.x }}", "}) or vector(1) #"]

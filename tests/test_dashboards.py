@@ -137,9 +137,12 @@ def test_a_parameter_change_moves_the_alert_and_the_threshold_line_together():
                  if g["name"] == "trainprof.LowGPUUtilization")
     alert = next(r for r in group["rules"] if r.get("labels", {}).get("reason") ==
                  "underutilized")
-    signal_series = p95["targets"][0]["expr"].split("{")[0]
-    assert alert["expr"] == f"{signal_series} < 0.55"
-    assert signal_series.endswith(":p95_rate2m")
+    # The alert decides on the share of samples at or below 55 % over the window; the panel
+    # shows the 95th percentile over the same window against a line at 55 %.
+    assert alert["expr"] == (
+        "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below55_rate2m > 0.95")
+    panel = p95["targets"][0]["expr"]
+    assert panel.startswith("histogram_quantile(0.95, rate(") and panel.endswith("[2m]))")
 
 
 def test_the_rules_table_holds_every_alerting_rule_with_its_recommendation(root):

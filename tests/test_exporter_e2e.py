@@ -9,8 +9,10 @@ whole sample sets: a 15 s scrape of a latest-value gauge would see GPU 0 idle or
 on the phase, while the exporter's histograms and counters hold every sample.
 
     sample           0     1     2     3
-    GPU 0 util       2%    2%    2%    95%    -> fluctuating: p5 in (0, 5%], p95 in (90, 95%]
-    GPU 1 util       50%   50%   50%   50%    -> underutilized: p95 in (45, 50%]
+    GPU 0 util       2%    2%    2%    95%    -> fluctuating: 3/4 of the samples <= 10% and
+                                                 <= 70%; p5 in (0, 5%], p95 in (90, 95%]
+    GPU 1 util       50%   50%   50%   50%    -> underutilized: all <= 70%, none <= 10%;
+                                                 p95 in (45, 50%]
     core 0 busy      95%   95%   95%   30%    -> 3 of 4 samples are CPU bottlenecks (> 50%)
 """
 
@@ -40,12 +42,16 @@ RULES = {
         {"rule": "CPUBottleneck", "parameters": {"patience": 10, "scan_interval_us": 1_000_000}},
     ],
 }
-P95 = "gpu:trainprof_gpu_utilization_sampled_ratio:p95_rate40s"
-P5 = "gpu:trainprof_gpu_utilization_sampled_ratio:p5_rate40s"
+BELOW70 = "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below70_rate40s"
+BELOW10 = "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below10_rate40s"
+P95 = "histogram_quantile(0.95, rate(trainprof_gpu_utilization_sampled_ratio_bucket[40s]))"
+P5 = "histogram_quantile(0.05, rate(trainprof_gpu_utilization_sampled_ratio_bucket[40s]))"
 CPU_RATIO = 'training_job:trainprof_cpu_bottleneck_samples:ratio{cpu_above="0.9",gpu_below="0.1"}'
 BUCKET = 0.05
 
-EXPECTED = {   # (query, gpu) -> the bucket the value must fall in
+EXPECTED = {   # (query, gpu) -> the range the value must fall in
+    (BELOW70, "0"): (0.70, 0.80), (BELOW10, "0"): (0.70, 0.80),
+    (BELOW70, "1"): (1.0, 1.0), (BELOW10, "1"): (0.0, 0.0),
     (P95, "0"): (0.90, 0.95), (P5, "0"): (0.0, 0.05),
     (P95, "1"): (0.45, 0.50), (P5, "1"): (0.45, 0.50),
     (CPU_RATIO, None): (0.70, 0.80),

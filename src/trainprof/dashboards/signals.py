@@ -92,16 +92,23 @@ def _bottleneck(counter: str, busy_param: str, busy_text: str):
     return signals
 
 
+def _quantile(scope: Scope, histogram: str, q: float, span: str) -> str:
+    """The q-quantile over `span` of the panel's selection, computed when the panel loads:
+    the rules decide on the share of samples below the threshold (cheap at fleet scale),
+    the dashboard shows the percentile itself for the few series on screen."""
+    return f"histogram_quantile({q:g}, rate({scope.sel(histogram + '_bucket')}[{span}]))"
+
+
 def _low_gpu(b, out, scope, config):
     p = b.p
     span = b.span(p.window, "window")
-    p95 = recording(out, _UTIL)
-    p5 = out.recordings[out.recordings.index(p95) + 1]
     return (
-        Signal(f"95th percentile GPU utilization over {span}", scope.sel(p95.record),
-               _GPU_LEGEND, RATIO_UNIT, _percent("threshold_p95", p.threshold_p95, "below")),
-        Signal(f"5th percentile GPU utilization over {span}", scope.sel(p5.record),
-               _GPU_LEGEND, RATIO_UNIT, _percent("threshold_p5", p.threshold_p5, "below")),
+        Signal(f"95th percentile GPU utilization over {span}",
+               _quantile(scope, _UTIL, 0.95, span), _GPU_LEGEND, RATIO_UNIT,
+               _percent("threshold_p95", p.threshold_p95, "below")),
+        Signal(f"5th percentile GPU utilization over {span}",
+               _quantile(scope, _UTIL, 0.05, span), _GPU_LEGEND, RATIO_UNIT,
+               _percent("threshold_p5", p.threshold_p5, "below")),
     )
 
 
@@ -109,7 +116,7 @@ def _batch_size(b, out, scope, config):
     p = b.p
     span = b.span(p.window, "window")
     return tuple(
-        Signal(f"95th percentile {what} over {span}", scope.sel(recording(out, metric).record),
+        Signal(f"95th percentile {what} over {span}", _quantile(scope, metric, 0.95, span),
                legend, RATIO_UNIT, _percent(param, getattr(p, param), "below"))
         for what, metric, param, legend in (
             ("GPU utilization", _UTIL, "gpu_threshold_p95", _GPU_LEGEND),

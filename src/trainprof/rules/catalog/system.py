@@ -23,7 +23,11 @@ def _overall_system(b: Build) -> RuleOutput:
     for histogram, pooled in _HISTOGRAMS:
         buckets = b.sel(histogram + "_bucket")
         if pooled:
-            buckets = f"sum without ({', '.join(pooled)}) ({buckets})"
+            # Pool the node's GPUs once; the three quantiles read the pooled buckets.
+            pool = Recording(f"node_le:{histogram}_bucket:sum",
+                             f"sum without ({', '.join(pooled)}) ({buckets})")
+            recordings.append(pool)
+            buckets = pool.record
         for q in QUANTILES:
             # Cumulative buckets without rate(): the distribution since the exporter started.
             recordings.append(Recording(f"node:{histogram}:quantile",
