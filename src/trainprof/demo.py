@@ -42,8 +42,11 @@ DEMO_RULES: dict[str, Any] = {
     "rules": [{"rule": "ProfilerReport", "parameters": {
         # SageMaker's defaults, at demo speed: datapoints of 0.5 s, patience of 10 s.
         "scan_interval_us": 2_000_000,
-        "CPUBottleneck_patience": 20, "CPUBottleneck_window": 60,
-        "IOBottleneck_patience": 20, "IOBottleneck_window": 60,
+        # The bottlenecks watch a shorter patience than the alerts they explain (and inhibit),
+        # so they reach Alertmanager first, as the tickets' longer group_wait arranges in
+        # production.
+        "CPUBottleneck_patience": 12, "CPUBottleneck_window": 60,
+        "IOBottleneck_patience": 12, "IOBottleneck_window": 60,
         "LowGPUUtilization_window": 20, "LowGPUUtilization_patience": 20,
         "BatchSize_window": 20, "BatchSize_patience": 20,
         "GPUMemoryIncrease_patience": 20, "LoadBalancing_patience": 20,
@@ -199,9 +202,12 @@ def _alertmanager_config(webhook: str) -> str:
     from trainprof.alerting.model import Timing
     from trainprof.render import to_yaml
 
-    fast = Timing("1s", "5s", "1h")
-    tree = routing.tree(timing={k: fast for k in ("subtree", routing.PAGE, routing.NOTIFY,
-                                                  routing.INFO, routing.ACTIONS, "health")})
+    # Pages go out at once; tickets wait 10 s for the pages that may inhibit them (two
+    # minutes in the generated routing).
+    fast, ticket = Timing("1s", "5s", "1h"), Timing("10s", "5s", "1h")
+    tree = routing.tree(timing={"subtree": fast, routing.PAGE: fast, routing.NOTIFY: ticket,
+                                routing.INFO: ticket, routing.ACTIONS: ticket,
+                                "health": ticket})
     hook = {"webhook_configs": [{"url": webhook, "send_resolved": True}]}
     receivers = {"default": {}, routing.PAGE: hook, routing.NOTIFY: hook, routing.INFO: hook,
                  routing.ACTIONS: {}}
