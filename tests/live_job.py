@@ -21,6 +21,7 @@ from pathlib import Path
 
 import trainprof.exporter
 from trainprof.exporter.sources.gpu import GpuSource
+from trainprof.localstack import stop_process
 
 from fakes import GIB, FakeGpu, FakeNvml, ScriptedCpu, ScriptedHostCounters
 
@@ -113,12 +114,7 @@ def scripted_job(training_job: str = "bert-base", namespace: str = "team-a"
         for timer in timers:
             timer.cancel()
         for proc in ranks:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
             proc.stdout.close()
         for exporter in exporters:
             exporter.stop()

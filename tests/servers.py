@@ -13,6 +13,22 @@ from trainprof.localstack import alertmanager, free_port, get_json, prometheus, 
 __all__ = ["alertmanager", "free_port", "get_json", "prometheus", "query"]
 
 
+@contextlib.contextmanager
+def _loopback(handler):
+    """Serve `handler` on a free 127.0.0.1 port in a thread; yields the base URL."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class Delivery:
     """One request a `webhook_sink` received."""
 
@@ -30,7 +46,7 @@ def webhook_sink():
     Yields (base_url, deliveries); `deliveries` is a list appended to as requests arrive.
     """
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     deliveries: list[Delivery] = []
     lock = threading.Lock()
@@ -48,14 +64,8 @@ def webhook_sink():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", deliveries
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _loopback(Handler) as url:
+        yield url, deliveries
 
 
 def wait_for(condition, timeout: float, what: str, step: float = 0.2):
@@ -107,8 +117,7 @@ def fake_kubernetes(responses: dict[tuple[str, str], int] | None = None):
     Yields (url, calls); each call is a dict with method, path, content_type, authorization
     and body (parsed JSON). `responses` maps (method, path) to a status (default 200).
     """
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     calls: list[dict] = []
     responses = responses or {}
@@ -134,14 +143,8 @@ def fake_kubernetes(responses: dict[tuple[str, str], int] | None = None):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", calls
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _loopback(Handler) as url:
+        yield url, calls
 
 
 def wait_for_targets(base: str, count: int, timeout: float = 30.0) -> None:

@@ -33,6 +33,16 @@ def query(base: str, expr: str) -> dict:
     return get_json(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def _server(name: str, argv: list[str], workdir: Path, port: int) -> Iterator[str]:
     log_path = workdir / f"{name}.log"
@@ -55,12 +65,7 @@ def _server(name: str, argv: list[str], workdir: Path, port: int) -> Iterator[st
             time.sleep(0.1)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         log.close()
 
 
