@@ -13,10 +13,12 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PROMETHEUS_HEADERS = {"Accept": "application/openmetrics-text;version=1.0.0,application/"
-                                "openmetrics-text;version=0.0.1;q=0.75,text/plain;"
-                                "version=0.0.4;q=0.5,*/*;q=0.1",
-                      "Accept-Encoding": "gzip"}
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/"
+    "openmetrics-text;version=0.0.1;q=0.75,text/plain;"
+    "version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -29,7 +31,7 @@ def free_port() -> int:
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS      # utime + stime
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
 
 
 def rss_bytes(pid: int) -> int:
@@ -73,19 +75,31 @@ def node_exporter() -> str:
     if path:
         return path
     if os.geteuid() != 0:
-        sys.exit("prometheus-node-exporter is missing: sudo apt-get install "
-                 "--no-install-recommends prometheus-node-exporter")
+        sys.exit(
+            "prometheus-node-exporter is missing: sudo apt-get install "
+            "--no-install-recommends prometheus-node-exporter"
+        )
     policy = Path("/usr/sbin/policy-rc.d")
     made = not policy.exists()
-    if made:   # without systemd, the postinst would otherwise start it on :9100
+    if made:  # without systemd, the postinst would otherwise start it on :9100
         policy.write_text("#!/bin/sh\nexit 101\n")
         policy.chmod(0o755)
     try:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                        "prometheus-node-exporter"], check=True, env=env,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                "apt-get",
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "prometheus-node-exporter",
+            ],
+            check=True,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
     finally:
         if made:
             policy.unlink()
@@ -93,14 +107,26 @@ def node_exporter() -> str:
 
 
 def start_trainprof(port: int, gpus: int = 8) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(HERE / "fake_gpu_exporter.py"), "--port",
-                             str(port), "--gpus", str(gpus)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "fake_gpu_exporter.py"),
+            "--port",
+            str(port),
+            "--gpus",
+            str(gpus),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def start_node_exporter(port: int) -> subprocess.Popen:
-    return subprocess.Popen([node_exporter(), f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [node_exporter(), f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -31,11 +31,14 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5)
     args = parser.parse_args()
     gpus = h100s(args.gpus, utilization=[3, 17, 45, 88, 97, 61, 12])
-    sources = [GpuSource(FakeNvml(gpus)),
-               *default_sources(["cpu", "memory", "disk", "network"])]
-    exporter = trainprof.exporter.start(args.port, address="127.0.0.1", sources=sources,
-                                        datapoint_interval=args.interval,
-                                        identity={"node": "bench"})
+    sources = [GpuSource(FakeNvml(gpus)), *default_sources(["cpu", "memory", "disk", "network"])]
+    exporter = trainprof.exporter.start(
+        args.port,
+        address="127.0.0.1",
+        sources=sources,
+        datapoint_interval=args.interval,
+        identity={"node": "bench"},
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -29,11 +29,19 @@ def main() -> None:
     duration = args.hours * 3600
     gpu_pattern = {"cycle": [0.95] * 9 + [0.0]}
     hosts = {
-        "algo-1": {"cores": args.cores, "gpus": 8,
-                   "timeline": [{"gpu_util": gpu_pattern, "cpu": 0.5},
-                                {"from": duration / 2, "gpu_util": 0.3, "cpu": 0.95}]},
-        "algo-2": {"cores": args.cores, "gpus": 8,
-                   "timeline": [{"gpu_util": 0.92, "gpu_mem": 0.6, "cpu": 0.4}]},
+        "algo-1": {
+            "cores": args.cores,
+            "gpus": 8,
+            "timeline": [
+                {"gpu_util": gpu_pattern, "cpu": 0.5},
+                {"from": duration / 2, "gpu_util": 0.3, "cpu": 0.95},
+            ],
+        },
+        "algo-2": {
+            "cores": args.cores,
+            "gpus": 8,
+            "timeline": [{"gpu_util": 0.92, "gpu_mem": 0.6, "cpu": 0.4}],
+        },
     }
     t = time.perf_counter()
     lines = write_system(out, start=1_700_000_000, duration=duration, interval=0.5, hosts=hosts)
@@ -42,10 +50,14 @@ def main() -> None:
     result = replay(out, None, scrape_interval=parse_duration(args.scrape_interval))
     elapsed = time.perf_counter() - t
     fired = {k: len(v.alerts) for k, v in result.rules.items() if v.fired}
-    print(f"replayed {result.samples:,} samples ({result.nodes} nodes, {result.gpus} GPUs, "
-          f"{args.hours:g} h) at {args.scrape_interval} in {elapsed:.1f}s; fired: {fired}")
-    print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB "
-          f"(children {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB)")
+    print(
+        f"replayed {result.samples:,} samples ({result.nodes} nodes, {result.gpus} GPUs, "
+        f"{args.hours:g} h) at {args.scrape_interval} in {elapsed:.1f}s; fired: {fired}"
+    )
+    print(
+        f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB "
+        f"(children {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB)"
+    )
 
 
 if __name__ == "__main__":

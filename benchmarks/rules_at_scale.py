@@ -35,8 +35,10 @@ from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 from trainprof.sampling import GpuSample, HostSample, SampleAccumulator
 
-RULES = {"scrape_interval": "15s",
-         "rules": [{"rule": "ProfilerReport", "parameters": {"scan_interval_us": 15_000_000}}]}
+RULES = {
+    "scrape_interval": "15s",
+    "rules": [{"rule": "ProfilerReport", "parameters": {"scan_interval_us": 15_000_000}}],
+}
 
 
 class Fleet:
@@ -52,13 +54,23 @@ class Fleet:
     def _advance(self) -> None:
         for _ in range(30):
             self.t += 0.5
-            self.acc.observe(HostSample(
-                self.t, cpu_utilization=[self.rng.random() for _ in range(8)],
-                cpu_iowait=[self.rng.random() * 0.1 for _ in range(8)],
-                memory_used_ratio=0.4,
-                gpus=[GpuSample(i, f"GPU-{i}", utilization=self.rng.random(),
-                                memory_used_ratio=0.5 + 0.01 * self.rng.random())
-                      for i in range(self.gpus)]))
+            self.acc.observe(
+                HostSample(
+                    self.t,
+                    cpu_utilization=[self.rng.random() for _ in range(8)],
+                    cpu_iowait=[self.rng.random() * 0.1 for _ in range(8)],
+                    memory_used_ratio=0.4,
+                    gpus=[
+                        GpuSample(
+                            i,
+                            f"GPU-{i}",
+                            utilization=self.rng.random(),
+                            memory_used_ratio=0.5 + 0.01 * self.rng.random(),
+                        )
+                        for i in range(self.gpus)
+                    ],
+                )
+            )
 
     def body(self) -> bytes:
         with self.lock:
@@ -122,37 +134,47 @@ def main() -> None:
     print(f"one scrape: {size / 1e6:.1f} MB, built in {time.perf_counter() - t:.1f}s")
     groups = compile_rules(load_config(RULES)).groups
     workdir = Path(tempfile.mkdtemp(prefix="rules-at-scale-"))
-    config = ("global: {scrape_interval: 15s, scrape_timeout: 14s, evaluation_interval: 15s}\n"
-              "rule_files: [rules.yaml]\nscrape_configs:\n"
-              "- job_name: fleet\n  static_configs:\n"
-              f"  - targets: ['127.0.0.1:{server.server_address[1]}']\n")
+    config = (
+        "global: {scrape_interval: 15s, scrape_timeout: 14s, evaluation_interval: 15s}\n"
+        "rule_files: [rules.yaml]\nscrape_configs:\n"
+        "- job_name: fleet\n  static_configs:\n"
+        f"  - targets: ['127.0.0.1:{server.server_address[1]}']\n"
+    )
     try:
-        with prometheus("prometheus", workdir, config,
-                        {"rules.yaml": to_yaml({"groups": groups})}) as base:
+        with prometheus(
+            "prometheus", workdir, config, {"rules.yaml": to_yaml({"groups": groups})}
+        ) as base:
             started = time.monotonic()
             rounds: dict[str, list[float]] = {}
             while time.monotonic() - started < args.minutes * 60:
                 time.sleep(15)
-                up = get_json(f"{base}/api/v1/query?query=scrape_samples_scraped",
-                              timeout=120)["data"]["result"]
-                print(f"  {time.monotonic() - started:5.0f}s: "
-                      f"{up[0]['value'][1] if up else 0} series per scrape", flush=True)
+                up = get_json(f"{base}/api/v1/query?query=scrape_samples_scraped", timeout=120)[
+                    "data"
+                ]["result"]
+                print(
+                    f"  {time.monotonic() - started:5.0f}s: "
+                    f"{up[0]['value'][1] if up else 0} series per scrape",
+                    flush=True,
+                )
                 # Once the 4m10s windows are full, keep every round's evaluation times.
                 if time.monotonic() - started > 270:
                     for g in get_json(f"{base}/api/v1/rules", timeout=120)["data"]["groups"]:
                         rounds.setdefault(g["name"], []).append(float(g["evaluationTime"]))
-            quiet = {g["name"]: sum(_fastest(base, r["expr"]) for r in g["rules"])
-                     for g in groups}
-            medians = sorted(((name, statistics.median(times)) for name, times in
-                              rounds.items()), key=lambda x: -x[1])
+            quiet = {g["name"]: sum(_fastest(base, r["expr"]) for r in g["rules"]) for g in groups}
+            medians = sorted(
+                ((name, statistics.median(times)) for name, times in rounds.items()),
+                key=lambda x: -x[1],
+            )
             print(f"  {'group':<40} {'in Prometheus':>14} {'fastest query':>14}")
             for name, d in medians:
                 print(f"  {name:<40} {d * 1000:11.0f} ms {quiet[name] * 1000:11.0f} ms")
             total, fastest = sum(d for _, d in medians), sum(quiet.values())
-            print(f"all groups, {args.nodes} nodes x {args.gpus} GPUs: {total:.2f} s per round "
-                  f"as Prometheus evaluated them while ingesting; {fastest:.2f} s as the "
-                  f"fastest of {TRIES} instant queries each ({100 * fastest / 15:.1f}% of a "
-                  "15 s interval; groups run every 60 s by default)")
+            print(
+                f"all groups, {args.nodes} nodes x {args.gpus} GPUs: {total:.2f} s per round "
+                f"as Prometheus evaluated them while ingesting; {fastest:.2f} s as the "
+                f"fastest of {TRIES} instant queries each ({100 * fastest / 15:.1f}% of a "
+                "15 s interval; groups run every 60 s by default)"
+            )
     finally:
         server.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -31,8 +31,10 @@ from fakes import FakeNvml, h100s  # noqa: E402
 
 
 def sampler(gpus: int, interval: float = 0.5) -> Sampler:
-    sources = [GpuSource(FakeNvml(h100s(gpus, utilization=[3, 17, 45, 88, 97, 61, 12]))),
-               *default_sources(["cpu", "memory", "disk", "network"])]
+    sources = [
+        GpuSource(FakeNvml(h100s(gpus, utilization=[3, 17, 45, 88, 97, 61, 12]))),
+        *default_sources(["cpu", "memory", "disk", "network"]),
+    ]
     return Sampler(SourceRunner(sources), SampleAccumulator(interval, {"node": "bench"}))
 
 
@@ -69,8 +71,10 @@ def main() -> None:
     used, elapsed = cpu() - c0, time.monotonic() - t0
     samples = s.samples
     s.stop()
-    print(f"sampler thread over {elapsed:.0f} s ({samples} samples, {args.gpus} GPUs): "
-          f"{used:.2f} CPU s = {used / elapsed * 100:.3f} % of one core")
+    print(
+        f"sampler thread over {elapsed:.0f} s ({samples} samples, {args.gpus} GPUs): "
+        f"{used:.2f} CPU s = {used / elapsed * 100:.3f} % of one core"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,7 @@ def measure(name, proc, url, idle, paced, burst):
                 time.sleep(pause)
         elapsed = time.monotonic() - t0
         per_scrape = (cpu_seconds(proc.pid) - c0 - background * elapsed) / count
-        rows.append((name, mode, n_series, per_scrape, per_scrape / n_series * 1000,
-                     background))
+        rows.append((name, mode, n_series, per_scrape, per_scrape / n_series * 1000, background))
     return rows
 
 
@@ -62,27 +61,33 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = []
-    for name, start in (("trainprof (8 fake GPUs)", start_trainprof),
-                        ("node_exporter", start_node_exporter)):
+    for name, start in (
+        ("trainprof (8 fake GPUs)", start_trainprof),
+        ("node_exporter", start_node_exporter),
+    ):
         port = free_port()
         proc = start(port)
         try:
-            rows += measure(name, proc, f"http://127.0.0.1:{port}/metrics", args.idle,
-                            args.paced, args.burst)
+            rows += measure(
+                name, proc, f"http://127.0.0.1:{port}/metrics", args.idle, args.paced, args.burst
+            )
         finally:
             stop(proc)
 
-    print("| exporter | scrapes | series | CPU ms/scrape | CPU ms/1,000 series | "
-          "background CPU |")
+    print("| exporter | scrapes | series | CPU ms/scrape | CPU ms/1,000 series | background CPU |")
     print("|---|---|---|---|---|---|")
     for name, mode, n, per_scrape, per_k, background in rows:
-        print(f"| {name} | {mode} | {n} | {per_scrape * 1e3:.2f} | {per_k * 1e3:.2f} | "
-              f"{background * 100:.2f} % of a core |")
+        print(
+            f"| {name} | {mode} | {n} | {per_scrape * 1e3:.2f} | {per_k * 1e3:.2f} | "
+            f"{background * 100:.2f} % of a core |"
+        )
     ours = {mode: per_k for name, mode, _, _, per_k, _ in rows if name.startswith("trainprof")}
     theirs = {mode: per_k for name, mode, _, _, per_k, _ in rows if name == "node_exporter"}
     for mode in ours:
-        print(f"{mode}: trainprof / node_exporter CPU per 1,000 series = "
-              f"{ours[mode] / theirs[mode]:.2f}")
+        print(
+            f"{mode}: trainprof / node_exporter CPU per 1,000 series = "
+            f"{ours[mode] / theirs[mode]:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def trainprof_loop(n: int) -> None:
 
 
 def best_ns_per_step(loop, steps: int, repeat: int) -> float:
-    loop(min(steps, 10_000))                      # warm up: imports, caches
+    loop(min(steps, 10_000))  # warm up: imports, caches
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -103,20 +103,22 @@ def main() -> None:
 
     import trainprof
 
-    rows = [("nullcontext", best_ns_per_step(nullcontext_loop, args.steps, args.repeat)),
-            ("record_function", best_ns_per_step(record_function_loop, args.steps,
-                                                 args.repeat))]
+    rows = [
+        ("nullcontext", best_ns_per_step(nullcontext_loop, args.steps, args.repeat)),
+        ("record_function", best_ns_per_step(record_function_loop, args.steps, args.repeat)),
+    ]
     trainprof.start(serve=False)
     rows.append(("trainprof", best_ns_per_step(trainprof_loop, args.steps, args.repeat)))
     trainprof.stop()
     session = trainprof.start(port=0, addr="127.0.0.1")
     with scraping(session.port) as scrapes:
-        rows.append(("trainprof+scrape",
-                     best_ns_per_step(trainprof_loop, args.steps, args.repeat)))
+        rows.append(("trainprof+scrape", best_ns_per_step(trainprof_loop, args.steps, args.repeat)))
     trainprof.stop()
 
-    print(f"Python {platform.python_version()}, torch {torch.__version__}, "
-          f"{platform.machine()}, {args.steps} steps x best of {args.repeat}")
+    print(
+        f"Python {platform.python_version()}, torch {torch.__version__}, "
+        f"{platform.machine()}, {args.steps} steps x best of {args.repeat}"
+    )
     print(f"{'variant':<18} {'ns/step':>9} {'x nullcontext':>14}")
     for name, ns in rows:
         print(f"{name:<18} {ns:>9.0f} {ns / rows[0][1]:>14.1f}")

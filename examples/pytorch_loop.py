@@ -38,14 +38,16 @@ def main() -> None:
     features = torch.randn(args.steps * args.batch_size, 64)
     targets = features @ torch.randn(64, 1)
     dataset = torch.utils.data.TensorDataset(features, targets)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
-                                         num_workers=2)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 1)).to(device)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=args.batch_size, shuffle=True, num_workers=2
+    )
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)
+    ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    for x, y in trainprof.data(loader):                  # phase "dataloader"
-        with trainprof.step(samples=len(x)):             # steps, durations, outliers
+    for x, y in trainprof.data(loader):  # phase "dataloader"
+        with trainprof.step(samples=len(x)):  # steps, durations, outliers
             with trainprof.phase("h2d"):
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with trainprof.phase("forward"):
@@ -59,9 +61,12 @@ def main() -> None:
     with trainprof.step(mode="eval"), torch.no_grad():
         model(features[: args.batch_size].to(device))
 
-    print(f"rank {session.identity.rank}: "
-          f"{session.value('trainprof_training_steps_total', mode='train'):.0f} steps, "
-          f"final loss {loss.item():.4f}", flush=True)
+    print(
+        f"rank {session.identity.rank}: "
+        f"{session.value('trainprof_training_steps_total', mode='train'):.0f} steps, "
+        f"final loss {loss.item():.4f}",
+        flush=True,
+    )
     time.sleep(args.linger)
 
 

@@ -18,9 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite the golden files under tests/golden/ from the current "
-                          "output (review the diff before committing)")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite the golden files under tests/golden/ from the current "
+        "output (review the diff before committing)",
+    )
 
 
 @pytest.fixture
@@ -78,16 +81,32 @@ def chromium() -> str:
 # and window, so every rule the scripted job provokes fires within seconds.
 LIVE_RULES = {
     "scrape_interval": "1s",
-    "rules": [{"rule": "ProfilerReport", "parameters": {
-        "scan_interval_us": 1_000_000,
-        **{f"{rule}_patience": 4 for rule in (
-            "CPUBottleneck", "IOBottleneck", "LowGPUUtilization", "BatchSize",
-            "GPUMemoryIncrease", "LoadBalancing")},
-        "LowGPUUtilization_window": 10, "BatchSize_window": 10, "GPUMemoryIncrease_window": 4,
-        "StepOutlier_n_outliers": 2,
-        # Half the job's nodes starve a GPU: above 40 % (not SageMaker's 50 %) fires.
-        "CPUBottleneck_threshold": 40, "IOBottleneck_threshold": 40,
-    }}],
+    "rules": [
+        {
+            "rule": "ProfilerReport",
+            "parameters": {
+                "scan_interval_us": 1_000_000,
+                **{
+                    f"{rule}_patience": 4
+                    for rule in (
+                        "CPUBottleneck",
+                        "IOBottleneck",
+                        "LowGPUUtilization",
+                        "BatchSize",
+                        "GPUMemoryIncrease",
+                        "LoadBalancing",
+                    )
+                },
+                "LowGPUUtilization_window": 10,
+                "BatchSize_window": 10,
+                "GPUMemoryIncrease_window": 4,
+                "StepOutlier_n_outliers": 2,
+                # Half the job's nodes starve a GPU: above 40 % (not SageMaker's 50 %) fires.
+                "CPUBottleneck_threshold": 40,
+                "IOBottleneck_threshold": 40,
+            },
+        }
+    ],
 }
 
 
@@ -106,8 +125,7 @@ def live_job(prometheus_bin, tmp_path_factory):
     rules = to_yaml({"groups": compile_rules(config).groups})
     workdir = tmp_path_factory.mktemp("live-prometheus")
     with scripted_job() as job:
-        with prometheus(prometheus_bin, workdir, scrape_config(job),
-                        {"rules.yaml": rules}) as base:
+        with prometheus(prometheus_bin, workdir, scrape_config(job), {"rules.yaml": rules}) as base:
             wait_for_targets(base, len(job.targets))
             yield base, job, config
 

@@ -30,17 +30,17 @@ _GPM_NAMES = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_G
 class FakeGpu:
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
-    utilization: Sequence[int] = (50,)     # percent; cycled, one value per read
+    utilization: Sequence[int] = (50,)  # percent; cycled, one value per read
     memory_used: int = 20 * GIB
     memory_total: int = 80 * GIB
     power_mw: int = 312_500
     energy_mj: int = 7_200_000
     temperature: int = 61
     sm_clock_mhz: int = 1980
-    gpm: dict[str, float] | None = None    # e.g. {"NVML_GPM_METRIC_SM_UTIL": 87.5}; None: no GPM
+    gpm: dict[str, float] | None = None  # e.g. {"NVML_GPM_METRIC_SM_UTIL": 87.5}; None: no GPM
     fail: dict[str, type[pynvml.NVMLError]] = dataclasses.field(default_factory=dict)
     lost: bool = False
-    calls: int = 0                         # NVML calls about this GPU
+    calls: int = 0  # NVML calls about this GPU
 
     def __post_init__(self) -> None:
         self._utilization = itertools.cycle(self.utilization)
@@ -54,8 +54,12 @@ class FakeHandle:
 class FakeNvml:
     """The pynvml module, for GPUs that are not there. `calls` counts every NVML call."""
 
-    def __init__(self, gpus: Sequence[FakeGpu], driver: str = "550.54.15",
-                 init_error: type[pynvml.NVMLError] | None = None):
+    def __init__(
+        self,
+        gpus: Sequence[FakeGpu],
+        driver: str = "550.54.15",
+        init_error: type[pynvml.NVMLError] | None = None,
+    ):
         self.gpus = list(gpus)
         self.driver = driver
         self.init_error = init_error
@@ -63,7 +67,7 @@ class FakeNvml:
         self.calls_by_name: dict[str, int] = {}
         self.initialized = False
         self.shutdowns = 0
-        self._gpm_samples: dict[int, tuple[Any, list]] = {}   # address -> (struct, [gpu, n])
+        self._gpm_samples: dict[int, tuple[Any, list]] = {}  # address -> (struct, [gpu, n])
         self._gpm_reads = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -133,8 +137,9 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle):
         gpu = self._call("nvmlDeviceGetMemoryInfo", handle)
-        return pynvml.c_nvmlMemory_t(total=gpu.memory_total, used=gpu.memory_used,
-                                     free=gpu.memory_total - gpu.memory_used)
+        return pynvml.c_nvmlMemory_t(
+            total=gpu.memory_total, used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used
+        )
 
     def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:
         return self._call("nvmlDeviceGetPowerUsage", handle).power_mw
@@ -158,8 +163,9 @@ class FakeNvml:
 
     def nvmlGpmQueryDeviceSupport(self, handle: FakeHandle):
         gpu = self._call("nvmlGpmQueryDeviceSupport", handle)
-        return pynvml.c_nvmlGpmSupport_t(version=pynvml.NVML_GPM_SUPPORT_VERSION,
-                                         isSupportedDevice=int(gpu.gpm is not None))
+        return pynvml.c_nvmlGpmSupport_t(
+            version=pynvml.NVML_GPM_SUPPORT_VERSION, isSupportedDevice=int(gpu.gpm is not None)
+        )
 
     def nvmlGpmSampleAlloc(self):
         self._call("nvmlGpmSampleAlloc")
@@ -188,8 +194,13 @@ class FakeNvml:
             raise pynvml.NVMLError_ArgumentVersionMismatch()
         first = self._gpm_samples.get(_address(request.sample1))
         second = self._gpm_samples.get(_address(request.sample2))
-        if first is None or second is None or first[1][0] != second[1][0] \
-                or first[1][1] is None or not first[1][1] < second[1][1]:
+        if (
+            first is None
+            or second is None
+            or first[1][0] != second[1][0]
+            or first[1][1] is None
+            or not first[1][1] < second[1][1]
+        ):
             raise pynvml.NVMLError_InvalidArgument()
         gpu = self.gpus[second[1][0]]
         if gpu.lost:
@@ -255,7 +266,15 @@ class ScriptedHostCounters:
 
 def h100s(n: int, gpm: bool = True, **kwargs: Any) -> list[FakeGpu]:
     """n H100-shaped GPUs with stable UUIDs."""
-    metrics = {"NVML_GPM_METRIC_SM_UTIL": 87.5, "NVML_GPM_METRIC_SM_OCCUPANCY": 40.0,
-               "NVML_GPM_METRIC_ANY_TENSOR_UTIL": 55.0, "NVML_GPM_METRIC_DRAM_BW_UTIL": 32.5}
-    return [FakeGpu(f"GPU-{i:08x}-1f2e-4d3c-8b7a-{i:012x}", gpm=dict(metrics) if gpm else None,
-                    **kwargs) for i in range(n)]
+    metrics = {
+        "NVML_GPM_METRIC_SM_UTIL": 87.5,
+        "NVML_GPM_METRIC_SM_OCCUPANCY": 40.0,
+        "NVML_GPM_METRIC_ANY_TENSOR_UTIL": 55.0,
+        "NVML_GPM_METRIC_DRAM_BW_UTIL": 32.5,
+    }
+    return [
+        FakeGpu(
+            f"GPU-{i:08x}-1f2e-4d3c-8b7a-{i:012x}", gpm=dict(metrics) if gpm else None, **kwargs
+        )
+        for i in range(n)
+    ]

@@ -37,45 +37,67 @@ class Host:
     iowait: list[float]
     gpu_util: list[float]
     gpu_memory: list[float]
-    memory_jump_after: float | None = None     # seconds; GPU memory +0.3 from then on
+    memory_jump_after: float | None = None  # seconds; GPU memory +0.3 from then on
 
 
 @dataclasses.dataclass
 class LiveJob:
     training_job: str
     namespace: str
-    targets: list[str]                 # host:port to scrape
+    targets: list[str]  # host:port to scrape
     nodes: list[str]
-
-
 
 
 # A starved GPU next to a busy one on n1 (CPU and I/O bottlenecks, low utilization, load
 # imbalance, a small batch, a memory jump after 10 s); a well-fed GPU on n2.
 HOSTS = (
-    Host("n1", cores=[0.97, 0.3, 0.3, 0.3], iowait=[0.0, 0.6, 0.0, 0.0],
-         gpu_util=[0.03, 0.9], gpu_memory=[0.3, 0.5], memory_jump_after=10.0),
+    Host(
+        "n1",
+        cores=[0.97, 0.3, 0.3, 0.3],
+        iowait=[0.0, 0.6, 0.0, 0.0],
+        gpu_util=[0.03, 0.9],
+        gpu_memory=[0.3, 0.5],
+        memory_jump_after=10.0,
+    ),
     Host("n2", cores=[0.6, 0.6], iowait=[0.0, 0.0], gpu_util=[0.85], gpu_memory=[0.8]),
 )
 
 
 def _exporter(host: Host, training_job: str) -> tuple[trainprof.exporter.Exporter, list]:
-    gpus = [FakeGpu(f"GPU-{host.node}-{i}", name="Fake GPU", utilization=[round(u * 100)],
-                    memory_used=int(m * 16 * GIB), memory_total=16 * GIB)
-            for i, (u, m) in enumerate(zip(host.gpu_util, host.gpu_memory))]
-    sources = [GpuSource(FakeNvml(gpus)), ScriptedCpu([(host.cores, host.iowait)]),
-               ScriptedHostCounters()]
+    gpus = [
+        FakeGpu(
+            f"GPU-{host.node}-{i}",
+            name="Fake GPU",
+            utilization=[round(u * 100)],
+            memory_used=int(m * 16 * GIB),
+            memory_total=16 * GIB,
+        )
+        for i, (u, m) in enumerate(zip(host.gpu_util, host.gpu_memory))
+    ]
+    sources = [
+        GpuSource(FakeNvml(gpus)),
+        ScriptedCpu([(host.cores, host.iowait)]),
+        ScriptedHostCounters(),
+    ]
     exporter = trainprof.exporter.start(
-        0, address="127.0.0.1", sources=sources, datapoint_interval=DATAPOINT,
-        identity={"training_job": training_job, "node": host.node})
+        0,
+        address="127.0.0.1",
+        sources=sources,
+        datapoint_interval=DATAPOINT,
+        identity={"training_job": training_job, "node": host.node},
+    )
     return exporter, gpus
 
 
-def _rank(training_job: str, node: str, rank: int, stall_every: int
-          ) -> tuple[subprocess.Popen, int]:
+def _rank(
+    training_job: str, node: str, rank: int, stall_every: int
+) -> tuple[subprocess.Popen, int]:
     script = Path(__file__).with_name("live_rank.py")
-    proc = subprocess.Popen([sys.executable, str(script), training_job, node, str(rank),
-                             str(stall_every)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), training_job, node, str(rank), str(stall_every)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     if not line.strip().isdigit():
         proc.kill()
@@ -86,8 +108,7 @@ def _rank(training_job: str, node: str, rank: int, stall_every: int
 
 
 @contextlib.contextmanager
-def scripted_job(training_job: str = "bert-base", namespace: str = "team-a"
-                 ) -> Iterator[LiveJob]:
+def scripted_job(training_job: str = "bert-base", namespace: str = "team-a") -> Iterator[LiveJob]:
     """Serve one job: a real exporter per node of HOSTS and a real training rank per node,
     rank 1 with stalls (step outliers). The namespace comes from the scrape configuration,
     as Kubernetes relabelling would add it."""
@@ -99,9 +120,11 @@ def scripted_job(training_job: str = "bert-base", namespace: str = "team-a"
             exporters.append(exporter)
             targets.append(f"127.0.0.1:{exporter.port}")
             if host.memory_jump_after is not None:
+
                 def jump(gpus=gpus):
                     for gpu in gpus:
                         gpu.memory_used += int(0.3 * 16 * GIB)
+
                 timer = threading.Timer(host.memory_jump_after, jump)
                 timer.start()
                 timers.append(timer)
@@ -123,8 +146,10 @@ def scripted_job(training_job: str = "bert-base", namespace: str = "team-a"
 def scrape_config(job: LiveJob, interval: str = "1s") -> str:
     """Prometheus configuration scraping the job, with its namespace as a target label."""
     targets = ", ".join(f'"{t}"' for t in job.targets)
-    return (f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
-            "rule_files: [rules.yaml]\n"
-            "scrape_configs:\n"
-            f"- job_name: trainprof\n  static_configs:\n  - targets: [{targets}]\n"
-            f"    labels: {{namespace: {job.namespace}}}\n")
+    return (
+        f"global: {{scrape_interval: {interval}, evaluation_interval: {interval}}}\n"
+        "rule_files: [rules.yaml]\n"
+        "scrape_configs:\n"
+        f"- job_name: trainprof\n  static_configs:\n  - targets: [{targets}]\n"
+        f"    labels: {{namespace: {job.namespace}}}\n"
+    )

@@ -17,8 +17,9 @@ import trainprof
 
 def main() -> None:
     job, node, rank, stall_every = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    session = trainprof.start(port=0, addr="127.0.0.1", training_job=job, node=node,
-                              rank=rank, local_rank=0, world_size=2)
+    session = trainprof.start(
+        port=0, addr="127.0.0.1", training_job=job, node=node, rank=rank, local_rank=0, world_size=2
+    )
     print(session.port, flush=True)
     n = 0
     while True:

@@ -47,8 +47,12 @@ def bottleneck(hosts, p, io: bool = False) -> bool:
                 datapoints += 1
                 busy = s.cpu_iowait if io else s.cpu_utilization
                 utils = [g.utilization for g in s.gpus if g.utilization is not None]
-                if busy and utils and max(busy) > busy_limit and \
-                        min(utils) < p["gpu_threshold"] / 100:
+                if (
+                    busy
+                    and utils
+                    and max(busy) > busy_limit
+                    and min(utils) < p["gpu_threshold"] / 100
+                ):
                     hits += 1
         if datapoints > p["patience"] and 100 * hits / datapoints > p["threshold"]:
             return True
@@ -72,7 +76,7 @@ def low_gpu_utilization(hosts, p) -> bool:
         for values in seen.values():
             if len(values) <= p["patience"]:
                 continue
-            last = values[-p["window"]:]
+            last = values[-p["window"] :]
             p95, p5 = quantile(last, 0.95), quantile(last, 0.05)
             t95, t5 = p["threshold_p95"] / 100, p["threshold_p5"] / 100
             if p95 < t95 or (p95 > t95 and p5 < t5):
@@ -88,8 +92,7 @@ def batch_size(hosts, p) -> bool:
         for node, samples in hosts.items():
             for s in _in(samples, start, end):
                 if s.cpu_utilization:
-                    cpu.setdefault(node, []).append(sum(s.cpu_utilization) /
-                                                    len(s.cpu_utilization))
+                    cpu.setdefault(node, []).append(sum(s.cpu_utilization) / len(s.cpu_utilization))
                 for g in s.gpus:
                     util.setdefault((node, g.index), []).append(g.utilization)
                     mem.setdefault((node, g.index), []).append(g.memory_used_ratio)
@@ -101,9 +104,12 @@ def batch_size(hosts, p) -> bool:
                 continue
             for (gpu_node, _), u in util.items():
                 m = mem[(gpu_node, _)]
-                if gpu_node == node and len(u) > w and \
-                        quantile(u[-w:], 0.95) < p["gpu_threshold_p95"] / 100 and \
-                        quantile(m[-w:], 0.95) < p["gpu_memory_threshold_p95"] / 100:
+                if (
+                    gpu_node == node
+                    and len(u) > w
+                    and quantile(u[-w:], 0.95) < p["gpu_threshold_p95"] / 100
+                    and quantile(m[-w:], 0.95) < p["gpu_memory_threshold_p95"] / 100
+                ):
                     return True
     return False
 
@@ -117,7 +123,7 @@ def gpu_memory_increase(hosts, p) -> bool:
                 values = series.setdefault(g.index, [])
                 values.append(g.memory_used_ratio)
                 if len(values) > p["patience"] and len(values) >= 2 * w:
-                    rise = sum(values[-w:]) / w - sum(values[-2 * w:-w]) / w
+                    rise = sum(values[-w:]) / w - sum(values[-2 * w : -w]) / w
                     if rise > p["increase"] / 100:
                         return True
     return False
@@ -132,7 +138,7 @@ def load_balancing(hosts, p) -> bool:
         for gpus in bins.values():
             names = sorted(gpus)
             for i, a in enumerate(names):
-                for b in names[i + 1:]:
+                for b in names[i + 1 :]:
                     d = js_distance(gpus[a], gpus[b])
                     if d is not None and d > p["threshold"] and sum(gpus[a]) > p["patience"]:
                         return True

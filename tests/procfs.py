@@ -10,8 +10,18 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest",
-              "guest_nice")
+CPU_FIELDS = (
+    "user",
+    "nice",
+    "system",
+    "idle",
+    "iowait",
+    "irq",
+    "softirq",
+    "steal",
+    "guest",
+    "guest_nice",
+)
 
 
 @dataclasses.dataclass
@@ -23,10 +33,12 @@ class Procfs:
     mem_available_kib: int = 12 * 1024 * 1024
     # device -> (sectors read, sectors written)
     disks: Mapping[str, tuple[int, int]] = dataclasses.field(
-        default_factory=lambda: {"nvme0n1": (1024, 2048)})
+        default_factory=lambda: {"nvme0n1": (1024, 2048)}
+    )
     # interface -> (bytes received, bytes sent)
     nics: Mapping[str, tuple[int, int]] = dataclasses.field(
-        default_factory=lambda: {"lo": (999, 999), "eth0": (1_048_576, 524_288)})
+        default_factory=lambda: {"lo": (999, 999), "eth0": (1_048_576, 524_288)}
+    )
 
     def write(self) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -35,17 +47,35 @@ class Procfs:
         lines = ["cpu  " + " ".join(map(str, total))]
         for i, core in enumerate(self.cpus):
             lines.append(f"cpu{i} " + " ".join(str(core.get(f, 0)) for f in CPU_FIELDS))
-        lines += ["intr 0", "ctxt 0", "btime 1700000000", "processes 1", "procs_running 1",
-                  "procs_blocked 0"]
+        lines += [
+            "intr 0",
+            "ctxt 0",
+            "btime 1700000000",
+            "processes 1",
+            "procs_running 1",
+            "procs_blocked 0",
+        ]
         (self.root / "stat").write_text("\n".join(lines) + "\n")
 
         free = self.mem_available_kib // 2
-        meminfo = {"MemTotal": self.mem_total_kib, "MemFree": free,
-                   "MemAvailable": self.mem_available_kib, "Buffers": 1024, "Cached": 2048,
-                   "SwapCached": 0, "Active": 4096, "Inactive": 2048, "Shmem": 512,
-                   "Slab": 1024, "SReclaimable": 512, "SwapTotal": 0, "SwapFree": 0}
+        meminfo = {
+            "MemTotal": self.mem_total_kib,
+            "MemFree": free,
+            "MemAvailable": self.mem_available_kib,
+            "Buffers": 1024,
+            "Cached": 2048,
+            "SwapCached": 0,
+            "Active": 4096,
+            "Inactive": 2048,
+            "Shmem": 512,
+            "Slab": 1024,
+            "SReclaimable": 512,
+            "SwapTotal": 0,
+            "SwapFree": 0,
+        }
         (self.root / "meminfo").write_text(
-            "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in meminfo.items()))
+            "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in meminfo.items())
+        )
 
         rows = []
         for minor, (name, (read, written)) in enumerate(self.disks.items()):
@@ -53,10 +83,14 @@ class Procfs:
             rows.append(f"   8 {minor:7d} {name} " + " ".join(map(str, stats)))
         (self.root / "diskstats").write_text("\n".join(rows) + "\n")
 
-        head = ("Inter-|   Receive                                                |  Transmit\n"
-                " face |bytes    packets errs drop fifo frame compressed multicast|bytes    "
-                "packets errs drop fifo colls carrier compressed\n")
-        body = "".join(f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0\n"
-                       for name, (rx, tx) in self.nics.items())
+        head = (
+            "Inter-|   Receive                                                |  Transmit\n"
+            " face |bytes    packets errs drop fifo frame compressed multicast|bytes    "
+            "packets errs drop fifo colls carrier compressed\n"
+        )
+        body = "".join(
+            f"{name:>6}: {rx} 10 0 0 0 0 0 0 {tx} 10 0 0 0 0 0 0\n"
+            for name, (rx, tx) in self.nics.items()
+        )
         (self.root / "net" / "dev").write_text(head + body)
         return self.root

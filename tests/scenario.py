@@ -61,8 +61,13 @@ def load_cases() -> list[tuple[str, dict]]:
 
 def host_labels(case: dict, name: str) -> dict[str, str]:
     host = case["hosts"][name]
-    labels = {"job": "trainprof", "instance": f"{name}:9945", "node": name,
-              "namespace": "ml", "training_job": case.get("training_job", "bert")}
+    labels = {
+        "job": "trainprof",
+        "instance": f"{name}:9945",
+        "node": name,
+        "namespace": "ml",
+        "training_job": case.get("training_job", "bert"),
+    }
     labels.update({k: str(v) for k, v in host.get("labels", {}).items()})
     return labels
 
@@ -82,8 +87,11 @@ def host_samples(case: dict, name: str, datapoint: float, duration: float):
             cpu_utilization=values_at(segment["cpu"], cores, k),
             cpu_iowait=values_at(segment["iowait"], cores, k),
             memory_used_ratio=values_at(segment["mem"], 1, k)[0],
-            gpus=[GpuSample(i, f"GPU-{name}-{i}", utilization=util[i], memory_used_ratio=mem[i])
-                  for i in range(gpus)])
+            gpus=[
+                GpuSample(i, f"GPU-{name}-{i}", utilization=util[i], memory_used_ratio=mem[i])
+                for i in range(gpus)
+            ],
+        )
         k += 1
 
 
@@ -105,8 +113,7 @@ def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
     table: dict[str, list[float | None]] = {}
     for name in sorted(case.get("hosts", {})):
         every = parse_duration(case["hosts"][name].get("sample_every", datapoint))
-        acc = SampleAccumulator(every, identity=host_labels(case, name),
-                                grid=exporter_grid(case))
+        acc = SampleAccumulator(every, identity=host_labels(case, name), grid=exporter_grid(case))
         samples = host_samples(case, name, every, duration)
         pending = next(samples, None)
         for i in range(steps + 1):
@@ -140,8 +147,11 @@ def expand_labels(case: dict, spec: dict) -> dict[str, str]:
 
 def rule_groups(case: dict) -> list[dict]:
     if "config" in case:
-        config = load_config(case["config"], f"scenario {case['name']}",
-                             parse_duration(case.get("scrape_interval", "15s")))
+        config = load_config(
+            case["config"],
+            f"scenario {case['name']}",
+            parse_duration(case.get("scrape_interval", "15s")),
+        )
         groups = compile_rules(config).groups
     else:
         groups = yaml.safe_load(DEFAULT_RULES.read_text())["groups"]
@@ -157,7 +167,7 @@ def _static_labels(groups: list[dict], alertname: str) -> dict[str, str]:
         for rule in group["rules"]:
             if rule.get("alert") == alertname:
                 labels = dict(rule.get("labels", {}))
-                for varying in ("reason", "affects"):   # differ between a rule's alerts
+                for varying in ("reason", "affects"):  # differ between a rule's alerts
                     labels.pop(varying, None)
                 return labels
     raise KeyError(f"no alert named {alertname} in the rules under test")
@@ -167,17 +177,25 @@ def promtool_files(case: dict, workdir: Path) -> Path:
     """Write the rule file and the promtool test file for one case; return the test file."""
     groups = rule_groups(case)
     (workdir / "rules.yaml").write_text(to_yaml({"groups": groups}))
-    datapoint = parse_duration(case.get("config", {}).get("datapoint_interval", "0.5s")
-                               if isinstance(case.get("config"), dict) else "0.5s")
+    datapoint = parse_duration(
+        case.get("config", {}).get("datapoint_interval", "0.5s")
+        if isinstance(case.get("config"), dict)
+        else "0.5s"
+    )
     series = scraped_series(case, datapoint) + list(case.get("series", []))
     alert_tests = []
     for e in case.get("expect", []):
         alertname = e.get("alertname", f"Training{case['rule']}")
         static = _static_labels(groups, alertname)
-        alert_tests.append({
-            "eval_time": e["at"], "alertname": alertname,
-            "exp_alerts": [{"exp_labels": {**static, **expand_labels(case, a)}}
-                           for a in e["alerts"]]})
+        alert_tests.append(
+            {
+                "eval_time": e["at"],
+                "alertname": alertname,
+                "exp_alerts": [
+                    {"exp_labels": {**static, **expand_labels(case, a)}} for a in e["alerts"]
+                ],
+            }
+        )
     expr_tests = []
     for v in case.get("values", []):
         samples = []
@@ -187,8 +205,11 @@ def promtool_files(case: dict, workdir: Path) -> Path:
             plain = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?$", v["expr"])
             name = s.pop("name", plain.group(1) if plain else None)
             labels = expand_labels(case, s)
-            text = series_text(name, labels) if name else (
-                "{" + ", ".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}")
+            text = (
+                series_text(name, labels)
+                if name
+                else ("{" + ", ".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}")
+            )
             samples.append({"labels": text, "value": value})
         expr_tests.append({"expr": v["expr"], "eval_time": v["at"], "exp_samples": samples})
     test: dict[str, Any] = {
@@ -199,9 +220,11 @@ def promtool_files(case: dict, workdir: Path) -> Path:
         test["alert_rule_test"] = alert_tests
     if expr_tests:
         test["promql_expr_test"] = expr_tests
-    doc = {"rule_files": ["rules.yaml"],
-           "evaluation_interval": case.get("evaluation_interval", "1m"),
-           "tests": [test]}
+    doc = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": case.get("evaluation_interval", "1m"),
+        "tests": [test],
+    }
     path = workdir / "test.yaml"
     path.write_text(to_yaml(doc))
     return path

@@ -24,17 +24,17 @@ from trainprof.sampling import HostSample, SampleAccumulator
 
 @dataclasses.dataclass
 class ScriptedHost:
-    identity: dict[str, str]                 # namespace, training_job, node
-    script: Callable[[float], HostSample]    # seconds since the exporter started -> sample
-    started_at: float                        # the training process's start (Unix seconds)
-    steps: int = 0                           # steps completed (stays fixed)
+    identity: dict[str, str]  # namespace, training_job, node
+    script: Callable[[float], HostSample]  # seconds since the exporter started -> sample
+    started_at: float  # the training process's start (Unix seconds)
+    steps: int = 0  # steps completed (stays fixed)
     accumulator: SampleAccumulator | None = None
 
 
 class _Collector:
     def __init__(self, hosts: list[ScriptedHost], lock: threading.Lock):
         self.hosts, self.lock = hosts, lock
-        self.first_scrape: float | None = None   # time.monotonic() of the first scrape
+        self.first_scrape: float | None = None  # time.monotonic() of the first scrape
 
     def collect(self):
         if self.first_scrape is None:
@@ -56,11 +56,15 @@ def _training_families(host: ScriptedHost):
     values = list(host.identity.values()) + ["0", "0"]
     start = GaugeMetricFamily(
         "trainprof_training_start_timestamp_seconds",
-        contract.metric("trainprof_training_start_timestamp_seconds").help, labels=names)
+        contract.metric("trainprof_training_start_timestamp_seconds").help,
+        labels=names,
+    )
     start.add_metric(values, host.started_at)
     steps = CounterMetricFamily(
-        "trainprof_training_steps", contract.metric("trainprof_training_steps_total").help,
-        labels=names + ["mode"])
+        "trainprof_training_steps",
+        contract.metric("trainprof_training_steps_total").help,
+        labels=names + ["mode"],
+    )
     steps.add_metric(values + ["train"], host.steps)
     return [start, steps]
 

@@ -55,8 +55,7 @@ def webhook_sink():
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with lock:
-                deliveries.append(Delivery(self.path, dict(self.headers), body,
-                                           time.monotonic()))
+                deliveries.append(Delivery(self.path, dict(self.headers), body, time.monotonic()))
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -125,13 +124,19 @@ def fake_kubernetes(responses: dict[tuple[str, str], int] | None = None):
     class Handler(BaseHTTPRequestHandler):
         def _record(self):
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            calls.append({"method": self.command, "path": self.path,
-                          "content_type": self.headers.get("Content-Type"),
-                          "authorization": self.headers.get("Authorization"),
-                          "body": json.loads(raw) if raw else None})
+            calls.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "content_type": self.headers.get("Content-Type"),
+                    "authorization": self.headers.get("Authorization"),
+                    "body": json.loads(raw) if raw else None,
+                }
+            )
             status = responses.get((self.command, self.path), 200)
-            body = json.dumps({"kind": "Status", "code": status,
-                               "message": f"fake answer {status}"}).encode()
+            body = json.dumps(
+                {"kind": "Status", "code": status, "message": f"fake answer {status}"}
+            ).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -180,6 +185,7 @@ def wait_for_firing(base: str, rules: set[str], timeout: float = 60.0) -> set[st
         if rules <= firing:
             return firing
         if time.monotonic() > deadline:
-            raise RuntimeError(f"after {timeout:g}s only {sorted(firing)} fire, not all of "
-                               f"{sorted(rules)}")
+            raise RuntimeError(
+                f"after {timeout:g}s only {sorted(firing)} fire, not all of {sorted(rules)}"
+            )
         time.sleep(0.5)

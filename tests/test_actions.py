@@ -63,13 +63,16 @@ def audit_path(tmp_path):
 
 
 def test_an_authorised_firing_alert_stops_a_real_child_process(tmp_path, audit_path):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                             start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
     try:
         pid_file = tmp_path / "starved.pid"
         pid_file.write_text(f"{child.pid}\n")
-        live = config(dry_run=False, local={"jobs": {"starved": {
-            "pid_file": str(pid_file), "process_group": True}}})
+        live = config(
+            dry_run=False,
+            local={"jobs": {"starved": {"pid_file": str(pid_file), "process_group": True}}},
+        )
         with actions_receiver(live, TOKEN, audit_path) as (url, _):
             status, _, body = post(url, payload())
         assert status == 200
@@ -103,31 +106,42 @@ def test_notify_only_rules_are_audited_and_stop_nothing(audit_path):
     assert spy.calls == []
 
 
-@pytest.mark.parametrize("changes, status, why", [
-    ({}, "resolved", "resolved alerts are never acted on"),
-    ({"rule": "StepOutlier"}, "firing", "rule 'StepOutlier' is not opted in"),
-    ({"rule": None}, "firing", "rule '' is not opted in"),
-    ({"training_job": None}, "firing", "the alert has no training_job label"),
-    ({"namespace": None}, "firing", "the alert has no namespace label"),
-    ({"namespace": "team-b"}, "firing", "namespace team-b is not allow-listed"),
-    ({"training_job": "gpt-neo"}, "firing", "training job gpt-neo is not allow-listed"),
-    ({"training_job": "bert-base"}, "firing", "no local job bert-base is configured"),
-], ids=["resolved", "not opted in", "no rule label", "no training_job", "no namespace",
-        "other namespace", "other job", "no local target"])
+@pytest.mark.parametrize(
+    "changes, status, why",
+    [
+        ({}, "resolved", "resolved alerts are never acted on"),
+        ({"rule": "StepOutlier"}, "firing", "rule 'StepOutlier' is not opted in"),
+        ({"rule": None}, "firing", "rule '' is not opted in"),
+        ({"training_job": None}, "firing", "the alert has no training_job label"),
+        ({"namespace": None}, "firing", "the alert has no namespace label"),
+        ({"namespace": "team-b"}, "firing", "namespace team-b is not allow-listed"),
+        ({"training_job": "gpt-neo"}, "firing", "training job gpt-neo is not allow-listed"),
+        ({"training_job": "bert-base"}, "firing", "no local job bert-base is configured"),
+    ],
+    ids=[
+        "resolved",
+        "not opted in",
+        "no rule label",
+        "no training_job",
+        "no namespace",
+        "other namespace",
+        "other job",
+        "no local target",
+    ],
+)
 def test_alerts_it_must_not_act_on_are_ignored(changes, status, why, audit_path):
     spy = Spy()
     with actions_receiver(config(dry_run=False), TOKEN, audit_path, stop=spy) as (url, _):
         code, _, body = post(url, payload(changes, status=status))
     assert code == 200
-    assert (body["decisions"][0]["decision"], body["decisions"][0]["reason"]) == (
-        "ignored", why)
+    assert (body["decisions"][0]["decision"], body["decisions"][0]["reason"]) == ("ignored", why)
     assert spy.calls == []
 
 
 def test_two_alerts_for_one_job_stop_it_once(audit_path):
     spy = Spy()
     live = config(dry_run=False, rules={"CPUBottleneck": "stop", "IOBottleneck": "stop"})
-    data = json.loads(FIXTURE.read_text())                 # CPU- and IOBottleneck, one job
+    data = json.loads(FIXTURE.read_text())  # CPU- and IOBottleneck, one job
     with actions_receiver(live, TOKEN, audit_path, stop=spy) as (url, _):
         status, _, body = post(url, data)
     assert status == 200
@@ -138,9 +152,11 @@ def test_two_alerts_for_one_job_stop_it_once(audit_path):
 # --- refusing --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("token", [None, "", "wrong-token-0123456789abcdef", TOKEN[:-1],
-                                   TOKEN + "x", "Basic " + TOKEN],
-                         ids=["none", "empty", "wrong", "prefix", "longer", "basic"])
+@pytest.mark.parametrize(
+    "token",
+    [None, "", "wrong-token-0123456789abcdef", TOKEN[:-1], TOKEN + "x", "Basic " + TOKEN],
+    ids=["none", "empty", "wrong", "prefix", "longer", "basic"],
+)
 def test_requests_without_the_token_are_refused_with_401(token, audit_path):
     spy = Spy()
     headers = {}
@@ -155,23 +171,36 @@ def test_requests_without_the_token_are_refused_with_401(token, audit_path):
     assert TOKEN not in audit_path.read_text()
 
 
-@pytest.mark.parametrize("body, content_type, status", [
-    (b"{not json", "application/json", 400),
-    (b"\xff\xfe{}", "application/json", 400),
-    (b"[" * 100_000 + b"]" * 100_000, "application/json", 400),
-    (b"[]", "application/json", 422),
-    (json.dumps({"version": "3", "alerts": []}).encode(), "application/json", 422),
-    (json.dumps({**payload(), "alerts": "CPUBottleneck"}).encode(), "application/json", 422),
-    (json.dumps(payload()).replace('"starved"', '7', 1).encode(), "application/json", 422),
-    (json.dumps(payload()).replace('"firing"', '"exploded"').encode(), "application/json",
-     422),
-    (json.dumps(payload()).encode(), "text/plain", 415),
-], ids=["not json", "not utf-8", "nested too deep", "a list", "version 3", "alerts not a list",
-        "label not a string", "unknown status", "wrong content type"])
+@pytest.mark.parametrize(
+    "body, content_type, status",
+    [
+        (b"{not json", "application/json", 400),
+        (b"\xff\xfe{}", "application/json", 400),
+        (b"[" * 100_000 + b"]" * 100_000, "application/json", 400),
+        (b"[]", "application/json", 422),
+        (json.dumps({"version": "3", "alerts": []}).encode(), "application/json", 422),
+        (json.dumps({**payload(), "alerts": "CPUBottleneck"}).encode(), "application/json", 422),
+        (json.dumps(payload()).replace('"starved"', "7", 1).encode(), "application/json", 422),
+        (json.dumps(payload()).replace('"firing"', '"exploded"').encode(), "application/json", 422),
+        (json.dumps(payload()).encode(), "text/plain", 415),
+    ],
+    ids=[
+        "not json",
+        "not utf-8",
+        "nested too deep",
+        "a list",
+        "version 3",
+        "alerts not a list",
+        "label not a string",
+        "unknown status",
+        "wrong content type",
+    ],
+)
 def test_malformed_requests_are_refused(body, content_type, status, audit_path):
     spy = Spy()
-    with actions_receiver(config(dry_run=False, limits={"max_body_bytes": 1 << 20}), TOKEN,
-                          audit_path, stop=spy) as (url, _):
+    with actions_receiver(
+        config(dry_run=False, limits={"max_body_bytes": 1 << 20}), TOKEN, audit_path, stop=spy
+    ) as (url, _):
         code, _, response = post(url, body, content_type=content_type)
     assert code == status, response
     assert spy.calls == []
@@ -189,8 +218,10 @@ def test_oversized_requests_are_refused_before_the_body_is_read(audit_path):
         # A client that announces a huge body and sends none gets its answer at once.
         # Clients that announce a huge body, or a chunked one, get their answer before
         # sending any of it.
-        for header, value, status in (("Content-Length", str(10 ** 12), 413),
-                                      ("Transfer-Encoding", "chunked", 411)):
+        for header, value, status in (
+            ("Content-Length", str(10**12), 413),
+            ("Transfer-Encoding", "chunked", 411),
+        ):
             host, port = url.removeprefix("http://").split(":")
             conn = http.client.HTTPConnection(host, int(port), timeout=10)
             conn.putrequest("POST", "/alerts")
@@ -212,21 +243,26 @@ def test_a_body_that_never_arrives_times_out_with_408(audit_path, monkeypatch, c
     with actions_receiver(config(), TOKEN, audit_path) as (url, _):
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as client:
-            client.sendall(f"POST /alerts HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n"
-                           "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
-                           .encode())
+            client.sendall(
+                f"POST /alerts HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
+            )
             assert client.recv(100).startswith(b"HTTP/1.0 408 ")
     assert "Traceback" not in capfd.readouterr().err
 
 
-@pytest.mark.parametrize("changes", [
-    {"training_job": "starved; kill -9 1"},
-    {"training_job": "../../../etc/passwd"},
-    {"training_job": "starved\n{\"decision\": \"stopped\"}"},
-    {"training_job": "$(reboot)"},
-    {"namespace": "team-a/../kube-system"},
-    {"namespace": "team-a\r\nX-Injected: 1"},
-], ids=["shell", "path", "newline", "substitution", "namespace path", "header"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"training_job": "starved; kill -9 1"},
+        {"training_job": "../../../etc/passwd"},
+        {"training_job": 'starved\n{"decision": "stopped"}'},
+        {"training_job": "$(reboot)"},
+        {"namespace": "team-a/../kube-system"},
+        {"namespace": "team-a\r\nX-Injected: 1"},
+    ],
+    ids=["shell", "path", "newline", "substitution", "namespace path", "header"],
+)
 def test_label_injection_is_refused_whole_and_logged_escaped(changes, audit_path):
     spy = Spy()
     with actions_receiver(config(dry_run=False), TOKEN, audit_path, stop=spy) as (url, _):
@@ -298,7 +334,7 @@ def test_connections_over_the_cap_are_closed_unanswered(audit_path, monkeypatch)
         host, port = url.removeprefix("http://").split(":")
         idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
         try:
-            with pytest.raises(ConnectionError):          # reset, or closed before the answer
+            with pytest.raises(ConnectionError):  # reset, or closed before the answer
                 conn = http.client.HTTPConnection(host, int(port), timeout=10)
                 try:
                     conn.request("GET", "/-/healthy")
@@ -315,6 +351,7 @@ def test_connections_over_the_cap_are_closed_unanswered(audit_path, monkeypatch)
                     return r.status == 200
             except (ConnectionError, urllib.error.URLError):
                 return False
+
         wait_for(answers, 15, "the receiver to answer once the idle connections closed")
 
 
@@ -339,9 +376,28 @@ def test_the_receiver_serves_https_with_a_configured_certificate(tmp_path, audit
     if openssl is None:
         pytest.skip("openssl is not installed")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     with actions_receiver(config(), TOKEN, audit_path) as (_, receiver):
         server = ActionsHTTPServer(("127.0.0.1", 0), receiver, tls_context(str(cert), str(key)))
         import threading
@@ -350,10 +406,12 @@ def test_the_receiver_serves_https_with_a_configured_certificate(tmp_path, audit
         try:
             url = f"https://127.0.0.1:{server.server_address[1]}"
             context = ssl.create_default_context(cafile=str(cert))
-            request = urllib.request.Request(url + "/alerts", data=json.dumps(payload()).encode(),
-                                             method="POST", headers={
-                                                 "Authorization": f"Bearer {TOKEN}",
-                                                 "Content-Type": "application/json"})
+            request = urllib.request.Request(
+                url + "/alerts",
+                data=json.dumps(payload()).encode(),
+                method="POST",
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(request, timeout=10, context=context) as r:
                 assert json.loads(r.read())["decisions"][0]["decision"] == "would_stop"
         finally:
@@ -366,8 +424,12 @@ def test_the_receiver_serves_https_with_a_configured_certificate(tmp_path, audit
 
 def test_pid_files_that_do_not_name_a_process_are_not_signalled(tmp_path):
     pid_file = tmp_path / "job.pid"
-    for content, expected in [("1", "not a training process"), ("abc", "does not hold"),
-                              ("12 34", "does not hold"), ("9" * 70, "does not hold")]:
+    for content, expected in [
+        ("1", "not a training process"),
+        ("abc", "does not hold"),
+        ("12 34", "does not hold"),
+        ("9" * 70, "does not hold"),
+    ]:
         pid_file.write_text(content)
         outcome = local.stop(local.LocalJob(str(pid_file)))
         assert outcome.result == "failed" and expected in outcome.detail, content
@@ -377,7 +439,7 @@ def test_pid_files_that_do_not_name_a_process_are_not_signalled(tmp_path):
     assert local.stop(local.LocalJob(str(link))).result == "failed"
     assert local.stop(local.LocalJob(str(tmp_path / "none.pid"))).result == "gone"
     pid_file.write_text(str(os.getpid()))
-    assert local.stop(local.LocalJob(str(pid_file))).result == "failed"          # ourselves
+    assert local.stop(local.LocalJob(str(pid_file))).result == "failed"  # ourselves
     assert local.stop(local.LocalJob(str(pid_file), process_group=True)).result == "failed"
 
 

@@ -43,15 +43,22 @@ def test_defaults_are_the_safe_ones():
 
 
 def test_every_problem_is_reported_at_once_with_its_path_and_nearest_name():
-    found = problems({
-        "dryrun": False, "token_file": "/t", "token_env": "T",
-        "listen": "0.0.0.0",
-        "limits": {"max_body_bytes": 0, "requests_per_min": 5},
-        "allow": {"namespace": ["team-a"], "training_jobs": ["bert-(", 3]},
-        "rules": {"CPUBottlenek": "stop", "LowGPUUtilization": "kill", "StepOutlier": "Stop"},
-        "kubernetes": {"resource": "Jobs", "action": "suspnd",
-                       "api_url": "http://kubernetes.default.svc"},
-    })
+    found = problems(
+        {
+            "dryrun": False,
+            "token_file": "/t",
+            "token_env": "T",
+            "listen": "0.0.0.0",
+            "limits": {"max_body_bytes": 0, "requests_per_min": 5},
+            "allow": {"namespace": ["team-a"], "training_jobs": ["bert-(", 3]},
+            "rules": {"CPUBottlenek": "stop", "LowGPUUtilization": "kill", "StepOutlier": "Stop"},
+            "kubernetes": {
+                "resource": "Jobs",
+                "action": "suspnd",
+                "api_url": "http://kubernetes.default.svc",
+            },
+        }
+    )
     assert found == [
         "dryrun: unknown key (did you mean dry_run?); valid keys: listen, tls, dry_run, "
         "token_file, token_env, audit_log, limits, cooldown, allow, rules, local, kubernetes",
@@ -78,41 +85,60 @@ def test_every_problem_is_reported_at_once_with_its_path_and_nearest_name():
         "not travel in clear), or http:// on loopback",
         "allow.namespaces: required with a kubernetes target: the namespaces whose jobs may "
         "be stopped",
-        "allow.training_jobs: required with a kubernetes target; [\".*\"] allows every job of "
+        'allow.training_jobs: required with a kubernetes target; [".*"] allows every job of '
         "the allowed namespaces",
     ]
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({**GOOD, "rules": {}}, "rules: expected a mapping of rule name to stop or notify"),
-    ({**GOOD, "rules": {"CPUBottleneck": "stop"}},
-     "rules: CPUBottleneck set to stop, but no target is configured (local or kubernetes)"),
-    ({**GOOD, "local": {"jobs": {"a": {"pid_file": "run/a.pid"}}}},
-     "local.jobs.a.pid_file: 'run/a.pid' is not an absolute path"),
-    ({**GOOD, "local": {"signal": "SIGHUP", "jobs": {"a": {"pid_file": "/a"}}}},
-     "local.signal: the string 'SIGHUP' is not one of SIGTERM, SIGINT, SIGKILL"),
-    ({**GOOD, "local": {"jobs": {"a": {"pid_file": "/a"}}}, "kubernetes": {}},
-     "kubernetes: configure one target: local or kubernetes, not both"),
-    ({**GOOD, "allow": {"namespaces": ["Team_A"]}},
-     "allow.namespaces[0]: 'Team_A' is not a namespace name"),
-    ({**GOOD, "dry_run": "false"}, "dry_run: expected true or false, got the string 'false'"),
-    ({**GOOD, "cooldown": "soon"}, "cooldown: 'soon' is not a duration"),
-    ({**GOOD, "tls": {"cert_file": "/c"}}, "tls: set both cert_file and key_file (PEM)"),
-    ({**GOOD, "local": {"signal": {"TERM": 1}, "jobs": {"a": {"pid_file": "/a"}}}},
-     "local.signal: a mapping is not one of SIGTERM"),
-    ({**GOOD, "kubernetes": {"resource": ["Job"]}, "allow": {
-        "namespaces": ["a"], "training_jobs": [".*"]}},
-     "kubernetes.resource: a list is not one of Job"),
-    ([], ": expected a mapping, got a list"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({**GOOD, "rules": {}}, "rules: expected a mapping of rule name to stop or notify"),
+        (
+            {**GOOD, "rules": {"CPUBottleneck": "stop"}},
+            "rules: CPUBottleneck set to stop, but no target is configured (local or kubernetes)",
+        ),
+        (
+            {**GOOD, "local": {"jobs": {"a": {"pid_file": "run/a.pid"}}}},
+            "local.jobs.a.pid_file: 'run/a.pid' is not an absolute path",
+        ),
+        (
+            {**GOOD, "local": {"signal": "SIGHUP", "jobs": {"a": {"pid_file": "/a"}}}},
+            "local.signal: the string 'SIGHUP' is not one of SIGTERM, SIGINT, SIGKILL",
+        ),
+        (
+            {**GOOD, "local": {"jobs": {"a": {"pid_file": "/a"}}}, "kubernetes": {}},
+            "kubernetes: configure one target: local or kubernetes, not both",
+        ),
+        (
+            {**GOOD, "allow": {"namespaces": ["Team_A"]}},
+            "allow.namespaces[0]: 'Team_A' is not a namespace name",
+        ),
+        ({**GOOD, "dry_run": "false"}, "dry_run: expected true or false, got the string 'false'"),
+        ({**GOOD, "cooldown": "soon"}, "cooldown: 'soon' is not a duration"),
+        ({**GOOD, "tls": {"cert_file": "/c"}}, "tls: set both cert_file and key_file (PEM)"),
+        (
+            {**GOOD, "local": {"signal": {"TERM": 1}, "jobs": {"a": {"pid_file": "/a"}}}},
+            "local.signal: a mapping is not one of SIGTERM",
+        ),
+        (
+            {
+                **GOOD,
+                "kubernetes": {"resource": ["Job"]},
+                "allow": {"namespaces": ["a"], "training_jobs": [".*"]},
+            },
+            "kubernetes.resource: a list is not one of Job",
+        ),
+        ([], ": expected a mapping, got a list"),
+    ],
+)
 def test_each_problem_names_its_path(data, expected):
     [found] = problems(data)
     assert found.startswith(expected.lstrip(": ")), found
 
 
 def test_weak_or_missing_tokens_are_refused(tmp_path, monkeypatch):
-    config = load_actions_config({**GOOD, "token_env": None, "token_file": str(
-        tmp_path / "token")})
+    config = load_actions_config({**GOOD, "token_env": None, "token_file": str(tmp_path / "token")})
     with pytest.raises(ConfigError, match="cannot read"):
         read_token(config)
     (tmp_path / "token").write_text("short\n")
@@ -148,13 +174,16 @@ def test_check_accepts_a_good_configuration(tmp_path, capsys, monkeypatch):
     path.write_text(yaml.safe_dump(GOOD))
     assert main(["actions", "check", "-c", str(path)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "dry run: CPUBottleneck=notify; target none; namespaces (any); jobs (none)", "ok"]
+        "dry run: CPUBottleneck=notify; target none; namespaces (any); jobs (none)",
+        "ok",
+    ]
 
 
 def test_rbac_prints_the_configurations_least_privilege(root, capsys):
     example = root / "alerting" / "actions" / "actions.example.yaml"
-    assert main(["actions", "rbac", "-c", str(example), "--service-account-namespace",
-                 "ml-ops"]) == 0
+    assert (
+        main(["actions", "rbac", "-c", str(example), "--service-account-namespace", "ml-ops"]) == 0
+    )
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert [d["kind"] for d in docs] == ["ServiceAccount", "ClusterRole", "RoleBinding"]
     assert docs[0]["metadata"]["namespace"] == "ml-ops"
@@ -170,8 +199,7 @@ def test_serve_exits_1_when_the_port_is_taken(tmp_path, capsys, monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["actions", "serve", "-c", str(path), "--listen",
-                     f"127.0.0.1:{port}"]) == 1
+        assert main(["actions", "serve", "-c", str(path), "--listen", f"127.0.0.1:{port}"]) == 1
     assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
     assert main(["actions", "serve", "-c", str(path), "--listen", "nowhere"]) == 2
 
@@ -180,14 +208,26 @@ def test_serve_runs_until_sigterm_and_audits_what_it_did(tmp_path):
     port = free_port()
     audit = tmp_path / "audit.jsonl"
     path = tmp_path / "actions.yaml"
-    path.write_text(yaml.safe_dump({**GOOD, "audit_log": str(audit),
-                                    "listen": f"127.0.0.1:{port}",
-                                    "allow": {"training_jobs": [".*"]}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                **GOOD,
+                "audit_log": str(audit),
+                "listen": f"127.0.0.1:{port}",
+                "allow": {"training_jobs": [".*"]},
+            }
+        )
+    )
     env = {**os.environ, "TRAINPROF_TEST_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "trainprof.cli", "actions", "serve",
-                             "-c", str(path)], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainprof.cli", "actions", "serve", "-c", str(path)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
+
         def healthy():
             try:
                 with urllib.request.urlopen(url + "/-/healthy", timeout=1) as r:
@@ -195,6 +235,7 @@ def test_serve_runs_until_sigterm_and_audits_what_it_did(tmp_path):
             except OSError:
                 assert proc.poll() is None, proc.communicate()[1]
                 return False
+
         wait_for(healthy, 30, "the receiver to answer")
         status, _, body = post(url, payload())
         assert (status, body["decisions"][0]["decision"]) == (200, "notified")

@@ -19,13 +19,22 @@ SA_TOKEN = "service-account-token-abc"
 
 
 def k8s_config(api_url: str, token_file, resource="Job", action="suspend", **changes):
-    return load_actions_config({
-        "token_env": "UNUSED_IN_TESTS", "dry_run": False,
-        "allow": {"namespaces": ["team-a"], "training_jobs": ["starved"]},
-        "rules": {"CPUBottleneck": "stop"},
-        "kubernetes": {"resource": resource, "action": action, "api_url": api_url,
-                       "token_file": str(token_file), "ca_file": None},
-        **changes})
+    return load_actions_config(
+        {
+            "token_env": "UNUSED_IN_TESTS",
+            "dry_run": False,
+            "allow": {"namespaces": ["team-a"], "training_jobs": ["starved"]},
+            "rules": {"CPUBottleneck": "stop"},
+            "kubernetes": {
+                "resource": resource,
+                "action": action,
+                "api_url": api_url,
+                "token_file": str(token_file),
+                "ca_file": None,
+            },
+            **changes,
+        }
+    )
 
 
 @pytest.fixture
@@ -41,50 +50,76 @@ def run(config, tmp_path, api_url, *bodies):
         return [post(url, body) for body in bodies]
 
 
-@pytest.mark.parametrize("resource, path, patch", [
-    ("Job", "/apis/batch/v1/namespaces/team-a/jobs/starved", {"spec": {"suspend": True}}),
-    ("PyTorchJob", "/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/starved",
-     {"spec": {"runPolicy": {"suspend": True}}}),
-    ("JobSet", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/starved",
-     {"spec": {"suspend": True}}),
-])
+@pytest.mark.parametrize(
+    "resource, path, patch",
+    [
+        ("Job", "/apis/batch/v1/namespaces/team-a/jobs/starved", {"spec": {"suspend": True}}),
+        (
+            "PyTorchJob",
+            "/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/starved",
+            {"spec": {"runPolicy": {"suspend": True}}},
+        ),
+        (
+            "JobSet",
+            "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/starved",
+            {"spec": {"suspend": True}},
+        ),
+    ],
+)
 def test_suspend_is_one_merge_patch_of_the_resource(resource, path, patch, tmp_path, sa_token):
     with fake_kubernetes() as (api, calls):
         [(status, _, body)] = run(k8s_config(api, sa_token, resource), tmp_path, api, payload())
     assert status == 200
     assert body["decisions"][0]["decision"] == "stopped"
     assert body["decisions"][0]["target"] == f"{resource} team-a/starved"
-    assert calls == [{"method": "PATCH", "path": path,
-                      "content_type": "application/merge-patch+json",
-                      "authorization": f"Bearer {SA_TOKEN}", "body": patch}]
+    assert calls == [
+        {
+            "method": "PATCH",
+            "path": path,
+            "content_type": "application/merge-patch+json",
+            "authorization": f"Bearer {SA_TOKEN}",
+            "body": patch,
+        }
+    ]
 
 
 def test_delete_removes_the_resource_and_its_pods(tmp_path, sa_token):
     with fake_kubernetes() as (api, calls):
         run(k8s_config(api, sa_token, "PyTorchJob", "delete"), tmp_path, api, payload())
-    assert calls == [{
-        "method": "DELETE", "path": "/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/starved",
-        "content_type": "application/json", "authorization": f"Bearer {SA_TOKEN}",
-        "body": {"apiVersion": "v1", "kind": "DeleteOptions",
-                 "propagationPolicy": "Background"}}]
+    assert calls == [
+        {
+            "method": "DELETE",
+            "path": "/apis/kubeflow.org/v1/namespaces/team-a/pytorchjobs/starved",
+            "content_type": "application/json",
+            "authorization": f"Bearer {SA_TOKEN}",
+            "body": {
+                "apiVersion": "v1",
+                "kind": "DeleteOptions",
+                "propagationPolicy": "Background",
+            },
+        }
+    ]
 
 
 def test_dry_run_calls_nothing(tmp_path, sa_token):
     with fake_kubernetes() as (api, calls):
-        [(status, _, body)] = run(k8s_config(api, sa_token, dry_run=True), tmp_path, api,
-                                  payload())
+        [(status, _, body)] = run(k8s_config(api, sa_token, dry_run=True), tmp_path, api, payload())
     assert (status, body["decisions"][0]["decision"]) == (200, "would_stop")
     assert calls == []
 
 
 def test_refused_and_ignored_alerts_call_nothing(tmp_path, sa_token):
     with fake_kubernetes() as (api, calls):
-        results = run(k8s_config(api, sa_token), tmp_path, api,
-                      payload({"training_job": "Starved_Job"}),        # not a resource name
-                      payload({"training_job": "starved/../../secrets"}),
-                      payload({"namespace": "kube-system"}),
-                      payload(status="resolved"),
-                      json.loads(json.dumps(payload()).replace('"4"', '"3"')))
+        results = run(
+            k8s_config(api, sa_token),
+            tmp_path,
+            api,
+            payload({"training_job": "Starved_Job"}),  # not a resource name
+            payload({"training_job": "starved/../../secrets"}),
+            payload({"namespace": "kube-system"}),
+            payload(status="resolved"),
+            json.loads(json.dumps(payload()).replace('"4"', '"3"')),
+        )
     assert [r[0] for r in results] == [422, 422, 200, 200, 422]
     assert calls == []
 
@@ -101,8 +136,9 @@ def test_a_missing_resource_is_gone_and_a_forbidden_one_is_retried(tmp_path, sa_
     assert [r[0] for r in results] == [502, 502]
     assert results[0][2]["decisions"][0]["reason"] == f"PATCH {path}: 403 fake answer 403"
     assert len(calls) == 2
-    [audit_record] = [r for r in history(str(tmp_path / "b" / "audit.jsonl"))
-                      if r["event"] == "decision"][:1]
+    [audit_record] = [
+        r for r in history(str(tmp_path / "b" / "audit.jsonl")) if r["event"] == "decision"
+    ][:1]
     assert audit_record["decision"] == "failed"
 
 
@@ -132,8 +168,9 @@ def test_the_rbac_grants_exactly_the_call_it_makes(resource, action, tmp_path, s
     _, _, group, version, _, namespace, plural, _ = call["path"].split("/")
     docs = kubernetes.rbac(resource, action, ["team-a", "team-b"])
     [role] = [d for d in docs if d["kind"] == "ClusterRole"]
-    assert role["rules"] == [{"apiGroups": [group], "resources": [plural],
-                              "verbs": [call["method"].lower()]}]
+    assert role["rules"] == [
+        {"apiGroups": [group], "resources": [plural], "verbs": [call["method"].lower()]}
+    ]
     bindings = [d for d in docs if d["kind"] == "RoleBinding"]
     assert [b["metadata"]["namespace"] for b in bindings] == ["team-a", "team-b"]
     assert all(b["roleRef"]["name"] == role["metadata"]["name"] for b in bindings)
@@ -143,6 +180,5 @@ def test_the_committed_rbac_is_the_example_configurations(root):
     example = read_actions_config(str(root / "alerting" / "actions" / "actions.example.yaml"))
     target = (example.kubernetes.resource, example.kubernetes.action, list(example.namespaces))
     assert target == files.EXAMPLE_ACTIONS_TARGET
-    committed = list(yaml.safe_load_all((root / "alerting" / "actions" / "rbac.yaml")
-                                        .read_text()))
+    committed = list(yaml.safe_load_all((root / "alerting" / "actions" / "rbac.yaml").read_text()))
     assert committed == kubernetes.rbac(*target)

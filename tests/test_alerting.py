@@ -20,9 +20,19 @@ def amtool_routes(amtool: str, config, labels: dict[str, str], expect: list[str]
     args = [f"{k}={v}" for k, v in labels.items()]
     # amtool warns on stderr that --config.file overrides --alertmanager.url: read stdout only.
     result = subprocess.run(
-        [amtool, "config", "routes", "test", f"--config.file={config}",
-         f"--verify.receivers={','.join(expect)}", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            amtool,
+            "config",
+            "routes",
+            "test",
+            f"--config.file={config}",
+            f"--verify.receivers={','.join(expect)}",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     return result.returncode, result.stdout.strip()
 
 
@@ -49,15 +59,22 @@ def test_route_cases_expect_page_for_critical_ticket_for_warning_low_priority_fo
         if case.labels["rule"] == STATE_RULE:
             assert case.receivers == (routing.INFO,)
             continue
-        expected = {"critical": routing.PAGE, "warning": routing.NOTIFY,
-                    "info": routing.INFO, None: routing.NOTIFY}[case.labels.get("severity")]
+        expected = {
+            "critical": routing.PAGE,
+            "warning": routing.NOTIFY,
+            "info": routing.INFO,
+            None: routing.NOTIFY,
+        }[case.labels.get("severity")]
         assert case.receivers == (routing.ACTIONS, expected)
 
 
 def test_default_severities_page_on_bottlenecks_and_notify_on_advice():
     by_name = catalog.BY_NAME
     assert {r.name for r in catalog.alerting_rules() if r.severity == "critical"} == {
-        "CPUBottleneck", "IOBottleneck", "MaxInitializationTime"}
+        "CPUBottleneck",
+        "IOBottleneck",
+        "MaxInitializationTime",
+    }
     assert routing.RECEIVER_BY_SEVERITY[by_name["LowGPUUtilization"].severity] == routing.NOTIFY
 
 
@@ -72,15 +89,18 @@ def test_every_catalog_rule_has_a_family_and_inhibits_only_known_names():
 
 def test_a_job_that_never_started_silences_its_host_and_gpu_verdicts():
     silenced = routing.inhibited_by(catalog.BY_NAME["MaxInitializationTime"])
-    assert set(silenced) == set(routing.family_members("bottleneck") +
-                                routing.family_members("gpu"))
+    assert set(silenced) == set(
+        routing.family_members("bottleneck") + routing.family_members("gpu")
+    )
 
 
 def test_inhibitions_compare_only_the_job_labels_the_sources_carry():
     for rule in routing.inhibit_rules():
         assert set(rule.equal) - {"rule"} == {"namespace", "training_job"}
     assert routing.inhibit_rules(["cluster", "training_job"])[0].equal == (
-        "cluster", "training_job")
+        "cluster",
+        "training_job",
+    )
 
 
 def test_the_tree_names_exactly_the_documented_receivers():
@@ -99,12 +119,13 @@ def test_amtool_accepts_the_example_configuration(amtool, root):
 
 
 @pytest.mark.tools
-def test_amtool_accepts_the_fragment_merged_into_a_minimal_configuration(amtool, root,
-                                                                         tmp_path):
+def test_amtool_accepts_the_fragment_merged_into_a_minimal_configuration(amtool, root, tmp_path):
     fragment = yaml.safe_load((root / "alerting" / "trainprof.routes.yaml").read_text())
-    merged = {"route": {"receiver": "ops", "routes": [fragment["route"]]},
-              "inhibit_rules": fragment["inhibit_rules"],
-              "receivers": [{"name": "ops"}] + fragment["receivers"]}
+    merged = {
+        "route": {"receiver": "ops", "routes": [fragment["route"]]},
+        "inhibit_rules": fragment["inhibit_rules"],
+        "receivers": [{"name": "ops"}] + fragment["receivers"],
+    }
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(merged))
     result = check_config(amtool, path)
@@ -128,12 +149,17 @@ def test_every_route_case_reaches_its_receivers_in_the_example(amtool, root):
 @pytest.mark.tools
 def test_alerts_that_are_not_trainprofs_keep_their_own_route(amtool, root):
     config = root / "alerting" / "alertmanager.example.yml"
-    rc, out = amtool_routes(amtool, config, {"alertname": "KubeNodeNotReady",
-                                             "severity": "critical"}, ["default"])
+    rc, out = amtool_routes(
+        amtool, config, {"alertname": "KubeNodeNotReady", "severity": "critical"}, ["default"]
+    )
     assert (rc, out) == (0, "default")
     # A `rule` label of another project's alert is not one of the catalog's names.
-    rc, out = amtool_routes(amtool, config, {"alertname": "X", "rule": "CPUBottleneckish",
-                                             "severity": "critical"}, ["default"])
+    rc, out = amtool_routes(
+        amtool,
+        config,
+        {"alertname": "X", "rule": "CPUBottleneckish", "severity": "critical"},
+        ["default"],
+    )
     assert (rc, out) == (0, "default")
 
 
@@ -150,9 +176,13 @@ def operator_view(resource: dict, namespace: str) -> dict:
 
     def route(r: dict) -> dict:
         out = {"receiver": prefix + r["receiver"], "matchers": matchers(r.get("matchers", []))}
-        for camel, snake in (("groupBy", "group_by"), ("groupWait", "group_wait"),
-                             ("groupInterval", "group_interval"),
-                             ("repeatInterval", "repeat_interval"), ("continue", "continue")):
+        for camel, snake in (
+            ("groupBy", "group_by"),
+            ("groupWait", "group_wait"),
+            ("groupInterval", "group_interval"),
+            ("repeatInterval", "repeat_interval"),
+            ("continue", "continue"),
+        ):
             if camel in r:
                 out[snake] = r[camel]
         if r.get("routes"):
@@ -165,20 +195,23 @@ def operator_view(resource: dict, namespace: str) -> dict:
     top["continue"] = True
     return {
         "route": {"receiver": "null", "routes": [top]},
-        "inhibit_rules": [{"source_matchers": matchers(r["sourceMatch"]) + [ns],
-                           "target_matchers": matchers(r["targetMatch"]) + [ns],
-                           "equal": r["equal"]} for r in spec["inhibitRules"]],
-        "receivers": [{"name": "null"}] + [{"name": prefix + r["name"]}
-                                           for r in spec["receivers"]],
+        "inhibit_rules": [
+            {
+                "source_matchers": matchers(r["sourceMatch"]) + [ns],
+                "target_matchers": matchers(r["targetMatch"]) + [ns],
+                "equal": r["equal"],
+            }
+            for r in spec["inhibitRules"]
+        ],
+        "receivers": [{"name": "null"}] + [{"name": prefix + r["name"]} for r in spec["receivers"]],
     }
 
 
 @pytest.mark.tools
 def test_the_alertmanagerconfig_routes_like_the_plain_configuration(amtool, root, tmp_path):
-    resource = yaml.safe_load((root / "alerting" / "trainprof.alertmanagerconfig.yaml")
-                              .read_text())
+    resource = yaml.safe_load((root / "alerting" / "trainprof.alertmanagerconfig.yaml").read_text())
     assert resource["kind"] == "AlertmanagerConfig"
-    assert "namespace" not in resource["metadata"]       # applied per training namespace
+    assert "namespace" not in resource["metadata"]  # applied per training namespace
     path = tmp_path / "alertmanager.yml"
     path.write_text(yaml.safe_dump(operator_view(resource, "team-a")))
     result = check_config(amtool, path)
@@ -195,9 +228,18 @@ def test_the_alertmanagerconfig_routes_like_the_plain_configuration(amtool, root
 
 def render(amtool: str, root, data_path, text: str) -> str:
     result = subprocess.run(
-        [amtool, "template", "render", f"--template.glob={root}/alerting/templates/*.tmpl",
-         f"--template.data={data_path}", f"--template.text={text}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            amtool,
+            "template",
+            "render",
+            f"--template.glob={root}/alerting/templates/*.tmpl",
+            f"--template.data={data_path}",
+            f"--template.text={text}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -206,16 +248,18 @@ def render(amtool: str, root, data_path, text: str) -> str:
 def test_the_notification_names_where_what_and_what_to_do(amtool, root, tmp_path):
     payload = json.loads((root / "tests" / "fixtures" / "webhook-v4-idle.json").read_text())
     outlier = json.loads(json.dumps(payload["alerts"][0]))
-    outlier["labels"].update(alertname="TrainingStepOutlier", rule="StepOutlier", rank="3",
-                             mode="train")
+    outlier["labels"].update(
+        alertname="TrainingStepOutlier", rule="StepOutlier", rank="3", mode="train"
+    )
     del outlier["labels"]["gpu"], outlier["labels"]["reason"]
     payload["alerts"].append(outlier)
     data = tmp_path / "data.json"
     data.write_text(json.dumps(payload))
 
     title = render(amtool, root, data, '{{ template "trainprof.title" . }}')
-    assert title.strip() == ("[FIRING:2] warning job idle (team-a): "
-                             "TrainingLowGPUUtilization TrainingStepOutlier")
+    assert title.strip() == (
+        "[FIRING:2] warning job idle (team-a): TrainingLowGPUUtilization TrainingStepOutlier"
+    )
     text = render(amtool, root, data, '{{ template "trainprof.text" . }}')
     low_gpu = payload["alerts"][0]
     assert "Where: job idle in team-a, node n3, GPU 0\n" in text
@@ -235,19 +279,37 @@ def test_resolved_and_health_notifications_say_so(amtool, root, tmp_path):
     data = tmp_path / "resolved.json"
     data.write_text(json.dumps(payload))
     title = render(amtool, root, data, '{{ template "trainprof.title" . }}')
-    assert title.strip() == ("[RESOLVED] critical job starved (team-a): "
-                             "TrainingCPUBottleneck TrainingIOBottleneck")
+    assert title.strip() == (
+        "[RESOLVED] critical job starved (team-a): TrainingCPUBottleneck TrainingIOBottleneck"
+    )
     text = render(amtool, root, data, '{{ template "trainprof.text" . }}')
-    assert text.strip() == ("Resolved:\n- TrainingCPUBottleneck: job starved in team-a\n"
-                            "- TrainingIOBottleneck: job starved in team-a")
+    assert text.strip() == (
+        "Resolved:\n- TrainingCPUBottleneck: job starved in team-a\n"
+        "- TrainingIOBottleneck: job starved in team-a"
+    )
 
-    health = {**payload, "status": "firing", "alerts": [{
-        **payload["alerts"][0], "status": "firing",
-        "labels": {"alertname": "TrainprofRuleInputMissing", "rule": HEALTH_RULE,
-                   "affects": "CPUBottleneck", "severity": "warning",
-                   "namespace": "team-a", "training_job": "starved"},
-        "annotations": {"summary": "Exporters do not serve a series a rule needs.",
-                        "description": "The exporters of job starved do not count ..."}}]}
+    health = {
+        **payload,
+        "status": "firing",
+        "alerts": [
+            {
+                **payload["alerts"][0],
+                "status": "firing",
+                "labels": {
+                    "alertname": "TrainprofRuleInputMissing",
+                    "rule": HEALTH_RULE,
+                    "affects": "CPUBottleneck",
+                    "severity": "warning",
+                    "namespace": "team-a",
+                    "training_job": "starved",
+                },
+                "annotations": {
+                    "summary": "Exporters do not serve a series a rule needs.",
+                    "description": "The exporters of job starved do not count ...",
+                },
+            }
+        ],
+    }
     data.write_text(json.dumps(health))
     text = render(amtool, root, data, '{{ template "trainprof.text" . }}')
     assert "Affects: CPUBottleneck (cannot fire for this job until this is fixed)" in text

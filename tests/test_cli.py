@@ -14,8 +14,14 @@ rules = [ProfilerRule.sagemaker(rule_configs.ProfilerReport(CPUBottleneck_thresh
 
 
 def run(*args, stdin=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "trainprof.cli", *args], input=stdin,
-                          capture_output=True, text=True, cwd=cwd, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+    )
 
 
 def test_compile_without_a_config_writes_the_default_profiler_report(tmp_path):
@@ -27,8 +33,18 @@ def test_compile_without_a_config_writes_the_default_profiler_report(tmp_path):
 
 
 def test_compile_prometheusrule_with_labels_and_namespace(tmp_path):
-    result = run("rules", "compile", "-o", str(tmp_path), "--format", "prometheusrule",
-                 "--namespace", "monitoring", "--label", "release=kube-prometheus-stack")
+    result = run(
+        "rules",
+        "compile",
+        "-o",
+        str(tmp_path),
+        "--format",
+        "prometheusrule",
+        "--namespace",
+        "monitoring",
+        "--label",
+        "release=kube-prometheus-stack",
+    )
     assert result.returncode == 0, result.stderr
     doc = yaml.safe_load((tmp_path / "trainprof.prometheusrule.yaml").read_text())
     assert doc["kind"] == "PrometheusRule"
@@ -45,23 +61,37 @@ def test_compile_reads_pasted_sdk_code(tmp_path):
 
 
 def test_compile_reads_stdin_and_honours_scrape_interval():
-    result = run("rules", "compile", "-c", "-", "-o", "-", "--scrape-interval", "1m",
-                 stdin="rules: [GPUMemoryIncrease]\n")
+    result = run(
+        "rules",
+        "compile",
+        "-c",
+        "-",
+        "-o",
+        "-",
+        "--scrape-interval",
+        "1m",
+        stdin="rules: [GPUMemoryIncrease]\n",
+    )
     assert result.returncode == 0, result.stderr
     assert "[2m]" in result.stdout and "using 2m" in result.stderr
 
 
 def test_bad_configuration_exits_2_listing_every_problem_without_traceback(tmp_path):
     bad = tmp_path / "rules.yaml"
-    bad.write_text("rules:\n  - rule: LowGPUUtilisation\n  - rule: StepOutlier\n"
-                   "    parameters: {stdev: 3}\n")
+    bad.write_text(
+        "rules:\n  - rule: LowGPUUtilisation\n  - rule: StepOutlier\n    parameters: {stdev: 3}\n"
+    )
     result = run("rules", "compile", "-c", str(bad), "-o", str(tmp_path / "out"))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert ("rules[0]: unknown rule 'LowGPUUtilisation' (did you mean LowGPUUtilization?)"
-            in result.stderr)
-    assert ("rules[1].parameters.stdev: unknown parameter of StepOutlier (did you mean stddev?)"
-            in result.stderr)
+    assert (
+        "rules[0]: unknown rule 'LowGPUUtilisation' (did you mean LowGPUUtilization?)"
+        in result.stderr
+    )
+    assert (
+        "rules[1].parameters.stdev: unknown parameter of StepOutlier (did you mean stddev?)"
+        in result.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 

@@ -40,8 +40,7 @@ def test_every_alert_carries_provenance_labels_and_annotations():
 
 
 def test_every_catalog_alert_is_compiled_once_per_rule():
-    alerts = {r["labels"]["rule"] for r in _rules(compile_rules(default_config()))
-              if "alert" in r}
+    alerts = {r["labels"]["rule"] for r in _rules(compile_rules(default_config())) if "alert" in r}
     assert {r.name for r in catalog.alerting_rules()} <= alerts
 
 
@@ -60,9 +59,17 @@ def test_compiling_twice_gives_identical_bytes():
 
 
 def test_windows_and_patience_translate_into_time():
-    config = load_config({"datapoint_interval": "1s", "rules": [
-        {"rule": "LowGPUUtilization", "parameters": {"window": 300, "patience": 600,
-                                                     "scan_interval_us": 30_000_000}}]})
+    config = load_config(
+        {
+            "datapoint_interval": "1s",
+            "rules": [
+                {
+                    "rule": "LowGPUUtilization",
+                    "parameters": {"window": 300, "patience": 600, "scan_interval_us": 30_000_000},
+                }
+            ],
+        }
+    )
     group = compile_rules(config).groups[0]
     assert group["interval"] == "30s"
     assert "[5m]" in group["rules"][0]["expr"]
@@ -77,11 +84,18 @@ def test_a_window_shorter_than_two_scrapes_is_raised_with_a_warning():
 
 
 def test_off_grid_thresholds_warn_that_exporters_need_the_configuration():
-    config = load_config({"rules": [{"rule": "IOBottleneck", "parameters": {"io_threshold": 65}},
-                                    {"rule": "StepOutlier", "parameters": {"stddev": 2.5}}]})
+    config = load_config(
+        {
+            "rules": [
+                {"rule": "IOBottleneck", "parameters": {"io_threshold": 65}},
+                {"rule": "StepOutlier", "parameters": {"stddev": 2.5}},
+            ]
+        }
+    )
     warnings = compile_rules(config).warnings
-    assert any("io_threshold: 65 is not on the exporter's default threshold grid" in w
-               for w in warnings)
+    assert any(
+        "io_threshold: 65 is not on the exporter's default threshold grid" in w for w in warnings
+    )
     assert any("stddev: 2.5" in w for w in warnings)
     needed = required_inputs(config)
     assert needed["io_bottleneck"] == [(0.65, 0.1)] and needed["step_outlier_stddevs"] == [2.5]
@@ -102,28 +116,31 @@ def test_quantile_thresholds_on_bucket_bounds_read_one_bucket_others_interpolate
     on_bound = compile_rules(load_config({"rules": ["LowGPUUtilization"]}))
     exprs = "\n".join(r["expr"] for r in _rules(on_bound))
     assert "histogram_quantile" not in exprs and 'le="0.7"' in exprs and 'le="0.1"' in exprs
-    off = compile_rules(load_config({"rules": [
-        {"rule": "LowGPUUtilization", "parameters": {"threshold_p95": 72}}]}))
+    off = compile_rules(
+        load_config({"rules": [{"rule": "LowGPUUtilization", "parameters": {"threshold_p95": 72}}]})
+    )
     exprs = "\n".join(r["expr"] for r in _rules(off))
     assert "histogram_quantile(0.95" in exprs and "p95_rate4m10s < 0.72" in exprs
-    assert 'le="0.1"' in exprs      # threshold_p5 = 10 is still a bucket bound
+    assert 'le="0.1"' in exprs  # threshold_p5 = 10 is still a bucket bound
 
 
 HOSTILE = ['a"b', "back\\slash", "new\nline", "{{ $labels.x }}", "}) or vector(1) #"]
 
 
-@pytest.mark.parametrize("value", HOSTILE, ids=["quote", "backslash", "newline", "template",
-                                                "injection"])
-def test_hostile_selector_values_are_escaped_and_promtool_accepts_them(value, promtool,
-                                                                        tmp_path):
-    config = load_config({"job_selector": {"training_job": value,
-                                           "namespace": {"regex": "team-(a|b)"}},
-                          "rules": ["ProfilerReport"]})
+@pytest.mark.parametrize(
+    "value", HOSTILE, ids=["quote", "backslash", "newline", "template", "injection"]
+)
+def test_hostile_selector_values_are_escaped_and_promtool_accepts_them(value, promtool, tmp_path):
+    config = load_config(
+        {
+            "job_selector": {"training_job": value, "namespace": {"regex": "team-(a|b)"}},
+            "rules": ["ProfilerReport"],
+        }
+    )
     text = to_yaml({"groups": compile_rules(config).groups})
     path = tmp_path / "rules.yaml"
     path.write_text(text)
-    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
-                            text=True)
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "or vector(1)" not in text.replace('or vector(1) #"', "")
     assert 'namespace=~"team-(a|b)"' in text

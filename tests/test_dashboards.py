@@ -22,8 +22,12 @@ def committed(root, name: str) -> dict:
 
 
 def check_schema(tools, paths) -> dict[str, list[dict]]:
-    result = subprocess.run(["node", "scripts/check-dashboard-schema.mjs", str(tools),
-                             *map(str, paths)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["node", "scripts/check-dashboard-schema.mjs", str(tools), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode in (0, 1), result.stderr
     return {doc["file"]: doc["errors"] for doc in map(json.loads, result.stdout.splitlines())}
 
@@ -34,7 +38,8 @@ def test_the_committed_dashboards_follow_grafanas_dashboard_schema(root, grafana
 
 
 def test_grafanalibs_own_output_fails_the_schema_so_the_check_has_teeth(
-        root, grafana_schema, tmp_path):
+    root, grafana_schema, tmp_path
+):
     raw = tmp_path / "raw.json"
     raw.write_text(json.dumps(grafanalib_json(job.dashboard(default_config()))))
     errors = check_schema(grafana_schema, [raw])[str(raw)]
@@ -46,8 +51,12 @@ def test_grafanalibs_own_output_fails_the_schema_so_the_check_has_teeth(
 def test_alerts_link_to_the_job_dashboard_and_its_variables(root):
     data = committed(root, "dashboards/trainprof-job.json")
     assert data["uid"] == JOB_DASHBOARD_UID
-    urls = {r["annotations"]["dashboard_url"] for g in compile_rules(default_config()).groups
-            for r in g["rules"] if "dashboard_url" in r.get("annotations", {})}
+    urls = {
+        r["annotations"]["dashboard_url"]
+        for g in compile_rules(default_config()).groups
+        for r in g["rules"]
+        if "dashboard_url" in r.get("annotations", {})
+    }
     assert len(urls) == 1
     url = urls.pop()
     assert f"/d/{data['uid']}/{job.SLUG}?" in url
@@ -61,11 +70,17 @@ def test_the_dashboards_link_to_each_other(root):
     fleet_data = committed(root, "dashboards/trainprof-fleet.json")
     assert [link["url"] for link in job_data["links"]] == [f"/d/{fleet.UID}/{fleet.SLUG}"]
     assert [link["url"] for link in fleet_data["links"]] == [f"/d/{job.UID}/{job.SLUG}"]
-    table_links = [link["url"] for p in panels(fleet_data)
-                   for o in p.get("fieldConfig", {}).get("overrides", [])
-                   for prop in o["properties"] if prop["id"] == "links" for link in prop["value"]]
-    assert table_links and all(u.startswith(f"/d/{job.UID}/{job.SLUG}?var-training_job=")
-                               for u in table_links)
+    table_links = [
+        link["url"]
+        for p in panels(fleet_data)
+        for o in p.get("fieldConfig", {}).get("overrides", [])
+        for prop in o["properties"]
+        if prop["id"] == "links"
+        for link in prop["value"]
+    ]
+    assert table_links and all(
+        u.startswith(f"/d/{job.UID}/{job.SLUG}?var-training_job=") for u in table_links
+    )
 
 
 @pytest.mark.parametrize("name", list(DASHBOARDS))
@@ -84,9 +99,9 @@ def test_panels_have_unique_ids_and_fit_the_grid_without_overlapping(root, name)
                     assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
                     cells[(x, y)] = p["title"]
 
-    assert_no_overlap(data["panels"])            # open rows' panels and every row header
+    assert_no_overlap(data["panels"])  # open rows' panels and every row header
     for row in data["panels"]:
-        assert_no_overlap(row.get("panels", []))   # inside each collapsed row
+        assert_no_overlap(row.get("panels", []))  # inside each collapsed row
 
 
 @pytest.mark.parametrize("name", list(DASHBOARDS))
@@ -115,8 +130,12 @@ def test_every_query_uses_the_datasource_variable_and_no_value_is_null(root, nam
 
 @pytest.mark.parametrize("name", list(DASHBOARDS))
 def test_queries_name_only_contract_metrics_and_recordings_the_rules_write(root, name):
-    recorded = {r["record"] for g in compile_rules(default_config()).groups
-                for r in g["rules"] if "record" in r}
+    recorded = {
+        r["record"]
+        for g in compile_rules(default_config()).groups
+        for r in g["rules"]
+        if "record" in r
+    }
     known = {n for m in contract.METRICS for n in contract.series_names(m)}
     known |= recorded | {"ALERTS", "ALERTS_FOR_STATE"}
     for title, _, expr in panel_queries(committed(root, name)):
@@ -126,29 +145,40 @@ def test_queries_name_only_contract_metrics_and_recordings_the_rules_write(root,
 
 
 def test_a_parameter_change_moves_the_alert_and_the_threshold_line_together():
-    config = load_config({"rules": [{"rule": "ProfilerReport", "parameters": {
-        "LowGPUUtilization_threshold_p95": 55, "LowGPUUtilization_window": 240}}]})
+    config = load_config(
+        {
+            "rules": [
+                {
+                    "rule": "ProfilerReport",
+                    "parameters": {
+                        "LowGPUUtilization_threshold_p95": 55,
+                        "LowGPUUtilization_window": 240,
+                    },
+                }
+            ]
+        }
+    )
     data = modernize(grafanalib_json(job.dashboard(config)))
     row = next(p for p in data["panels"] if p["title"].startswith("LowGPUUtilization"))
     p95 = next(p for p in row["panels"] if p["title"].startswith("95th percentile"))
     assert p95["fieldConfig"]["defaults"]["thresholds"]["steps"][1]["value"] == 0.55
     assert "threshold_p95 = 55%" in p95["description"]
-    group = next(g for g in compile_rules(config).groups
-                 if g["name"] == "trainprof.LowGPUUtilization")
-    alert = next(r for r in group["rules"] if r.get("labels", {}).get("reason") ==
-                 "underutilized")
+    group = next(
+        g for g in compile_rules(config).groups if g["name"] == "trainprof.LowGPUUtilization"
+    )
+    alert = next(r for r in group["rules"] if r.get("labels", {}).get("reason") == "underutilized")
     # The alert decides on the share of samples at or below 55 % over the window; the panel
     # shows the 95th percentile over the same window against a line at 55 %.
     assert alert["expr"] == (
-        "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below55_rate2m > 0.95")
+        "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below55_rate2m > 0.95"
+    )
     panel = p95["targets"][0]["expr"]
     assert panel.startswith("histogram_quantile(0.95, rate(") and panel.endswith("[2m]))")
 
 
 def test_the_rules_table_holds_every_alerting_rule_with_its_recommendation(root):
     data = committed(root, "dashboards/trainprof-job.json")
-    table = next(p for p in panels(data) if p["title"] == "Rules summary"
-                 and p["type"] == "table")
+    table = next(p for p in panels(data) if p["title"] == "Rules summary" and p["type"] == "table")
     catalog = next(t["expr"] for t in table["targets"] if t["refId"] == "catalog")
     for instance in default_config().rules:
         present = f'"rule", "{instance.spec.name}"' in catalog
@@ -167,16 +197,18 @@ def test_a_gpu_variable_narrows_gpu_series_only():
     assert 'gpu=~"$gpu"' in scope.sel("trainprof_gpu_utilization_sampled_ratio_bucket")
     assert "gpu" not in scope.sel("trainprof_cpu_utilization_sampled_ratio_bucket")
     assert 'rank=~"$rank"' in scope.sel("trainprof_training_steps_total")
-    assert series_labels("training_job:trainprof_cpu_bottleneck_samples:ratio",
-                         ("namespace", "training_job")) == {"namespace", "training_job"}
+    assert series_labels(
+        "training_job:trainprof_cpu_bottleneck_samples:ratio", ("namespace", "training_job")
+    ) == {"namespace", "training_job"}
     with pytest.raises(KeyError, match="neither a recording rule nor in the metric contract"):
         scope.sel("trainprof_gpu_utilisation_ratio")
 
 
 def test_variable_values_are_escaped_as_grafana_escapes_them():
     expr = 'x{training_job="$training_job", node=~"$node", gpu=~"$gpu"}[$__range]'
-    out = interpolate(expr, {"training_job": 'a"b\\c', "node": "n.1", "gpu": ["0", "1"]},
-                      {"__range": "1h"})
+    out = interpolate(
+        expr, {"training_job": 'a"b\\c', "node": "n.1", "gpu": ["0", "1"]}, {"__range": "1h"}
+    )
     assert out == 'x{training_job="a\\"b\\\\c", node=~"n\\\\.1", gpu=~"(0|1)"}[1h]'
     with pytest.raises(KeyError, match=r"\$rank"):
         interpolate('x{rank=~"$rank"}', {})

@@ -25,8 +25,10 @@ def built(module, config) -> dict:
 def run_until_all_return_data(base: str, queries, values, timeout: float = 60.0):
     """Run every query; fail at once on an error, retry the empty ones until the job has
     produced what they need. Returns the number of queries run."""
-    pending = {(i, title, ref): interpolate(expr, values, BUILTINS)
-               for i, (title, ref, expr) in enumerate(queries)}
+    pending = {
+        (i, title, ref): interpolate(expr, values, BUILTINS)
+        for i, (title, ref, expr) in enumerate(queries)
+    }
     total = len(pending)
     deadline = time.monotonic() + timeout
     while pending:
@@ -38,8 +40,9 @@ def run_until_all_return_data(base: str, queries, values, timeout: float = 60.0)
         if not pending:
             break
         if time.monotonic() > deadline:
-            empty = "\n".join(f"  {title} [{ref}]: {expr}"
-                              for (_, title, ref), expr in pending.items())
+            empty = "\n".join(
+                f"  {title} [{ref}]: {expr}" for (_, title, ref), expr in pending.items()
+            )
             pytest.fail(f"{len(pending)} of {total} queries still empty:\n{empty}")
         time.sleep(1)
     return total
@@ -48,8 +51,13 @@ def run_until_all_return_data(base: str, queries, values, timeout: float = 60.0)
 @pytest.mark.parametrize("selection", ["all", "one"])
 def test_every_job_dashboard_query_returns_data(live_job, selection):
     base, live, config = live_job
-    values = {"namespace": live.namespace, "training_job": live.training_job,
-              "node": None, "gpu": None, "rank": None}
+    values = {
+        "namespace": live.namespace,
+        "training_job": live.training_job,
+        "node": None,
+        "gpu": None,
+        "rank": None,
+    }
     if selection == "one":
         values.update(node="n1", gpu=["0"], rank="0")
     queries = panel_queries(built(job, config))
@@ -70,21 +78,28 @@ def test_the_variables_list_the_job(live_job):
     for variable in data["templating"]["list"]:
         if variable["type"] != "query":
             continue
-        selector, label = variable["query"][len("label_values("):-1].rsplit(", ", 1)
+        selector, label = variable["query"][len("label_values(") : -1].rsplit(", ", 1)
         selector = interpolate(selector, values)
-        url = (f"{base}/api/v1/label/{label}/values?"
-               + urllib.parse.urlencode({"match[]": selector}))
+        url = f"{base}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector})
         found[variable["name"]] = get_json(url)["data"]
-    assert found == {"namespace": [live.namespace], "training_job": [live.training_job],
-                     "node": live.nodes, "gpu": ["0", "1"], "rank": ["0", "1"]}
+    assert found == {
+        "namespace": [live.namespace],
+        "training_job": [live.training_job],
+        "node": live.nodes,
+        "gpu": ["0", "1"],
+        "rank": ["0", "1"],
+    }
 
 
 def test_alert_links_open_the_job_dashboard_with_the_alerts_job_selected(live_job):
     base, live, config = live_job
     deadline = time.monotonic() + 60
     while True:
-        alerts = [a for a in get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
-                  if a["state"] == "firing" and "dashboard_url" in a["annotations"]]
+        alerts = [
+            a
+            for a in get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
+            if a["state"] == "firing" and "dashboard_url" in a["annotations"]
+        ]
         if alerts or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -95,17 +110,21 @@ def test_alert_links_open_the_job_dashboard_with_the_alerts_job_selected(live_jo
         url = urllib.parse.urlparse(alert["annotations"]["dashboard_url"])
         assert url.path == f"/d/{data['uid']}/{job.SLUG}"
         args = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
-        assert args == {"var-training_job": live.training_job,
-                        "var-namespace": live.namespace}
-        assert {name[len("var-"):] for name in args} <= variables
+        assert args == {"var-training_job": live.training_job, "var-namespace": live.namespace}
+        assert {name[len("var-") :] for name in args} <= variables
 
 
 def test_the_committed_dashboards_queries_are_valid_promql(live_job, root):
     """The committed dashboards (SageMaker's default windows and intervals, so not every
     query has data yet) parse and evaluate without an error."""
     base, live, _ = live_job
-    values = {"namespace": live.namespace, "training_job": live.training_job,
-              "node": None, "gpu": None, "rank": None}
+    values = {
+        "namespace": live.namespace,
+        "training_job": live.training_job,
+        "node": None,
+        "gpu": None,
+        "rank": None,
+    }
     for name in ("trainprof-job.json", "trainprof-fleet.json"):
         data = json.loads((root / "dashboards" / name).read_text())
         for title, ref, expr in panel_queries(data):

@@ -8,9 +8,12 @@ import sys
 
 
 def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, alertmanager_bin):
-    result = subprocess.run([sys.executable, "-m", "trainprof.demo", "--duration", "50",
-                             "--out", str(tmp_path)], capture_output=True, text=True,
-                            timeout=240)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainprof.demo", "--duration", "50", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "FIRING   TrainingCPUBottleneck [critical]" in out, out
@@ -19,8 +22,11 @@ def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, 
     # While the job is CPU-bottlenecked (act 1), the underused GPU follows from the bottleneck:
     # Alertmanager inhibits it, so no notification names it.
     act1 = out.split("act 2:")[0]
-    assert not [line for line in act1.splitlines()
-                if "-> notify" in line and "TrainingLowGPUUtilization" in line], act1
+    assert not [
+        line
+        for line in act1.splitlines()
+        if "-> notify" in line and "TrainingLowGPUUtilization" in line
+    ], act1
     assert (tmp_path / "rules.yaml").exists()
     report = (tmp_path / "report.html").read_text()
     assert "TrainingCPUBottleneck" in report or "CPUBottleneck" in report

@@ -19,28 +19,44 @@ from trainprof.exporter import identity
 from servers import free_port
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--web.listen-address", "9945"], "'9945' is not HOST:PORT"),
-    (["--web.listen-address", "::1:9945"], "write an IPv6 host in brackets"),
-    (["--web.listen-address", ":99999"], "port '99999' is not a number from 0 to 65535"),
-    (["--web.telemetry-path", "metrics"], "must start with /"),
-    (["--collector.disk.device-exclude", "(loop"], "--collector.disk.device-exclude '(loop' "
-                                                    "is not a regular expression"),
-    (["--path.procfs", "/nonexistent"], "--path.procfs /nonexistent has no stat file"),
-    (["--no-collector.cpu", "--no-collector.memory", "--no-collector.disk",
-      "--no-collector.network", "--no-collector.gpu"], "every collector is off"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--web.listen-address", "9945"], "'9945' is not HOST:PORT"),
+        (["--web.listen-address", "::1:9945"], "write an IPv6 host in brackets"),
+        (["--web.listen-address", ":99999"], "port '99999' is not a number from 0 to 65535"),
+        (["--web.telemetry-path", "metrics"], "must start with /"),
+        (
+            ["--collector.disk.device-exclude", "(loop"],
+            "--collector.disk.device-exclude '(loop' is not a regular expression",
+        ),
+        (["--path.procfs", "/nonexistent"], "--path.procfs /nonexistent has no stat file"),
+        (
+            [
+                "--no-collector.cpu",
+                "--no-collector.memory",
+                "--no-collector.disk",
+                "--no-collector.network",
+                "--no-collector.gpu",
+            ],
+            "every collector is off",
+        ),
+    ],
+)
 def test_bad_flags_exit_2_naming_the_flag(args, message, capsys):
     assert main(["exporter", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--datapoint-interval", "fast"], "'fast' is not a duration"),
-    (["--datapoint-interval", "0s"], "must be longer than 0s"),
-    (["--web.max-connections", "0"], "must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--datapoint-interval", "fast"], "'fast' is not a duration"),
+        (["--datapoint-interval", "0s"], "must be longer than 0s"),
+        (["--web.max-connections", "0"], "must be at least 1"),
+    ],
+)
 def test_unparsable_values_are_usage_errors(args, message, capsys):
     with pytest.raises(SystemExit) as raised:
         main(["exporter", *args])
@@ -50,8 +66,19 @@ def test_unparsable_values_are_usage_errors(args, message, capsys):
 def test_a_bad_rule_configuration_lists_its_problems(tmp_path, capsys):
     config = tmp_path / "rules.yaml"
     config.write_text("rules:\n  - rule: CPUBotleneck\n")
-    assert main(["exporter", "--rules.config", str(config), "--no-collector.gpu",
-                 "--web.listen-address", "127.0.0.1:0"]) == 2
+    assert (
+        main(
+            [
+                "exporter",
+                "--rules.config",
+                str(config),
+                "--no-collector.gpu",
+                "--web.listen-address",
+                "127.0.0.1:0",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--rules.config" in err and "CPUBotleneck" in err and "CPUBottleneck" in err
 
@@ -59,8 +86,21 @@ def test_a_bad_rule_configuration_lists_its_problems(tmp_path, capsys):
 def test_a_datapoint_interval_the_rules_do_not_assume_is_refused(tmp_path, capsys):
     config = tmp_path / "rules.yaml"
     config.write_text("datapoint_interval: 1s\nrules: [{rule: CPUBottleneck}]\n")
-    assert main(["exporter", "--rules.config", str(config), "--datapoint-interval", "0.5s",
-                 "--no-collector.gpu", "--web.listen-address", "127.0.0.1:0"]) == 2
+    assert (
+        main(
+            [
+                "exporter",
+                "--rules.config",
+                str(config),
+                "--datapoint-interval",
+                "0.5s",
+                "--no-collector.gpu",
+                "--web.listen-address",
+                "127.0.0.1:0",
+            ]
+        )
+        == 2
+    )
     assert "disagrees with" in capsys.readouterr().err
 
 
@@ -76,8 +116,19 @@ def test_a_bad_web_config_exits_2_and_missing_bcrypt_exits_1(tmp_path, capsys, m
 
 
 def test_an_unwritable_recording_exits_1(tmp_path, capsys):
-    assert main(["exporter", "--no-collector.gpu", "--web.listen-address", "127.0.0.1:0",
-                 "--record", str(tmp_path / "missing" / "run.jsonl")]) == 1
+    assert (
+        main(
+            [
+                "exporter",
+                "--no-collector.gpu",
+                "--web.listen-address",
+                "127.0.0.1:0",
+                "--record",
+                str(tmp_path / "missing" / "run.jsonl"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "cannot write the recording" in err and "No such file or directory" in err
 
@@ -98,10 +149,24 @@ def test_sigterm_stops_the_exporter_and_completes_the_recording(tmp_path):
     record = tmp_path / "run.jsonl.gz"
     env = {**os.environ, "TRAINPROF_JOB": 'job "with" {quotes}\n'}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainprof.cli", "exporter", "--web.listen-address",
-         f"127.0.0.1:{port}", "--record", str(record), "--identity.node", "n1",
-         "--datapoint-interval", "0.1s"],
-        stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "trainprof.cli",
+            "exporter",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--record",
+            str(record),
+            "--identity.node",
+            "n1",
+            "--datapoint-interval",
+            "0.1s",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     # The hostile job name arrives escaped: quotes and the newline as \" and \n.
     escaped = 'trainprof_samples_total{node="n1",training_job="job \\"with\\" {quotes}\\n"} '
     try:

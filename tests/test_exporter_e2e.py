@@ -35,10 +35,12 @@ from servers import prometheus, query
 
 RULES = {
     "datapoint_interval": "0.5s",
-    "scrape_interval": "15s",     # windows at least two 15 s scrapes long
+    "scrape_interval": "15s",  # windows at least two 15 s scrapes long
     "rules": [
-        {"rule": "LowGPUUtilization",
-         "parameters": {"window": 80, "patience": 10, "scan_interval_us": 1_000_000}},
+        {
+            "rule": "LowGPUUtilization",
+            "parameters": {"window": 80, "patience": 10, "scan_interval_us": 1_000_000},
+        },
         {"rule": "CPUBottleneck", "parameters": {"patience": 10, "scan_interval_us": 1_000_000}},
     ],
 }
@@ -49,25 +51,33 @@ P5 = "histogram_quantile(0.05, rate(trainprof_gpu_utilization_sampled_ratio_buck
 CPU_RATIO = 'training_job:trainprof_cpu_bottleneck_samples:ratio{cpu_above="0.9",gpu_below="0.1"}'
 BUCKET = 0.05
 
-EXPECTED = {   # (query, gpu) -> the range the value must fall in
-    (BELOW70, "0"): (0.70, 0.80), (BELOW10, "0"): (0.70, 0.80),
-    (BELOW70, "1"): (1.0, 1.0), (BELOW10, "1"): (0.0, 0.0),
-    (P95, "0"): (0.90, 0.95), (P5, "0"): (0.0, 0.05),
-    (P95, "1"): (0.45, 0.50), (P5, "1"): (0.45, 0.50),
+EXPECTED = {  # (query, gpu) -> the range the value must fall in
+    (BELOW70, "0"): (0.70, 0.80),
+    (BELOW10, "0"): (0.70, 0.80),
+    (BELOW70, "1"): (1.0, 1.0),
+    (BELOW10, "1"): (0.0, 0.0),
+    (P95, "0"): (0.90, 0.95),
+    (P5, "0"): (0.0, 0.05),
+    (P95, "1"): (0.45, 0.50),
+    (P5, "1"): (0.45, 0.50),
     (CPU_RATIO, None): (0.70, 0.80),
 }
-FIRING = {("TrainingLowGPUUtilization", "0", "fluctuating"),
-          ("TrainingLowGPUUtilization", "1", "underutilized"),
-          ("TrainingCPUBottleneck", None, None)}
+FIRING = {
+    ("TrainingLowGPUUtilization", "0", "fluctuating"),
+    ("TrainingLowGPUUtilization", "1", "underutilized"),
+    ("TrainingCPUBottleneck", None, None),
+}
 
 
 def scrape_config(port: int, interval: str) -> str:
-    return (f"global: {{scrape_interval: {interval}, scrape_timeout: 1s, "
-            "evaluation_interval: 1s}\n"
-            "rule_files: [rules.yaml]\n"
-            "scrape_configs:\n"
-            "  - job_name: trainprof\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n")
+    return (
+        f"global: {{scrape_interval: {interval}, scrape_timeout: 1s, "
+        "evaluation_interval: 1s}\n"
+        "rule_files: [rules.yaml]\n"
+        "scrape_configs:\n"
+        "  - job_name: trainprof\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
+    )
 
 
 def values(base: str) -> dict:
@@ -81,8 +91,10 @@ def values(base: str) -> dict:
 
 def firing(base: str) -> set:
     result = query(base, 'ALERTS{alertstate="firing"}')["data"]["result"]
-    return {(r["metric"]["alertname"], r["metric"].get("gpu"), r["metric"].get("reason"))
-            for r in result}
+    return {
+        (r["metric"]["alertname"], r["metric"].get("gpu"), r["metric"].get("reason"))
+        for r in result
+    }
 
 
 def scrapes(base: str) -> int:
@@ -92,39 +104,47 @@ def scrapes(base: str) -> int:
 
 def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(prometheus_bin, tmp_path):
     rules = to_yaml({"groups": compile_rules(load_config(RULES)).groups})
-    gpus = [FakeGpu("GPU-e2e-0", utilization=[2, 2, 2, 95]), FakeGpu("GPU-e2e-1",
-                                                                     utilization=[50])]
+    gpus = [FakeGpu("GPU-e2e-0", utilization=[2, 2, 2, 95]), FakeGpu("GPU-e2e-1", utilization=[50])]
     cpu = ScriptedCpu([([0.95, 0.2], [0.0, 0.0])] * 3 + [([0.3, 0.2], [0.0, 0.0])])
     exporter = trainprof.exporter.start(
-        0, address="127.0.0.1", sources=[GpuSource(FakeNvml(gpus)), cpu],
-        identity={"training_job": "e2e", "node": "n1"}, datapoint_interval=0.5,
-        record=str(tmp_path / "recording.jsonl"))
+        0,
+        address="127.0.0.1",
+        sources=[GpuSource(FakeNvml(gpus)), cpu],
+        identity={"training_job": "e2e", "node": "n1"},
+        datapoint_interval=0.5,
+        record=str(tmp_path / "recording.jsonl"),
+    )
     fast_dir, slow_dir = Path(tmp_path / "1s"), Path(tmp_path / "15s")
     fast_dir.mkdir()
     slow_dir.mkdir()
     try:
-        with prometheus(prometheus_bin, fast_dir, scrape_config(exporter.port, "1s"),
-                        {"rules.yaml": rules}) as fast, \
-                prometheus(prometheus_bin, slow_dir, scrape_config(exporter.port, "15s"),
-                           {"rules.yaml": rules}) as slow:
+        with (
+            prometheus(
+                prometheus_bin, fast_dir, scrape_config(exporter.port, "1s"), {"rules.yaml": rules}
+            ) as fast,
+            prometheus(
+                prometheus_bin, slow_dir, scrape_config(exporter.port, "15s"), {"rules.yaml": rules}
+            ) as slow,
+        ):
             deadline = time.monotonic() + 150
             while True:
                 # Three 15 s scrapes: the 40 s windows hold two scrape intervals of samples.
                 got = {"1s": values(fast), "15s": values(slow)}
-                ready = scrapes(slow) >= 3 and all(len(v) == len(EXPECTED)
-                                                   for v in got.values())
+                ready = scrapes(slow) >= 3 and all(len(v) == len(EXPECTED) for v in got.values())
                 if ready and firing(fast) >= FIRING and firing(slow) >= FIRING:
                     break
                 if time.monotonic() > deadline:
-                    pytest.fail(f"rules never settled: values {got}, firing 1s "
-                                f"{firing(fast)}, 15s {firing(slow)}, 15s scrapes "
-                                f"{scrapes(slow)}")
+                    pytest.fail(
+                        f"rules never settled: values {got}, firing 1s "
+                        f"{firing(fast)}, 15s {firing(slow)}, 15s scrapes "
+                        f"{scrapes(slow)}"
+                    )
                 time.sleep(1)
             assert firing(fast) == firing(slow) == FIRING
     finally:
         exporter.stop()
 
-    for key in EXPECTED:   # shown with pytest -s
+    for key in EXPECTED:  # shown with pytest -s
         print(f"{key[0]} gpu={key[1]}: 1s {got['1s'][key]:.4f}  15s {got['15s'][key]:.4f}")
     for key, (low, high) in EXPECTED.items():
         fast_value, slow_value = got["1s"][key], got["15s"][key]
@@ -136,6 +156,9 @@ def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(prometheus_b
     for scrape in (1.0, 15.0):
         config = load_config({**RULES, "scrape_interval": f"{scrape:g}s"})
         result = replay(str(tmp_path / "recording.jsonl"), config, scrape_interval=scrape)
-        replayed = {(a.labels["alertname"], a.labels.get("gpu"), a.labels.get("reason"))
-                    for verdict in result.rules.values() for a in verdict.alerts}
+        replayed = {
+            (a.labels["alertname"], a.labels.get("gpu"), a.labels.get("reason"))
+            for verdict in result.rules.values()
+            for a in verdict.alerts
+        }
         assert replayed == FIRING, f"replay at {scrape:g}s"

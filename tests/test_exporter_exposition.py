@@ -28,8 +28,10 @@ from trainprof.sampling import SampleAccumulator
 from fakes import FakeNvml, ScriptedCpu, h100s
 from procfs import Procfs
 
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
 class Ticks:
@@ -53,22 +55,24 @@ def golden_sampler(tmp_path, monkeypatch) -> Sampler:
     gpus[1].utilization = [40]
     gpus[1].__post_init__()
     gpus[1].fail["nvmlDeviceGetPowerUsage"] = pynvml.NVMLError_NotSupported
-    sources = [GpuSource(FakeNvml(gpus)),
-               ScriptedCpu([([0.95, 0.2], [0.0, 0.6]), ([0.3, 0.2], [0.0, 0.0])]),
-               *default_sources(["memory", "disk", "network"])]
+    sources = [
+        GpuSource(FakeNvml(gpus)),
+        ScriptedCpu([([0.95, 0.2], [0.0, 0.6]), ([0.3, 0.2], [0.0, 0.0])]),
+        *default_sources(["memory", "disk", "network"]),
+    ]
     runner = SourceRunner(sources, clock=Ticks(), wall_clock=lambda: 1_700_000_000.0)
     accumulator = SampleAccumulator(0.5, {"training_job": "golden", "node": "n1"})
     sampler = Sampler(runner, accumulator)
-    runner.sample()                     # the sampler thread's priming read
+    runner.sample()  # the sampler thread's priming read
     for _ in range(4):
         sampler.sample_once()
     return sampler
 
 
-@pytest.mark.parametrize("openmetrics, golden", [(False, "exporter.prom"),
-                                                 (True, "exporter.om")])
-def test_a_scrape_of_fake_sources_matches_the_golden_file(openmetrics, golden, root, tmp_path,
-                                                          monkeypatch, update_golden):
+@pytest.mark.parametrize("openmetrics, golden", [(False, "exporter.prom"), (True, "exporter.om")])
+def test_a_scrape_of_fake_sources_matches_the_golden_file(
+    openmetrics, golden, root, tmp_path, monkeypatch, update_golden
+):
     sampler = golden_sampler(tmp_path, monkeypatch)
     bodies = ScrapeBodies(sampler.snapshot, lambda: sampler.samples)
     body = bodies.body(openmetrics, compressed=False)
@@ -77,8 +81,9 @@ def test_a_scrape_of_fake_sources_matches_the_golden_file(openmetrics, golden, r
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(body)
     assert path.exists(), f"{path} is missing; generate and review it with --update-golden"
-    assert body.decode() == path.read_text(), f"scrape differs from {path}; if intended, " \
-                                              "rerun with --update-golden and review the diff"
+    assert body.decode() == path.read_text(), (
+        f"scrape differs from {path}; if intended, rerun with --update-golden and review the diff"
+    )
 
 
 def test_the_golden_scrape_passes_promtool_check_metrics(root, promtool):
@@ -91,8 +96,9 @@ def test_the_golden_scrape_passes_promtool_check_metrics(root, promtool):
 def test_the_renderer_writes_what_prometheus_client_writes(tmp_path, monkeypatch):
     sampler = golden_sampler(tmp_path, monkeypatch)
     families = sampler.families()
-    hostile = InfoMetricFamily("trainprof_test", 'help with \\ and "quotes"\nand a newline',
-                               labels=["value"])
+    hostile = InfoMetricFamily(
+        "trainprof_test", 'help with \\ and "quotes"\nand a newline', labels=["value"]
+    )
     hostile.add_metric(['a"b}\n{c\\'], {"x": "1"})
     families.append(hostile)
 
@@ -101,7 +107,7 @@ def test_the_renderer_writes_what_prometheus_client_writes(tmp_path, monkeypatch
             return families
 
     renderer = Renderer()
-    for _ in range(2):   # the second time from the prefix cache
+    for _ in range(2):  # the second time from the prefix cache
         assert renderer.render(families, openmetrics=False) == generate_latest(Registry())
         assert renderer.render(families, openmetrics=True) == openmetrics_latest(Registry())
 
@@ -128,16 +134,16 @@ class CountingSnapshots:
 def test_each_sample_is_rendered_at_most_once_per_format(tmp_path, monkeypatch):
     counting = CountingSnapshots(tmp_path, monkeypatch)
     bodies = ScrapeBodies(counting.snapshot, lambda: counting.sampler.samples)
-    first = [bodies.body(om, gz) for om in (False, True) for gz in (False, True)
-             for _ in range(3)]
+    first = [bodies.body(om, gz) for om in (False, True) for gz in (False, True) for _ in range(3)]
     assert counting.snapshots == 1
     assert gzip.decompress(first[3]) == first[0] and first[0] == first[1] == first[2]
     assert first[6].endswith(b"# EOF\n") and not first[0].endswith(b"# EOF\n")
     counting.sampler.sample_once()
     second = bodies.body(True, True)
     assert counting.snapshots == 2 and second != first[9]
-    assert b"trainprof_samples_total{node=\"n1\",training_job=\"golden\"} 5.0" in \
-        gzip.decompress(second)
+    assert b'trainprof_samples_total{node="n1",training_job="golden"} 5.0' in gzip.decompress(
+        second
+    )
 
 
 def test_a_scrape_does_not_wait_for_a_sample_in_progress():

@@ -49,8 +49,9 @@ class Rig:
         return self.runner.health[collector][0]
 
     def gpus_in(self, name):
-        return sorted(s.labels["gpu"] for f in self.acc.families() for s in f.samples
-                      if s.name == name)
+        return sorted(
+            s.labels["gpu"] for f in self.acc.families() for s in f.samples if s.name == name
+        )
 
 
 def test_registering_the_exporter_does_not_touch_the_driver():
@@ -74,11 +75,17 @@ def test_readings_are_exported_in_base_units():
     assert v("trainprof_gpu_energy_joules_total") == 7200.0
     assert v("trainprof_gpu_temperature_celsius") == 61.0
     assert v("trainprof_gpu_sm_clock_hertz") == 1.98e9
-    assert rig.value("trainprof_gpu_info", gpu="0", name="NVIDIA H100 80GB HBM3",
-                     driver_version="550.54.15",
-                     uuid="GPU-00000000-1f2e-4d3c-8b7a-000000000000") == 1
-    assert rig.value("trainprof_gpu_memory_used_sampled_ratio_bucket", gpu="0",
-                     le="0.25") == 1
+    assert (
+        rig.value(
+            "trainprof_gpu_info",
+            gpu="0",
+            name="NVIDIA H100 80GB HBM3",
+            driver_version="550.54.15",
+            uuid="GPU-00000000-1f2e-4d3c-8b7a-000000000000",
+        )
+        == 1
+    )
+    assert rig.value("trainprof_gpu_memory_used_sampled_ratio_bucket", gpu="0", le="0.25") == 1
     assert rig.success() == 1.0
 
 
@@ -94,8 +101,10 @@ def test_without_a_driver_the_gpu_collector_reports_itself_unavailable_once(capl
     assert rig.value("trainprof_samples_total") == 5
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1
-    assert "GPU collector unavailable: no NVIDIA driver on this node (NVML Shared Library " \
-           "Not Found)" in messages[0]
+    assert (
+        "GPU collector unavailable: no NVIDIA driver on this node (NVML Shared Library "
+        "Not Found)" in messages[0]
+    )
     assert nvml.calls == 1, "NVML is not asked again before the retry interval"
 
 
@@ -115,7 +124,8 @@ def test_a_driver_that_appears_later_is_picked_up_at_the_next_retry(caplog):
     assert rig.success() == 1.0
     assert rig.gpus_in("trainprof_gpu_utilization_ratio") == ["0", "1"]
     assert [r.getMessage() for r in caplog.records] == [
-        "NVML is available: 2 GPUs, driver 550.54.15"]
+        "NVML is available: 2 GPUs, driver 550.54.15"
+    ]
 
 
 def test_no_permission_on_the_driver_is_said_as_such(caplog):
@@ -168,14 +178,19 @@ def test_other_device_errors_leave_the_gpu_out_of_that_sample_only(caplog):
         rig.sample()
     assert rig.gpus_in("trainprof_gpu_utilization_ratio") == ["0", "1"]
     assert rig.success() == 1.0
-    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
-        "GPU 0", "GPU 0"]
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["GPU 0", "GPU 0"]
     assert "could not be read (Unknown Error)" in caplog.records[0].getMessage()
     assert "is readable again" in caplog.records[1].getMessage()
 
 
-@pytest.mark.parametrize("error", [pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission,
-                                   pynvml.NVMLError_FunctionNotFound])
+@pytest.mark.parametrize(
+    "error",
+    [
+        pynvml.NVMLError_NotSupported,
+        pynvml.NVMLError_NoPermission,
+        pynvml.NVMLError_FunctionNotFound,
+    ],
+)
 def test_a_field_the_gpu_does_not_offer_is_absent_for_that_gpu_only(error, caplog):
     nvml = FakeNvml(h100s(2))
     nvml.gpus[0].fail["nvmlDeviceGetPowerUsage"] = error
@@ -201,12 +216,12 @@ def test_utilization_not_supported_leaves_the_histograms_empty_not_zero():
 
 def test_gpm_metrics_appear_from_the_second_sample_where_offered():
     gpus = h100s(2)
-    gpus[1].gpm = None                                          # an A100: no GPM
-    del gpus[0].gpm["NVML_GPM_METRIC_DRAM_BW_UTIL"]             # one metric not offered
+    gpus[1].gpm = None  # an A100: no GPM
+    del gpus[0].gpm["NVML_GPM_METRIC_DRAM_BW_UTIL"]  # one metric not offered
     nvml = FakeNvml(gpus)
     rig = Rig(nvml)
     rig.sample()
-    assert rig.gpus_in("trainprof_gpu_sm_active_ratio") == []   # GPM compares two samples
+    assert rig.gpus_in("trainprof_gpu_sm_active_ratio") == []  # GPM compares two samples
     rig.sample()
     assert rig.value("trainprof_gpu_sm_active_ratio", gpu="0") == 0.875
     assert rig.value("trainprof_gpu_sm_occupancy_ratio", gpu="0") == 0.4
@@ -248,6 +263,10 @@ def test_hostile_gpu_names_are_exported_safely(promtool):
     text = Renderer().render(rig.acc.families(), openmetrics=False)
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
     assert check.returncode == 0, check.stderr.decode()
-    parsed = [s for f in text_string_to_metric_families(text.decode()) for s in f.samples
-              if s.name == "trainprof_gpu_info"]
+    parsed = [
+        s
+        for f in text_string_to_metric_families(text.decode())
+        for s in f.samples
+        if s.name == "trainprof_gpu_info"
+    ]
     assert [s.labels["name"] for s in parsed] == [name]

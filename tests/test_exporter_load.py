@@ -18,9 +18,11 @@ from servers import free_port
 
 SCRAPERS = 50
 SECONDS = 60
-WARM_UP = 15          # seconds before the memory baseline: threads, caches and buffers exist
-PROMETHEUS_HEADERS = {"Accept": "application/openmetrics-text;version=1.0.0,text/plain;"
-                                "version=0.0.4;q=0.5", "Accept-Encoding": "gzip"}
+WARM_UP = 15  # seconds before the memory baseline: threads, caches and buffers exist
+PROMETHEUS_HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+    "Accept-Encoding": "gzip",
+}
 
 
 def rss_bytes(pid: int) -> int:
@@ -47,9 +49,19 @@ def test_50_scrapers_for_a_minute_with_slow_clients(tmp_path):
     url = f"http://127.0.0.1:{port}/metrics"
     log = open(tmp_path / "exporter.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainprof.cli", "exporter", "--web.listen-address",
-         f"127.0.0.1:{port}", "--identity.node", "load"],
-        stdout=subprocess.DEVNULL, stderr=log)
+        [
+            sys.executable,
+            "-m",
+            "trainprof.cli",
+            "exporter",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--identity.node",
+            "load",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     slow: list[socket.socket] = []
     try:
         deadline = time.monotonic() + 30
@@ -94,7 +106,7 @@ def test_50_scrapers_for_a_minute_with_slow_clients(tmp_path):
             try:
                 dribbling.send(bytes([byte]))
             except OSError:
-                pass    # the exporter may drop it after its timeout; that is its right
+                pass  # the exporter may drop it after its timeout; that is its right
             time.sleep(1)
         stop.set()
         for t in threads:
@@ -111,8 +123,10 @@ def test_50_scrapers_for_a_minute_with_slow_clients(tmp_path):
     assert proc.returncode == 0
     assert min(counts) >= 20, f"a scraper was starved: {sorted(counts)[:5]}"
     growth = end_rss - warm_rss
-    print(f"{sum(counts)} scrapes; RSS {warm_rss / 2**20:.1f} MiB after {WARM_UP}s, "
-          f"{end_rss / 2**20:.1f} MiB after {SECONDS}s")
+    print(
+        f"{sum(counts)} scrapes; RSS {warm_rss / 2**20:.1f} MiB after {WARM_UP}s, "
+        f"{end_rss / 2**20:.1f} MiB after {SECONDS}s"
+    )
     assert growth < 4 * 2**20, f"RSS grew {growth / 2**20:.1f} MiB under steady load"
     assert "Traceback" not in (tmp_path / "exporter.log").read_text()
     assert os.path.getsize(tmp_path / "exporter.log") < 10_000, "the log is flooded"

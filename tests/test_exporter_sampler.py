@@ -56,8 +56,13 @@ class Timed:
 
 
 def run(source, clock, **kwargs) -> Sampler:
-    sampler = Sampler(SourceRunner([source]), SampleAccumulator(INTERVAL), clock=clock,
-                      sleep=clock.advance, **kwargs)
+    sampler = Sampler(
+        SourceRunner([source]),
+        SampleAccumulator(INTERVAL),
+        clock=clock,
+        sleep=clock.advance,
+        **kwargs,
+    )
     sampler.start()
     assert source.enough.wait(30), "the sampler stopped sampling"
     sampler.stop()
@@ -77,9 +82,9 @@ def test_a_slow_sample_skips_ticks_instead_of_sampling_in_a_burst(caplog):
     source = Timed(clock, cost=2.5 * INTERVAL)
     with caplog.at_level(logging.INFO, "trainprof.exporter"):
         run(source, clock)
-    starts = source.starts[1:]     # after the priming read
+    starts = source.starts[1:]  # after the priming read
     steps = [round((b - a) / INTERVAL, 6) for a, b in zip(starts, starts[1:])]
-    assert steps and all(step == 3 for step in steps), steps   # on the grid, never early
+    assert steps and all(step == 3 for step in steps), steps  # on the grid, never early
     overruns = [r for r in caplog.records if "took longer than" in r.getMessage()]
     assert len(overruns) == 1 and "skipped 2 tick(s)" in overruns[0].getMessage()
 
@@ -112,8 +117,9 @@ def test_samples_are_recorded_and_the_file_is_complete_after_close(tmp_path):
     assert recording.host_sample(records[1]).cpu_iowait == [0.0, 0.3]
 
 
-def test_a_recording_that_cannot_be_written_stops_once_and_the_rest_goes_on(tmp_path, caplog,
-                                                                          monkeypatch):
+def test_a_recording_that_cannot_be_written_stops_once_and_the_rest_goes_on(
+    tmp_path, caplog, monkeypatch
+):
     recorder = Recorder(str(tmp_path / "run.jsonl"), 0.5, "n1")
 
     def full(record):
@@ -126,7 +132,8 @@ def test_a_recording_that_cannot_be_written_stops_once_and_the_rest_goes_on(tmp_
         recorder.close()
     assert [r.getMessage() for r in caplog.records] == [
         f"cannot write the recording {tmp_path / 'run.jsonl'} ([Errno 28] No space left on "
-        "device); recording stopped after 0 samples, the exporter keeps serving"]
+        "device); recording stopped after 0 samples, the exporter keeps serving"
+    ]
 
 
 def test_a_recording_path_that_cannot_be_opened_raises(tmp_path):

@@ -22,8 +22,10 @@ from trainprof.exporter.sources.gpu import GpuSource
 
 from fakes import FakeNvml, ScriptedCpu, h100s
 
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+    "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
 
 
 def fake_sources():
@@ -31,8 +33,12 @@ def fake_sources():
 
 
 def start(port=0, **kwargs):
-    options = dict(address="127.0.0.1", sources=fake_sources(), identity={"node": "n1"},
-                   datapoint_interval=0.05)
+    options = dict(
+        address="127.0.0.1",
+        sources=fake_sources(),
+        identity={"node": "n1"},
+        datapoint_interval=0.05,
+    )
     options.update(kwargs)
     return trainprof.exporter.start(port, **options)
 
@@ -72,17 +78,20 @@ def exporter():
 
 
 def test_prometheus_gets_gzipped_openmetrics(exporter):
-    status, headers, body = get(exporter.port, headers={"Accept": PROMETHEUS_ACCEPT,
-                                                        "Accept-Encoding": "gzip"})
+    status, headers, body = get(
+        exporter.port, headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+    )
     assert status == 200
-    assert headers["Content-Type"] == "application/openmetrics-text; version=1.0.0; " \
-                                      "charset=utf-8"
+    assert headers["Content-Type"] == "application/openmetrics-text; version=1.0.0; charset=utf-8"
     assert headers["Content-Encoding"] == "gzip"
     text = gzip.decompress(body).decode()
     assert text.endswith("# EOF\n")
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert {"trainprof_samples", "trainprof_gpu_utilization_sampled_ratio",
-            "trainprof_collector_success"} <= names
+    assert {
+        "trainprof_samples",
+        "trainprof_gpu_utilization_sampled_ratio",
+        "trainprof_collector_success",
+    } <= names
 
 
 def test_other_clients_get_the_text_format(exporter):
@@ -115,7 +124,7 @@ def test_one_connection_serves_many_scrapes(exporter):
 def test_half_open_and_dribbling_clients_do_not_stall_other_scrapes(exporter):
     silent = socket.create_connection(("127.0.0.1", exporter.port))
     dribbling = socket.create_connection(("127.0.0.1", exporter.port))
-    dribbling.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")   # headers never finished
+    dribbling.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers never finished
     never_reads = socket.create_connection(("127.0.0.1", exporter.port))
     never_reads.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
     never_reads.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
@@ -149,19 +158,32 @@ def test_a_port_in_use_is_a_clear_error_and_nothing_keeps_running(exporter):
     before = trainprof_threads()
     with pytest.raises(OSError) as raised:
         start(port=exporter.port)
-    assert raised.value.strerror == (f"cannot listen on 127.0.0.1:{exporter.port}: "
-                                     "Address already in use")
+    assert raised.value.strerror == (
+        f"cannot listen on 127.0.0.1:{exporter.port}: Address already in use"
+    )
     assert trainprof_threads() == before
 
 
 def test_the_cli_exits_1_on_a_port_in_use_without_a_traceback(exporter):
     result = subprocess.run(
-        [sys.executable, "-m", "trainprof.cli", "exporter", "--no-collector.gpu",
-         "--web.listen-address", f"127.0.0.1:{exporter.port}"],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "trainprof.cli",
+            "exporter",
+            "--no-collector.gpu",
+            "--web.listen-address",
+            f"127.0.0.1:{exporter.port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
-    assert f"error: cannot listen on 127.0.0.1:{exporter.port}: Address already in use" \
+    assert (
+        f"error: cannot listen on 127.0.0.1:{exporter.port}: Address already in use"
         in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -170,16 +192,24 @@ def test_the_cli_exits_1_on_a_port_in_use_without_a_traceback(exporter):
 
 def test_in_process_the_series_join_the_given_registry_until_stopped():
     registry = CollectorRegistry(auto_describe=True)
-    running = trainprof.exporter.start(None, registry=registry, sources=fake_sources(),
-                                       identity={"node": "n1"}, datapoint_interval=0.05)
+    running = trainprof.exporter.start(
+        None,
+        registry=registry,
+        sources=fake_sources(),
+        identity={"node": "n1"},
+        datapoint_interval=0.05,
+    )
     try:
         assert running.url is None
         wait_for_samples(running, 3)
         assert registry.get_sample_value("trainprof_samples_total", {"node": "n1"}) >= 3
-        assert registry.get_sample_value("trainprof_gpu_utilization_ratio",
-                                         {"node": "n1", "gpu": "1",
-                                          "uuid": "GPU-00000001-1f2e-4d3c-8b7a-000000000001"}) \
+        assert (
+            registry.get_sample_value(
+                "trainprof_gpu_utilization_ratio",
+                {"node": "n1", "gpu": "1", "uuid": "GPU-00000001-1f2e-4d3c-8b7a-000000000001"},
+            )
             == 0.5
+        )
     finally:
         running.stop()
     assert registry.get_sample_value("trainprof_samples_total", {"node": "n1"}) is None
@@ -204,19 +234,22 @@ def test_a_registry_that_already_has_these_names_is_refused_and_nothing_runs():
 
 def test_a_rule_configuration_adds_its_thresholds_and_sets_the_interval(tmp_path):
     config = tmp_path / "rules.yaml"
-    config.write_text("datapoint_interval: 0.25s\nrules:\n  - rule: CPUBottleneck\n"
-                      "    parameters: {cpu_threshold: 85, gpu_threshold: 15}\n")
+    config.write_text(
+        "datapoint_interval: 0.25s\nrules:\n  - rule: CPUBottleneck\n"
+        "    parameters: {cpu_threshold: 85, gpu_threshold: 15}\n"
+    )
     running = start(rules_config=str(config), datapoint_interval=None)
     try:
         wait_for_samples(running)
         body = get(running.port)[2]
         assert b'trainprof_sampler_interval_seconds{node="n1"} 0.25' in body
-        assert b'trainprof_cpu_bottleneck_samples_total{cpu_above="0.85",gpu_below="0.15"' \
-            in body
+        assert b'trainprof_cpu_bottleneck_samples_total{cpu_above="0.85",gpu_below="0.15"' in body
     finally:
         running.stop()
-    with pytest.raises(ValueError, match="datapoint interval 0.5s disagrees with .*rules.yaml's "
-                                         "datapoint_interval 0.25s"):
+    with pytest.raises(
+        ValueError,
+        match="datapoint interval 0.5s disagrees with .*rules.yaml's datapoint_interval 0.25s",
+    ):
         start(rules_config=str(config), datapoint_interval=0.5)
 
 
@@ -226,20 +259,40 @@ def test_a_rule_configuration_adds_its_thresholds_and_sets_the_interval(tmp_path
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory, openssl):
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-keyout", str(d / "server.key"), "-out", str(d / "server.crt"),
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            str(d / "server.key"),
+            "-out",
+            str(d / "server.crt"),
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return d
 
 
 def test_tls_from_the_web_config_and_a_client_that_never_handshakes(certificate):
     config = certificate / "web.yml"
-    config.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
-                      "http_server_config:\n  headers: {X-Frame-Options: deny}\n")
+    config.write_text(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+        "http_server_config:\n  headers: {X-Frame-Options: deny}\n"
+    )
     running = start(web=webconfig.load(str(config)))
     client = ssl.create_default_context(cafile=str(certificate / "server.crt"))
-    stalled = socket.create_connection(("127.0.0.1", running.port))   # no ClientHello
+    stalled = socket.create_connection(("127.0.0.1", running.port))  # no ClientHello
     try:
         status, headers, body = get(running.port, context=client)
         assert status == 200 and b"trainprof_samples_total" in body
@@ -263,11 +316,14 @@ def test_basic_auth_checks_each_password_once_and_refuses_the_rest():
         checks.append(password)
         return hashed == b"$2y$10$" + password
 
-    web = webconfig.parse({"basic_auth_users": {"prometheus": "$2y$10$s3cret"}},
-                          check_password=check)
+    web = webconfig.parse(
+        {"basic_auth_users": {"prometheus": "$2y$10$s3cret"}}, check_password=check
+    )
     running = start(web=web)
-    auth = lambda user, pw: {"Authorization": "Basic " +   # noqa: E731
-                             base64.b64encode(f"{user}:{pw}".encode()).decode()}
+    auth = lambda user, pw: {
+        "Authorization": "Basic "  # noqa: E731
+        + base64.b64encode(f"{user}:{pw}".encode()).decode()
+    }
     try:
         for _ in range(3):
             assert get(running.port, headers=auth("prometheus", "s3cret"))[0] == 200
@@ -284,21 +340,28 @@ def test_basic_auth_checks_each_password_once_and_refuses_the_rest():
 
 def test_a_web_config_lists_every_problem_with_its_path(tmp_path):
     with pytest.raises(webconfig.WebConfigError) as raised:
-        webconfig.parse({
-            "tls_server_config": {"cert_file": "nope.crt", "client_auth_type": "Maybe",
-                                  "cipher_suites": ["x"], "min_verison": "TLS12"},
-            "basic_auth_users": {"alice": "plaintext"},
-            "http_server_config": {"http2": True},
-            "basic_auth_user": {},
-        }, str(tmp_path / "web.yml"))
+        webconfig.parse(
+            {
+                "tls_server_config": {
+                    "cert_file": "nope.crt",
+                    "client_auth_type": "Maybe",
+                    "cipher_suites": ["x"],
+                    "min_verison": "TLS12",
+                },
+                "basic_auth_users": {"alice": "plaintext"},
+                "http_server_config": {"http2": True},
+                "basic_auth_user": {},
+            },
+            str(tmp_path / "web.yml"),
+        )
     message = str(raised.value)
     for expected in (
-            "basic_auth_user: unknown key; did you mean basic_auth_users?",
-            "tls_server_config.cipher_suites: not implemented by trainprof exporter",
-            "tls_server_config.min_verison: unknown key; did you mean min_version?",
-            "tls_server_config.key_file: required for TLS",
-            "tls_server_config.client_auth_type: 'Maybe' is not one of NoClientCert",
-            "basic_auth_users.alice: not a bcrypt hash",
+        "basic_auth_user: unknown key; did you mean basic_auth_users?",
+        "tls_server_config.cipher_suites: not implemented by trainprof exporter",
+        "tls_server_config.min_verison: unknown key; did you mean min_version?",
+        "tls_server_config.key_file: required for TLS",
+        "tls_server_config.client_auth_type: 'Maybe' is not one of NoClientCert",
+        "basic_auth_users.alice: not a bcrypt hash",
     ):
         assert expected in message
     assert "http2" not in message
@@ -306,8 +369,7 @@ def test_a_web_config_lists_every_problem_with_its_path(tmp_path):
 
 def test_unreadable_certificates_and_bad_yaml_name_the_file(tmp_path):
     with pytest.raises(webconfig.WebConfigError, match="cannot load .*nope.crt"):
-        webconfig.parse({"tls_server_config": {"cert_file": "nope.crt",
-                                               "key_file": "nope.key"}})
+        webconfig.parse({"tls_server_config": {"cert_file": "nope.crt", "key_file": "nope.key"}})
     bad = tmp_path / "web.yml"
     bad.write_text("tls_server_config: [\n")
     with pytest.raises(webconfig.WebConfigError, match=r"web.yml: not valid YAML \(line 2\)"):
@@ -318,6 +380,7 @@ def test_unreadable_certificates_and_bad_yaml_name_the_file(tmp_path):
 
 def test_basic_auth_without_bcrypt_refuses_to_start(monkeypatch):
     monkeypatch.setitem(sys.modules, "bcrypt", None)
-    with pytest.raises(webconfig.BcryptMissing, match="needs the bcrypt module, which is not "
-                                                      "installed"):
+    with pytest.raises(
+        webconfig.BcryptMissing, match="needs the bcrypt module, which is not installed"
+    ):
         webconfig.parse({"basic_auth_users": {"prometheus": "$2y$10$abc"}})

@@ -37,9 +37,11 @@ def read(source) -> HostSample:
 
 def test_cpu_ratios_come_from_the_change_between_two_samples(proc):
     cpu = CpuSource()
-    assert not read(cpu).cpu_utilization   # the first sample has nothing to compare with
-    proc.cpus = [{"user": 150, "idle": 940, "iowait": 10},     # +50 user, +40 idle, +10 iowait
-                 {"user": 100, "system": 25, "idle": 975, "steal": 0}]
+    assert not read(cpu).cpu_utilization  # the first sample has nothing to compare with
+    proc.cpus = [
+        {"user": 150, "idle": 940, "iowait": 10},  # +50 user, +40 idle, +10 iowait
+        {"user": 100, "system": 25, "idle": 975, "steal": 0},
+    ]
     proc.write()
     sample = read(cpu)
     assert sample.cpu_utilization == pytest.approx([0.5, 0.25])
@@ -83,11 +85,21 @@ def test_memory_used_is_total_minus_available(proc):
 
 
 def test_disks_are_whole_devices_in_bytes_without_loop_ram_or_partitions(proc):
-    proc.disks = {"nvme0n1": (8, 16), "nvme0n1p1": (8, 16), "sda": (2, 4), "sda1": (2, 4),
-                  "loop0": (1, 1), "ram0": (1, 1), "dm-0": (4, 4)}
+    proc.disks = {
+        "nvme0n1": (8, 16),
+        "nvme0n1p1": (8, 16),
+        "sda": (2, 4),
+        "sda1": (2, 4),
+        "loop0": (1, 1),
+        "ram0": (1, 1),
+        "dm-0": (4, 4),
+    }
     proc.write()
-    assert read(DiskSource()).disk == {"nvme0n1": (4096.0, 8192.0), "sda": (1024.0, 2048.0),
-                                       "dm-0": (2048.0, 2048.0)}
+    assert read(DiskSource()).disk == {
+        "nvme0n1": (4096.0, 8192.0),
+        "sda": (1024.0, 2048.0),
+        "dm-0": (2048.0, 2048.0),
+    }
 
 
 def test_network_leaves_out_loopback(proc):
@@ -112,13 +124,17 @@ def test_procfs_must_look_like_a_proc_filesystem(tmp_path, monkeypatch):
 def test_a_broken_source_is_reported_and_the_others_still_read(proc, caplog):
     runner = SourceRunner(default_sources(["cpu", "memory", "disk", "network"]))
     runner.sample()
-    (proc.root / "diskstats").write_text("8 0 sda 1 2\n")   # a line psutil cannot parse
+    (proc.root / "diskstats").write_text("8 0 sda 1 2\n")  # a line psutil cannot parse
     (proc.root / "meminfo").unlink()
     with caplog.at_level(logging.INFO, "trainprof.exporter"):
         for _ in range(3):
             sample = runner.sample()
     assert {k: ok for k, (ok, _) in runner.health.items()} == {
-        "cpu": 1.0, "memory": 0.0, "disk": 0.0, "network": 1.0}
+        "cpu": 1.0,
+        "memory": 0.0,
+        "disk": 0.0,
+        "network": 1.0,
+    }
     assert sample.disk == {} and sample.memory_used_bytes is None
     assert len(sample.cpu_utilization) == 2 and "eth0" in sample.network
     failures = [r.getMessage() for r in caplog.records]
@@ -132,7 +148,9 @@ def test_a_broken_source_is_reported_and_the_others_still_read(proc, caplog):
         runner.sample()
     assert runner.health["memory"][0] == runner.health["disk"][0] == 1.0
     assert sorted(r.getMessage() for r in caplog.records) == [
-        "collector disk works again", "collector memory works again"]
+        "collector disk works again",
+        "collector memory works again",
+    ]
 
 
 def test_an_unreadable_proc_stat_fails_only_the_cpu_collector(proc):
@@ -144,7 +162,7 @@ def test_an_unreadable_proc_stat_fails_only_the_cpu_collector(proc):
 
 
 def test_the_runner_times_each_source_with_its_clock():
-    ticks = iter([10.0, 10.25, 20.0, 19.0])     # the second source sees time go backwards
+    ticks = iter([10.0, 10.25, 20.0, 19.0])  # the second source sees time go backwards
 
     class Quiet:
         def __init__(self, name):

@@ -33,7 +33,10 @@ def test_promtool_accepts_the_generated_rules(name, root, promtool, tmp_path):
         doc = doc["spec"]
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = subprocess.run([promtool, "check", "rules", "--lint=all", "--lint-fatal", str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [promtool, "check", "rules", "--lint=all", "--lint-fatal", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 44 rules found" in result.stdout

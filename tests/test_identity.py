@@ -6,18 +6,35 @@ import pytest
 
 from trainprof.identity import resolve
 
-TORCHRUN = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4",
-            "GROUP_RANK": "1", "TORCHELASTIC_RESTART_COUNT": "2",
-            "TORCHELASTIC_RUN_ID": "run-7"}
-SLURM = {"SLURM_PROCID": "9", "SLURM_LOCALID": "3", "SLURM_NTASKS": "16",
-         "SLURM_NTASKS_PER_NODE": "4(x4)", "SLURM_NODEID": "2", "SLURMD_NODENAME": "gpu-17",
-         "SLURM_JOB_NAME": "llama", "SLURM_JOB_ID": "4242"}
+TORCHRUN = {
+    "RANK": "5",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "8",
+    "LOCAL_WORLD_SIZE": "4",
+    "GROUP_RANK": "1",
+    "TORCHELASTIC_RESTART_COUNT": "2",
+    "TORCHELASTIC_RUN_ID": "run-7",
+}
+SLURM = {
+    "SLURM_PROCID": "9",
+    "SLURM_LOCALID": "3",
+    "SLURM_NTASKS": "16",
+    "SLURM_NTASKS_PER_NODE": "4(x4)",
+    "SLURM_NODEID": "2",
+    "SLURMD_NODENAME": "gpu-17",
+    "SLURM_JOB_NAME": "llama",
+    "SLURM_JOB_ID": "4242",
+}
 
 
 def test_torchrun_environment():
     ident = resolve(env=TORCHRUN, hostname="host-a")
-    assert ident.labels() == {"training_job": "run-7", "node": "host-a", "rank": "5",
-                              "local_rank": "1"}
+    assert ident.labels() == {
+        "training_job": "run-7",
+        "node": "host-a",
+        "rank": "5",
+        "local_rank": "1",
+    }
     assert ident.info() == {"world_size": "8", "node_rank": "1", "restart_count": "2"}
     assert ident.local_world_size == 4
     assert ident.sources["rank"] == "RANK"
@@ -25,15 +42,19 @@ def test_torchrun_environment():
 
 def test_slurm_environment():
     ident = resolve(env=SLURM, hostname="ignored")
-    assert ident.labels() == {"training_job": "llama-4242", "node": "gpu-17", "rank": "9",
-                              "local_rank": "3"}
+    assert ident.labels() == {
+        "training_job": "llama-4242",
+        "node": "gpu-17",
+        "rank": "9",
+        "local_rank": "3",
+    }
     assert (ident.world_size, ident.local_world_size, ident.node_rank) == (16, 4, 2)
 
 
 def test_torchrun_under_slurm_wins_for_ranks():
     ident = resolve(env={**SLURM, **TORCHRUN}, hostname="h")
     assert (ident.rank, ident.local_rank) == (5, 1)
-    assert ident.training_job == "llama-4242"          # SLURM's job name before the run id
+    assert ident.training_job == "llama-4242"  # SLURM's job name before the run id
 
 
 def test_trainprof_variables_beat_the_launcher():
@@ -44,10 +65,15 @@ def test_trainprof_variables_beat_the_launcher():
 
 def test_explicit_arguments_beat_everything():
     env = {**TORCHRUN, "TRAINPROF_JOB": "env-job", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
-    ident = resolve(training_job="arg-job", node="arg-node", rank=0, local_rank=0,
-                    world_size=1, env=env)
-    assert ident.labels() == {"training_job": "arg-job", "node": "arg-node", "rank": "0",
-                              "local_rank": "0"}
+    ident = resolve(
+        training_job="arg-job", node="arg-node", rank=0, local_rank=0, world_size=1, env=env
+    )
+    assert ident.labels() == {
+        "training_job": "arg-job",
+        "node": "arg-node",
+        "rank": "0",
+        "local_rank": "0",
+    }
     assert ident.sources["training_job"] == "argument"
 
 
@@ -60,8 +86,11 @@ def test_inside_kubernetes_job_and_node_are_left_to_relabelling():
 
 
 def test_inside_kubernetes_the_downward_api_variables_still_count():
-    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "TRAINPROF_NODE": "node-a",
-           "TRAINPROF_JOB": "pytorchjob-1"}
+    env = {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "TRAINPROF_NODE": "node-a",
+        "TRAINPROF_JOB": "pytorchjob-1",
+    }
     assert resolve(env=env).labels()["node"] == "node-a"
     assert resolve(env=env).labels()["training_job"] == "pytorchjob-1"
 
@@ -93,4 +122,4 @@ def test_long_and_hostile_values_are_bounded():
     ident = resolve(env={"TRAINPROF_JOB": "j" * 10_000 + "\udcff"}, hostname="h\nx")
     labels = ident.labels()
     assert len(labels["training_job"]) == 128
-    assert labels["node"] == "h\nx"     # escaped by the exposition, not altered here
+    assert labels["node"] == "h\nx"  # escaped by the exposition, not altered here

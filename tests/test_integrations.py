@@ -76,13 +76,23 @@ def test_lightning_callback():
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     data = torch.utils.data.TensorDataset(*tensors())
-    trainer = pl.Trainer(max_epochs=2, limit_val_batches=2, accelerator="cpu", devices=1,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False,
-                         callbacks=[TrainprofCallback(port=0, addr="127.0.0.1")])
+    trainer = pl.Trainer(
+        max_epochs=2,
+        limit_val_batches=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[TrainprofCallback(port=0, addr="127.0.0.1")],
+    )
     before = time.time()
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=BATCH),
-                torch.utils.data.DataLoader(data, batch_size=BATCH))
+    trainer.fit(
+        Tiny(),
+        torch.utils.data.DataLoader(data, batch_size=BATCH),
+        torch.utils.data.DataLoader(data, batch_size=BATCH),
+    )
 
     samples = scrape()
     assert value(samples, "trainprof_training_steps_total", mode="train") == 2 * SAMPLES / BATCH
@@ -112,13 +122,26 @@ def test_huggingface_trainer_callback(tmp_path):
     x, y = tensors()
     rows = [{"x": x[i], "labels": y[i]} for i in range(SAMPLES)]
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=BATCH,
-        per_device_eval_batch_size=BATCH, gradient_accumulation_steps=2, num_train_epochs=1,
-        learning_rate=0.01, report_to=[], logging_steps=1000, save_strategy="no",
-        use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
-    trainer = transformers.Trainer(model=TinyRegressor(), args=args, train_dataset=rows,
-                                   eval_dataset=rows[:16],
-                                   callbacks=[TrainprofCallback(port=0, addr="127.0.0.1")])
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=BATCH,
+        per_device_eval_batch_size=BATCH,
+        gradient_accumulation_steps=2,
+        num_train_epochs=1,
+        learning_rate=0.01,
+        report_to=[],
+        logging_steps=1000,
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = transformers.Trainer(
+        model=TinyRegressor(),
+        args=args,
+        train_dataset=rows,
+        eval_dataset=rows[:16],
+        callbacks=[TrainprofCallback(port=0, addr="127.0.0.1")],
+    )
     before = time.time()
     trainer.train()
     trainer.evaluate()
@@ -147,8 +170,15 @@ def test_keras_callback_on_the_torch_backend(monkeypatch):
     model.compile(optimizer="sgd", loss="mse")
     callback = TrainprofCallback(batch_size=BATCH, port=0, addr="127.0.0.1")
     before = time.time()
-    model.fit(x.numpy(), y.numpy(), batch_size=BATCH, epochs=2, verbose=0,
-              validation_data=(x[:16].numpy(), y[:16].numpy()), callbacks=[callback])
+    model.fit(
+        x.numpy(),
+        y.numpy(),
+        batch_size=BATCH,
+        epochs=2,
+        verbose=0,
+        validation_data=(x[:16].numpy(), y[:16].numpy()),
+        callbacks=[callback],
+    )
     model.predict(x[:16].numpy(), batch_size=BATCH, verbose=0, callbacks=[callback])
 
     samples = scrape()

@@ -9,8 +9,15 @@ import pytest
 from trainprof import metrics as contract
 from trainprof.rules import catalog
 
-UNIT_SUFFIX = {"seconds": "_seconds", "bytes": "_bytes", "ratio": "_ratio", "watts": "_watts",
-               "joules": "_joules", "celsius": "_celsius", "hertz": "_hertz"}
+UNIT_SUFFIX = {
+    "seconds": "_seconds",
+    "bytes": "_bytes",
+    "ratio": "_ratio",
+    "watts": "_watts",
+    "joules": "_joules",
+    "celsius": "_celsius",
+    "hertz": "_hertz",
+}
 FORBIDDEN = {"job", "instance", "step", "pid", "epoch", "batch", "pod", "namespace"}
 
 

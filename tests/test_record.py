@@ -31,8 +31,15 @@ def test_one_file_per_rank():
 
 
 def test_recorded_steps_and_host_samples_replay_together(tmp_path, promtool):
-    trainprof.start(port=0, addr="127.0.0.1", training_job="rec", node="n1", rank=0,
-                    world_size=1, record=str(tmp_path / "steps.jsonl.gz"))
+    trainprof.start(
+        port=0,
+        addr="127.0.0.1",
+        training_job="rec",
+        node="n1",
+        rank=0,
+        world_size=1,
+        record=str(tmp_path / "steps.jsonl.gz"),
+    )
     for n in range(160):
         with trainprof.step():
             time.sleep(0.06 if n >= 110 and n % 3 == 0 else 0.002)
@@ -46,9 +53,17 @@ def test_recorded_steps_and_host_samples_replay_together(tmp_path, promtool):
         writer = recording.Writer(stream)
         writer.write(recording.meta(0.5, "test"))
         for k in range(int((end + 60 - steps[0]["start"]) / 0.5)):
-            writer.write(recording.host_record("n1", HostSample(
-                steps[0]["start"] + k * 0.5, cpu_utilization=[0.5], cpu_iowait=[0.0],
-                gpus=[GpuSample(0, "GPU-0", utilization=0.9, memory_used_ratio=0.5)])))
+            writer.write(
+                recording.host_record(
+                    "n1",
+                    HostSample(
+                        steps[0]["start"] + k * 0.5,
+                        cpu_utilization=[0.5],
+                        cpu_iowait=[0.0],
+                        gpus=[GpuSample(0, "GPU-0", utilization=0.9, memory_used_ratio=0.5)],
+                    ),
+                )
+            )
     result = replay(str(tmp_path), None, scrape_interval=15, training_job="rec")
     assert result.steps == 160
     outlier = result.rules["StepOutlier"]
@@ -66,9 +81,21 @@ def test_an_unwritable_recording_is_one_warning_and_training_goes_on(tmp_path, c
 
 def test_trainprof_record_writes_the_hosts_samples_until_stopped(tmp_path):
     out = tmp_path / "host.jsonl.gz"
-    proc = subprocess.Popen([sys.executable, "-m", "trainprof.cli", "record", str(out),
-                             "--web.listen-address", "127.0.0.1:0", "--no-collector.gpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainprof.cli",
+            "record",
+            str(out),
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--no-collector.gpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while not out.exists() or out.stat().st_size < 200:

@@ -9,11 +9,16 @@ from trainprof.sampling import GpuSample, HostSample, SampleAccumulator, samples
 
 
 def _sample(t):
-    return HostSample(t, cpu_utilization=[0.5, 0.9], cpu_iowait=[0.0, 0.2],
-                      memory_used_ratio=0.4,
-                      gpus=[GpuSample(0, "GPU-a", utilization=0.3, memory_used_ratio=0.6,
-                                      power_watts=200.0),
-                            GpuSample(1, "GPU-b", utilization=None)])
+    return HostSample(
+        t,
+        cpu_utilization=[0.5, 0.9],
+        cpu_iowait=[0.0, 0.2],
+        memory_used_ratio=0.4,
+        gpus=[
+            GpuSample(0, "GPU-a", utilization=0.3, memory_used_ratio=0.6, power_watts=200.0),
+            GpuSample(1, "GPU-b", utilization=None),
+        ],
+    )
 
 
 @pytest.mark.parametrize("name", ["rec.jsonl", "rec.jsonl.gz"])

@@ -23,8 +23,13 @@ def job(tmp_path, hosts, minutes=16, interval=0.5):
     return str(tmp_path / "job")
 
 
-IDLE_GPU_BUSY_CORE = {"algo-1": {"cores": 4, "gpus": 2, "timeline": [
-    {"gpu_util": [0.03, 0.9], "cpu": [0.97, 0.3, 0.3, 0.3]}]}}
+IDLE_GPU_BUSY_CORE = {
+    "algo-1": {
+        "cores": 4,
+        "gpus": 2,
+        "timeline": [{"gpu_util": [0.03, 0.9], "cpu": [0.97, 0.3, 0.3, 0.3]}],
+    }
+}
 HEALTHY = {"algo-1": {"cores": 4, "gpus": 2, "timeline": [{"gpu_util": 0.9, "cpu": 0.5}]}}
 
 
@@ -48,19 +53,23 @@ def test_a_healthy_job_fires_nothing(tmp_path, scrape, promtool):
 
 def test_overrides_in_a_profiler_report_configuration_change_the_verdict(tmp_path, promtool):
     config = tmp_path / "rules.yaml"
-    config.write_text("rules:\n- rule: ProfilerReport\n  parameters:\n"
-                      "    LowGPUUtilization_threshold_p95: 2\n"
-                      "    LowGPUUtilization_threshold_p5: 1\n"
-                      "    CPUBottleneck_cpu_threshold: 98\n"
-                      "    LoadBalancing_threshold: 0.9\n"
-                      "    BatchSize_gpu_memory_threshold_p95: 40\n")
+    config.write_text(
+        "rules:\n- rule: ProfilerReport\n  parameters:\n"
+        "    LowGPUUtilization_threshold_p95: 2\n"
+        "    LowGPUUtilization_threshold_p5: 1\n"
+        "    CPUBottleneck_cpu_threshold: 98\n"
+        "    LoadBalancing_threshold: 0.9\n"
+        "    BatchSize_gpu_memory_threshold_p95: 40\n"
+    )
     result = replay(job(tmp_path, IDLE_GPU_BUSY_CORE), str(config), scrape_interval=15)
     assert not any(v.fired for v in result.rules.values())
 
 
 def test_two_nodes_pool_cpu_bottlenecks_and_report_gpus_per_node(tmp_path, promtool):
-    hosts = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.02, "cpu": 0.97}]},
-             "algo-2": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.02, "cpu": 0.97}]}}
+    hosts = {
+        "algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.02, "cpu": 0.97}]},
+        "algo-2": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.02, "cpu": 0.97}]},
+    }
     result = replay(job(tmp_path, hosts), None, scrape_interval=15)
     assert result.nodes == 2 and result.gpus == 2
     assert len(result.rules["CPUBottleneck"].alerts) == 1
@@ -70,9 +79,22 @@ def test_two_nodes_pool_cpu_bottlenecks_and_report_gpus_per_node(tmp_path, promt
 
 def test_json_output_is_exactly_the_contract(tmp_path, promtool):
     source = job(tmp_path, IDLE_GPU_BUSY_CORE)
-    out = subprocess.run([sys.executable, "-m", "trainprof.cli", "replay", source,
-                          "--scrape-interval", "15s", "--json", "-"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainprof.cli",
+            "replay",
+            source,
+            "--scrape-interval",
+            "15s",
+            "--json",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert list(doc) == ["rules"]
@@ -82,23 +104,27 @@ def test_json_output_is_exactly_the_contract(tmp_path, promtool):
             assert set(alert) == {"labels", "fired_at"}
             assert isinstance(alert["fired_at"], (int, float))
     assert doc["rules"]["LowGPUUtilization"]["first_fired_at"] == T0 + 600
-    assert doc["rules"]["IOBottleneck"] == {"fired": False, "first_fired_at": None,
-                                            "alerts": []}
+    assert doc["rules"]["IOBottleneck"] == {"fired": False, "first_fired_at": None, "alerts": []}
 
 
 def test_a_trainprof_recording_replays_like_the_same_samples_in_sagemaker_layout(
-        tmp_path, promtool):
+    tmp_path, promtool
+):
     path = tmp_path / "rec.jsonl.gz"
     with recording.open_recording(str(path), "w") as stream:
         writer = recording.Writer(stream)
         writer.write(recording.meta(0.5, "test"))
         for k in range(1, 16 * 120 + 1):
-            sample = HostSample(START + k * 0.5, cpu_utilization=[0.97, 0.3, 0.3, 0.3],
-                                cpu_iowait=[0, 0, 0, 0], memory_used_ratio=0.3,
-                                gpus=[GpuSample(0, "gpu0", utilization=0.03,
-                                                memory_used_ratio=0.5),
-                                      GpuSample(1, "gpu1", utilization=0.9,
-                                                memory_used_ratio=0.5)])
+            sample = HostSample(
+                START + k * 0.5,
+                cpu_utilization=[0.97, 0.3, 0.3, 0.3],
+                cpu_iowait=[0, 0, 0, 0],
+                memory_used_ratio=0.3,
+                gpus=[
+                    GpuSample(0, "gpu0", utilization=0.03, memory_used_ratio=0.5),
+                    GpuSample(1, "gpu1", utilization=0.9, memory_used_ratio=0.5),
+                ],
+            )
             writer.write(recording.host_record("algo-1", sample))
     recorded = replay(str(path), None, scrape_interval=15, training_job="job")
     sagemaker = replay(job(tmp_path, IDLE_GPU_BUSY_CORE), None, scrape_interval=15)
@@ -109,7 +135,7 @@ def test_real_sagemaker_output_replays(root, promtool):
     source = "/work/shared/real-sagemaker/trimcrae-8xtt-redock"
     result = replay(source, None, scrape_interval=15)
     assert result.datapoint_interval == 0.5 and result.samples > 1400
-    assert result.rules["LowGPUUtilization"].fired   # the GPU idled for most of the job
+    assert result.rules["LowGPUUtilization"].fired  # the GPU idled for most of the job
     assert any("Algorithm" not in n for n in result.notes)
 
 
@@ -135,15 +161,21 @@ def test_unknown_dimensions_are_counted_and_ignored(tmp_path, promtool):
     source = job(tmp_path, HEALTHY, minutes=3)
     first = sorted((tmp_path / "job").rglob("*.algo-1.json"))[0]
     with open(first, "a") as f:
-        f.write('{"Type":"gpu","Name":"gpu0","Dimension":"GPUTemperature","Value":60,'
-                '"NodeId":"algo-1","Timestamp":%f}\n' % (START + 1))
+        f.write(
+            '{"Type":"gpu","Name":"gpu0","Dimension":"GPUTemperature","Value":60,'
+            '"NodeId":"algo-1","Timestamp":%f}\n' % (START + 1)
+        )
     result = replay(source, None, scrape_interval=15)
     assert any("GPUTemperature (1 lines)" in n for n in result.notes)
 
 
 def test_cli_reports_bad_sources_with_exit_2_and_no_traceback(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trainprof.cli", "replay", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", "replay", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "neither SageMaker profiler output" in out.stderr
 
@@ -168,14 +200,16 @@ def test_step_outliers_from_framework_traces_fire_per_rank(tmp_path, scrape, pro
     alerts = result.rules["StepOutlier"].alerts
     # 13 outliers on rank 0 (> 10 fires), 7 on rank 1 (quiet).
     assert [(a.labels["rank"], a.labels["mode"], a.labels["stddev"]) for a in alerts] == [
-        ("0", "train", "3")]
+        ("0", "train", "3")
+    ]
     assert result.steps == 800
     assert not result.rules["MaxInitializationTime"].fired
 
 
 @pytest.mark.parametrize("scrape", [1.0, 15.0])
-def test_a_job_whose_first_step_comes_late_fires_max_initialization_time(tmp_path, scrape,
-                                                                        promtool):
+def test_a_job_whose_first_step_comes_late_fires_max_initialization_time(
+    tmp_path, scrape, promtool
+):
     source = job(tmp_path, HEALTHY, minutes=28)
     out = str(tmp_path / "job" / "profiler-output")
     write_steps(out, "algo-1", 0, _steps(START + 25 * 60, 30, 1.0))

@@ -34,12 +34,21 @@ def bottleneck_case(rng, n: int, io: bool):
     idle = rng.choice([10, 20, 30])
     fires = n % 2 == 0
     fraction = (threshold + 20) / 100 if fires else (threshold - 20) / 100
-    params = {"threshold": threshold, busy_param: busy, "gpu_threshold": idle,
-              "patience": rng.choice([300, 600, 1000])}
+    params = {
+        "threshold": threshold,
+        busy_param: busy,
+        "gpu_threshold": idle,
+        "patience": rng.choice([300, 600, 1000]),
+    }
     core = _cycle(fraction, (busy + 5) / 100, (busy - 15) / 100)
     gpu = _cycle(fraction, (idle - 5) / 100, (idle + 15) / 100)
-    hosts = {"algo-1": {"cores": 2, "gpus": 2, "timeline": [
-        {busy_key: [core, 0.1], "gpu_util": [gpu, 0.95]}]}}
+    hosts = {
+        "algo-1": {
+            "cores": 2,
+            "gpus": 2,
+            "timeline": [{busy_key: [core, 0.1], "gpu_util": [gpu, 0.95]}],
+        }
+    }
     return params, hosts, fires, params["patience"]
 
 
@@ -54,19 +63,27 @@ def low_gpu_case(rng, n: int):
         util = _cycle(0.75, 0.97, 0.0)
     else:
         util = _cycle(0.75, 0.97, (t5 + 15) / 100)
-    params = {"threshold_p95": t95, "threshold_p5": t5, "window": rng.choice([120, 300, 500]),
-              "patience": rng.choice([300, 600, 1000])}
+    params = {
+        "threshold_p95": t95,
+        "threshold_p5": t5,
+        "window": rng.choice([120, 300, 500]),
+        "patience": rng.choice([300, 600, 1000]),
+    }
     hosts = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": util}]}}
     return params, hosts, kind in ("under", "fluctuating"), params["patience"] + params["window"]
 
 
 def batch_size_case(rng, n: int):
-    limits = {k: rng.choice([50, 70]) for k in ("cpu_threshold_p95", "gpu_threshold_p95",
-                                                "gpu_memory_threshold_p95")}
+    limits = {
+        k: rng.choice([50, 70])
+        for k in ("cpu_threshold_p95", "gpu_threshold_p95", "gpu_memory_threshold_p95")
+    }
     high = [None, "cpu", None, "gpu_util", None, "gpu_mem"][n % 6]
-    values = {"cpu": (limits["cpu_threshold_p95"] - 15) / 100,
-              "gpu_util": (limits["gpu_threshold_p95"] - 15) / 100,
-              "gpu_mem": (limits["gpu_memory_threshold_p95"] - 15) / 100}
+    values = {
+        "cpu": (limits["cpu_threshold_p95"] - 15) / 100,
+        "gpu_util": (limits["gpu_threshold_p95"] - 15) / 100,
+        "gpu_mem": (limits["gpu_memory_threshold_p95"] - 15) / 100,
+    }
     if high:
         values[high] = 0.95
     params = {**limits, "window": rng.choice([120, 500]), "patience": rng.choice([300, 1000])}
@@ -78,11 +95,19 @@ def memory_increase_case(rng, n: int):
     increase = rng.choice([5, 10, 20])
     fires = n % 2 == 0
     jump = (increase + 10 if fires else increase - 3) / 100
-    params = {"increase": increase, "window": [10, 60, 200][n % 3],
-              "patience": rng.choice([300, 1000])}
+    params = {
+        "increase": increase,
+        "window": [10, 60, 200][n % 3],
+        "patience": rng.choice([300, 1000]),
+    }
     at = params["patience"] * 0.5 + 180
-    hosts = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [
-        {"gpu_mem": 0.3}, {"from": at, "gpu_mem": 0.3 + jump}]}}
+    hosts = {
+        "algo-1": {
+            "cores": 2,
+            "gpus": 1,
+            "timeline": [{"gpu_mem": 0.3}, {"from": at, "gpu_mem": 0.3 + jump}],
+        }
+    }
     return params, hosts, fires, params["patience"] + 2 * params["window"] + 360
 
 
@@ -129,8 +154,9 @@ def _cases():
 
 
 @pytest.mark.parametrize("rule, params, hosts, fires, datapoints", list(_cases()))
-def test_replay_agrees_with_the_original_rule(rule, params, hosts, fires, datapoints,
-                                              tmp_path, promtool):
+def test_replay_agrees_with_the_original_rule(
+    rule, params, hosts, fires, datapoints, tmp_path, promtool
+):
     interval = 0.5
     # Long enough for `for:` of patience after the window filled, at a 60 s scrape.
     duration = datapoints * interval + 6 * 60
@@ -145,7 +171,9 @@ def test_replay_agrees_with_the_original_rule(rule, params, hosts, fires, datapo
     assert DECIDE[rule](evidence, full) == fires, "the generated case is not clear-cut"
     config = {"rules": [{"rule": rule, "parameters": params}]}
     for scrape in SCRAPES:
-        result = replay(str(tmp_path / "job"), load_config({**config, "scrape_interval":
-                                                            f"{scrape:g}s"}),
-                        scrape_interval=scrape)
+        result = replay(
+            str(tmp_path / "job"),
+            load_config({**config, "scrape_interval": f"{scrape:g}s"}),
+            scrape_interval=scrape,
+        )
         assert result.rules[rule].fired == fires, f"{rule} {params} at {scrape:g}s scrapes"

@@ -28,23 +28,45 @@ from trainprof.sampling import GpuSample, HostSample
 from browser import dump_dom, screenshot
 from servers import get_json, wait_for_firing
 
-SECTIONS = ["training-job-summary", "system-usage-statistics", "framework-metrics-summary",
-            "rules-summary", "rule-details"]
-HOSTILE_JOB = '<script>alert("job")</script> {{x}} \'q\' & }'
+SECTIONS = [
+    "training-job-summary",
+    "system-usage-statistics",
+    "framework-metrics-summary",
+    "rules-summary",
+    "rule-details",
+]
+HOSTILE_JOB = "<script>alert(\"job\")</script> {{x}} 'q' & }"
 START = 1_700_000_000
 
 # One node whose GPU 0 starves while a core is saturated and another waits on I/O; its
 # GPU memory jumps after 12 minutes. GPU 1 is busy.
-STARVED = {"algo-1": {"cores": 4, "gpus": 2, "timeline": [
-    {"gpu_util": [0.03, 0.9], "gpu_mem": [0.3, 0.5], "cpu": [0.97, 0.3, 0.3, 0.3],
-     "iowait": [0.0, 0.7, 0.0, 0.0]},
-    {"from": "12m", "gpu_util": [0.03, 0.9], "gpu_mem": [0.6, 0.5],
-     "cpu": [0.97, 0.3, 0.3, 0.3], "iowait": [0.0, 0.7, 0.0, 0.0]}]}}
+STARVED = {
+    "algo-1": {
+        "cores": 4,
+        "gpus": 2,
+        "timeline": [
+            {
+                "gpu_util": [0.03, 0.9],
+                "gpu_mem": [0.3, 0.5],
+                "cpu": [0.97, 0.3, 0.3, 0.3],
+                "iowait": [0.0, 0.7, 0.0, 0.0],
+            },
+            {
+                "from": "12m",
+                "gpu_util": [0.03, 0.9],
+                "gpu_mem": [0.6, 0.5],
+                "cpu": [0.97, 0.3, 0.3, 0.3],
+                "iowait": [0.0, 0.7, 0.0, 0.0],
+            },
+        ],
+    }
+}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainprof.cli", *args], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 class Dom(HTMLParser):
@@ -112,16 +134,22 @@ def test_the_report_shows_every_section_and_each_rule_that_fired(replayed, chrom
     page, verdicts = replayed
     dom = Dom(dump_dom(chromium, page))
     assert dom.ids == SECTIONS
-    assert dom.h2 == ["Training job summary", "System usage statistics",
-                      "Framework metrics summary", "Rules summary", "Rules that fired"]
+    assert dom.h2 == [
+        "Training job summary",
+        "System usage statistics",
+        "Framework metrics summary",
+        "Rules summary",
+        "Rules that fired",
+    ]
     fired = {rule for rule, v in verdicts.items() if v["fired"]}
     assert {"CPUBottleneck", "IOBottleneck", "LowGPUUtilization", "GPUMemoryIncrease"} <= fired
     assert set(dom.articles) == {f"rule-{rule}" for rule in fired}
     for rule, v in verdicts.items():
         if rule in dom.rule_rows:
             assert dom.rule_rows[rule][3] == str(len(v["alerts"])), rule
-    assert set(dom.rule_rows) == {r for r in verdicts
-                                  if r not in ("OverallSystemUsage", "OverallFrameworkMetrics")}
+    assert set(dom.rule_rows) == {
+        r for r in verdicts if r not in ("OverallSystemUsage", "OverallFrameworkMetrics")
+    }
 
 
 def test_hostile_names_are_shown_as_text_and_never_run(replayed, chromium):
@@ -132,8 +160,7 @@ def test_hostile_names_are_shown_as_text_and_never_run(replayed, chromium):
     assert "<script>" not in page.read_text()
 
 
-def test_hostile_label_values_reach_legends_and_alert_tables_escaped(tmp_path, promtool,
-                                                                    chromium):
+def test_hostile_label_values_reach_legends_and_alert_tables_escaped(tmp_path, promtool, chromium):
     """A node named like markup (a trainprof recording may name nodes anything) shows up in
     chart legends and in the fired rule's alert table as text."""
     node = 'n"1<img src=x onerror=alert(1)>{{gpu}}'
@@ -142,16 +169,24 @@ def test_hostile_label_values_reach_legends_and_alert_tables_escaped(tmp_path, p
         writer = recording.Writer(stream)
         writer.write(recording.meta(0.5, "test"))
         for k in range(1, 12 * 120 + 1):
-            writer.write(recording.host_record(node, HostSample(
-                START + k * 0.5, cpu_utilization=[0.3, 0.3], cpu_iowait=[0.0, 0.0],
-                memory_used_ratio=0.3,
-                gpus=[GpuSample(0, "gpu0", utilization=0.02, memory_used_ratio=0.5)])))
+            writer.write(
+                recording.host_record(
+                    node,
+                    HostSample(
+                        START + k * 0.5,
+                        cpu_utilization=[0.3, 0.3],
+                        cpu_iowait=[0.0, 0.0],
+                        memory_used_ratio=0.3,
+                        gpus=[GpuSample(0, "gpu0", utilization=0.02, memory_used_ratio=0.5)],
+                    ),
+                )
+            )
     out = tmp_path / "report.html"
     result = cli("report", "--replay", str(path), "-o", str(out))
     assert result.returncode == 0, result.stderr
     dom = Dom(dump_dom(chromium, out))
     assert "rule-LowGPUUtilization" in dom.articles
-    assert dom.text.count(node) >= 3          # legends, the alert table
+    assert dom.text.count(node) >= 3  # legends, the alert table
     assert not dom.external and dom.scripts == 0
     assert "<img" not in out.read_text()
 
@@ -171,7 +206,7 @@ def test_a_screenshot_renders_the_whole_report(replayed, chromium, tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
     assert (width, height) == (1200, 2000)
-    assert len(png) > 50_000     # text and plots, not a blank page
+    assert len(png) > 50_000  # text and plots, not a blank page
 
 
 def test_the_prometheus_report_counts_what_the_dashboard_counts(live_job, tmp_path, chromium):
@@ -180,11 +215,29 @@ def test_the_prometheus_report_counts_what_the_dashboard_counts(live_job, tmp_pa
 
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(LIVE_RULES))
-    firing = wait_for_firing(base, {"CPUBottleneck", "IOBottleneck", "LowGPUUtilization",
-                                    "BatchSize", "LoadBalancing", "StepOutlier"})
+    firing = wait_for_firing(
+        base,
+        {
+            "CPUBottleneck",
+            "IOBottleneck",
+            "LowGPUUtilization",
+            "BatchSize",
+            "LoadBalancing",
+            "StepOutlier",
+        },
+    )
     out = tmp_path / "report.html"
-    result = cli("report", "--prometheus", base, "--job", live.training_job, "--rules",
-                 str(rules), "-o", str(out))
+    result = cli(
+        "report",
+        "--prometheus",
+        base,
+        "--job",
+        live.training_job,
+        "--rules",
+        str(rules),
+        "-o",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     dom = Dom(dump_dom(chromium, out))
     assert dom.ids == SECTIONS
@@ -193,25 +246,30 @@ def test_the_prometheus_report_counts_what_the_dashboard_counts(live_job, tmp_pa
     collected = from_prometheus(base, live.training_job, config)
     scope = Scope(config, JOB_VARIABLES)
     values = {"training_job": live.training_job, "namespace": None}
-    builtins = grafana_builtins(collected.end - collected.start, collected.step,
-                                config.scrape_interval)
+    builtins = grafana_builtins(
+        collected.end - collected.start, collected.step, config.scrape_interval
+    )
     expr = interpolate(times_triggered(scope, alerting(config)), values, builtins)
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr,
-                                                            "time": collected.end})
-    counted = {r["metric"]["rule"]: float(r["value"][1])
-               for r in get_json(url)["data"]["result"]}
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr, "time": collected.end})
+    counted = {r["metric"]["rule"]: float(r["value"][1]) for r in get_json(url)["data"]["result"]}
     for rule, verdict in collected.verdicts.items():
         assert counted[rule] == len(verdict.alerts), rule
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--prometheus", "http://127.0.0.1:9", "--job", "x"], 1, "cannot reach Prometheus"),
-    (["--prometheus", "not a url", "--job", "x"], 2, "is not an http(s) URL"),
-    (["--prometheus", "http://127.0.0.1:9"], 2, "--job is required"),
-    (["--replay", "/nonexistent/profiler-output"], 2, "no such file or directory"),
-    (["--prometheus", "http://127.0.0.1:9", "--job", "x", "--from", "yesterday"], 2,
-     "is not a time"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--prometheus", "http://127.0.0.1:9", "--job", "x"], 1, "cannot reach Prometheus"),
+        (["--prometheus", "not a url", "--job", "x"], 2, "is not an http(s) URL"),
+        (["--prometheus", "http://127.0.0.1:9"], 2, "--job is required"),
+        (["--replay", "/nonexistent/profiler-output"], 2, "no such file or directory"),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--job", "x", "--from", "yesterday"],
+            2,
+            "is not a time",
+        ),
+    ],
+)
 def test_bad_input_is_one_sentence_and_an_exit_code(tmp_path, args, code, message):
     result = cli("report", *args, "-o", str(tmp_path / "r.html"))
     assert (result.returncode, result.stdout) == (code, "")
@@ -221,8 +279,15 @@ def test_bad_input_is_one_sentence_and_an_exit_code(tmp_path, args, code, messag
 
 def test_an_unknown_job_names_the_known_ones(live_job, tmp_path):
     base, live, _ = live_job
-    result = cli("report", "--prometheus", base, "--job", live.training_job + "x", "-o",
-                 str(tmp_path / "r.html"))
+    result = cli(
+        "report",
+        "--prometheus",
+        base,
+        "--job",
+        live.training_job + "x",
+        "-o",
+        str(tmp_path / "r.html"),
+    )
     assert result.returncode == 2
     assert f"did you mean {live.training_job}?" in result.stderr
 
@@ -238,8 +303,15 @@ def test_a_configuration_without_the_summary_rules_still_reports_its_rules(repla
     rules = tmp_path / "rules.yaml"
     rules.write_text("rules:\n- rule: LowGPUUtilization\n- rule: MaxInitializationTime\n")
     out = tmp_path / "r.html"
-    result = cli("report", "--replay", str(Path(replayed[0]).parent / "job"), "--rules",
-                 str(rules), "-o", str(out))
+    result = cli(
+        "report",
+        "--replay",
+        str(Path(replayed[0]).parent / "job"),
+        "--rules",
+        str(rules),
+        "-o",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     dom = Dom(out.read_text())
     assert set(dom.rule_rows) == {"LowGPUUtilization", "MaxInitializationTime"}
@@ -249,8 +321,15 @@ def test_a_configuration_without_the_summary_rules_still_reports_its_rules(repla
 def test_a_bad_rule_configuration_is_reported_with_its_path(replayed, tmp_path):
     rules = tmp_path / "rules.yaml"
     rules.write_text("rules:\n- rule: LowGPUUtilisation\n")
-    result = cli("report", "--replay", str(Path(replayed[0]).parent / "job"), "--rules",
-                 str(rules), "-o", str(tmp_path / "r.html"))
+    result = cli(
+        "report",
+        "--replay",
+        str(Path(replayed[0]).parent / "job"),
+        "--rules",
+        str(rules),
+        "-o",
+        str(tmp_path / "r.html"),
+    )
     assert result.returncode == 2
     assert "did you mean LowGPUUtilization?" in result.stderr
     assert "Traceback" not in result.stderr
@@ -259,8 +338,7 @@ def test_a_bad_rule_configuration_is_reported_with_its_path(replayed, tmp_path):
 def test_a_server_that_is_not_prometheus_is_a_clear_failure(live_job, tmp_path):
     _, live, _ = live_job
     exporter = f"http://{live.targets[0]}"
-    result = cli("report", "--prometheus", exporter, "--job", "x", "-o",
-                 str(tmp_path / "r.html"))
+    result = cli("report", "--prometheus", exporter, "--job", "x", "-o", str(tmp_path / "r.html"))
     assert result.returncode == 1
     assert "did not answer like Prometheus" in result.stderr
     assert "Traceback" not in result.stderr

@@ -14,8 +14,14 @@ CASES = load_cases()
 @pytest.mark.parametrize("case", [c for _, c in CASES], ids=[i for i, _ in CASES])
 def test_scenario(case, promtool, tmp_path):
     test_file = promtool_files(case, tmp_path)
-    result = subprocess.run([promtool, "test", "rules", test_file.name], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [promtool, "test", "rules", test_file.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, (
         f"promtool test rules failed for {case['name']!r} (files in {tmp_path}):\n"
-        f"{result.stdout}\n{result.stderr}")
+        f"{result.stdout}\n{result.stderr}"
+    )

@@ -17,10 +17,17 @@ from trainprof.sampling import (
 
 
 def sample(t=0.5, cores=(0.2, 0.2), iowait=(0.0, 0.0), gpus=((0.9, 0.5),)):
-    return HostSample(t, cpu_utilization=list(cores), cpu_iowait=list(iowait),
-                      memory_used_bytes=2e9, memory_total_bytes=8e9,
-                      gpus=[GpuSample(i, f"GPU-{i}", utilization=u, memory_used_ratio=m)
-                            for i, (u, m) in enumerate(gpus)])
+    return HostSample(
+        t,
+        cpu_utilization=list(cores),
+        cpu_iowait=list(iowait),
+        memory_used_bytes=2e9,
+        memory_total_bytes=8e9,
+        gpus=[
+            GpuSample(i, f"GPU-{i}", utilization=u, memory_used_ratio=m)
+            for i, (u, m) in enumerate(gpus)
+        ],
+    )
 
 
 def test_histograms_hold_every_sample_in_le_buckets():
@@ -28,20 +35,25 @@ def test_histograms_hold_every_sample_in_le_buckets():
     for u in (0.0, 0.05, 0.07, 1.0):
         acc.observe(sample(gpus=((u, 0.5),)))
     value = lambda le: acc.value("trainprof_gpu_utilization_sampled_ratio_bucket", le=le)
-    assert (value("0.0"), value("0.05"), value("0.1"), value("0.95"), value("1.0"),
-            value("+Inf")) == (1, 2, 3, 3, 4, 4)
+    assert (
+        value("0.0"),
+        value("0.05"),
+        value("0.1"),
+        value("0.95"),
+        value("1.0"),
+        value("+Inf"),
+    ) == (1, 2, 3, 3, 4, 4)
     assert acc.value("trainprof_gpu_utilization_sampled_ratio_sum") == 1.12
     assert acc.value("trainprof_cpu_utilization_sampled_ratio_count") == 4
 
 
 def test_bottlenecks_need_a_core_strictly_above_and_a_gpu_strictly_below():
     acc = SampleAccumulator(0.5)
-    acc.observe(sample(cores=(0.95, 0.1), gpus=((0.05, 0.5), (0.9, 0.5))))   # counts
-    acc.observe(sample(cores=(0.9, 0.1), gpus=((0.05, 0.5),)))               # 0.9 is not above
-    acc.observe(sample(cores=(0.95, 0.1), gpus=((0.1, 0.5),)))               # 0.1 is not below
-    acc.observe(sample(cores=(0.95,), gpus=()))                              # no GPU at all
-    cpu = lambda c, g: acc.value("trainprof_cpu_bottleneck_samples_total",
-                                 cpu_above=c, gpu_below=g)
+    acc.observe(sample(cores=(0.95, 0.1), gpus=((0.05, 0.5), (0.9, 0.5))))  # counts
+    acc.observe(sample(cores=(0.9, 0.1), gpus=((0.05, 0.5),)))  # 0.9 is not above
+    acc.observe(sample(cores=(0.95, 0.1), gpus=((0.1, 0.5),)))  # 0.1 is not below
+    acc.observe(sample(cores=(0.95,), gpus=()))  # no GPU at all
+    cpu = lambda c, g: acc.value("trainprof_cpu_bottleneck_samples_total", cpu_above=c, gpu_below=g)
     assert cpu("0.9", "0.1") == 1
     assert cpu("0.8", "0.2") == 3
     assert acc.value("trainprof_samples_total") == 4
@@ -50,28 +62,39 @@ def test_bottlenecks_need_a_core_strictly_above_and_a_gpu_strictly_below():
 def test_io_bottlenecks_use_the_busiest_core_iowait():
     acc = SampleAccumulator(0.5)
     acc.observe(sample(iowait=(0.0, 0.6), gpus=((0.02, 0.5),)))
-    assert acc.value("trainprof_io_bottleneck_samples_total", iowait_above="0.5",
-                     gpu_below="0.1") == 1
-    assert acc.value("trainprof_io_bottleneck_samples_total", iowait_above="0.7",
-                     gpu_below="0.1") == 0
+    assert (
+        acc.value("trainprof_io_bottleneck_samples_total", iowait_above="0.5", gpu_below="0.1") == 1
+    )
+    assert (
+        acc.value("trainprof_io_bottleneck_samples_total", iowait_above="0.7", gpu_below="0.1") == 0
+    )
 
 
 def test_extra_threshold_pairs_are_counted_with_canonical_labels():
     acc = SampleAccumulator(0.5, grid=BottleneckGrid.default().including(cpu=[(0.85, 0.15)]))
     acc.observe(sample(cores=(0.87, 0.1), gpus=((0.12, 0.5),)))
-    assert acc.value("trainprof_cpu_bottleneck_samples_total", cpu_above="0.85",
-                     gpu_below="0.15") == 1
+    assert (
+        acc.value("trainprof_cpu_bottleneck_samples_total", cpu_above="0.85", gpu_below="0.15") == 1
+    )
 
 
 def test_unreadable_values_are_skipped_not_counted_as_zero():
     acc = SampleAccumulator(0.5)
-    acc.observe(HostSample(0.5, cpu_utilization=[0.95],
-                           gpus=[GpuSample(0, "GPU-0", utilization=None, memory_used_ratio=None),
-                                 GpuSample(1, "GPU-1", utilization=0.5)]))
+    acc.observe(
+        HostSample(
+            0.5,
+            cpu_utilization=[0.95],
+            gpus=[
+                GpuSample(0, "GPU-0", utilization=None, memory_used_ratio=None),
+                GpuSample(1, "GPU-1", utilization=0.5),
+            ],
+        )
+    )
     assert acc.value("trainprof_gpu_utilization_sampled_ratio_count", gpu="0") == 0
     assert acc.value("trainprof_gpu_utilization_ratio", gpu="0") is None
-    assert acc.value("trainprof_cpu_bottleneck_samples_total", cpu_above="0.9",
-                     gpu_below="0.5") == 0
+    assert (
+        acc.value("trainprof_cpu_bottleneck_samples_total", cpu_above="0.9", gpu_below="0.5") == 0
+    )
 
 
 def test_a_lost_gpu_keeps_its_counters_but_loses_its_gauges():
@@ -102,15 +125,33 @@ def test_gpus_pinned_at_100_percent_have_a_histogram_and_zero_distance():
 
 def test_exposition_passes_promtool_check_metrics(promtool):
     acc = SampleAccumulator(0.5, identity={"node": "n1", "training_job": 'we"ird\njob'})
-    acc.observe(HostSample(0.5, cpu_utilization=[0.5, 0.7], cpu_iowait=[0.1, 0.0],
-                           memory_used_bytes=1e9, memory_total_bytes=4e9,
-                           disk={"nvme0n1": (1e6, 2e6)}, network={"eth0": (3e6, 4e6)},
-                           gpus=[GpuSample(0, "GPU-a", utilization=0.4, memory_used_bytes=1e9,
-                                           memory_total_bytes=4e9, power_watts=250,
-                                           energy_joules=1e5, temperature_celsius=60,
-                                           sm_clock_hertz=1.4e9, name="NVIDIA A100",
-                                           driver_version="550.54"),
-                                 GpuSample(1, "GPU-b", utilization=0.6)]))
+    acc.observe(
+        HostSample(
+            0.5,
+            cpu_utilization=[0.5, 0.7],
+            cpu_iowait=[0.1, 0.0],
+            memory_used_bytes=1e9,
+            memory_total_bytes=4e9,
+            disk={"nvme0n1": (1e6, 2e6)},
+            network={"eth0": (3e6, 4e6)},
+            gpus=[
+                GpuSample(
+                    0,
+                    "GPU-a",
+                    utilization=0.4,
+                    memory_used_bytes=1e9,
+                    memory_total_bytes=4e9,
+                    power_watts=250,
+                    energy_joules=1e5,
+                    temperature_celsius=60,
+                    sm_clock_hertz=1.4e9,
+                    name="NVIDIA A100",
+                    driver_version="550.54",
+                ),
+                GpuSample(1, "GPU-b", utilization=0.6),
+            ],
+        )
+    )
     registry = CollectorRegistry()
     registry.register(type("C", (), {"collect": lambda self: acc.families()})())
     text = generate_latest(registry)

@@ -7,7 +7,7 @@ import pytest
 from trainprof.rules.config import load_config
 from trainprof.rules.sdk import ProfilerRule, extract, rule_configs, to_config
 
-ESTIMATOR = '''
+ESTIMATOR = """
 from sagemaker.debugger import ProfilerRule, ProfilerConfig, Rule, rule_configs
 from sagemaker.pytorch import PyTorch
 
@@ -26,7 +26,7 @@ estimator = PyTorch(
     profiler_config=ProfilerConfig(system_monitor_interval_millis=100),
     rules=rules,
 )
-'''
+"""
 
 
 def test_pasted_estimator_code_becomes_a_configuration():
@@ -35,11 +35,14 @@ def test_pasted_estimator_code_becomes_a_configuration():
     assert found.config == {
         "datapoint_interval": "100ms",
         "rules": [
-            {"rule": "ProfilerReport",
-             "parameters": {"CPUBottleneck_cpu_threshold": 95, "IOBottleneck_threshold": "30"}},
+            {
+                "rule": "ProfilerReport",
+                "parameters": {"CPUBottleneck_cpu_threshold": 95, "IOBottleneck_threshold": "30"},
+            },
             {"rule": "LowGPUUtilization", "parameters": {"threshold_p95": "60", "window": "250"}},
             {"rule": "StepOutlier", "parameters": {"stddev": 4}},
-        ]}
+        ],
+    }
     assert any("vanishing_gradient" in w for w in found.warnings)
     assert any("actions are not compiled" in w for w in found.warnings)
     config = load_config(found.config)
@@ -49,14 +52,18 @@ def test_pasted_estimator_code_becomes_a_configuration():
 
 
 def test_extracting_never_runs_the_code():
-    found = extract("import os\nos.system('touch /tmp/pwned')\n"
-                    "rules = [rule_configs.BatchSize(window=100)]\n")
+    found = extract(
+        "import os\nos.system('touch /tmp/pwned')\nrules = [rule_configs.BatchSize(window=100)]\n"
+    )
     assert found.config == {"rules": [{"rule": "BatchSize", "parameters": {"window": 100}}]}
 
 
 def test_computed_values_are_a_problem_with_a_line_number():
-    found = extract("t = 60\nProfilerRule.sagemaker(rule_configs.LowGPUUtilization(),\n"
-                    "    rule_parameters={'threshold_p95': t})\n", "launch.py")
+    found = extract(
+        "t = 60\nProfilerRule.sagemaker(rule_configs.LowGPUUtilization(),\n"
+        "    rule_parameters={'threshold_p95': t})\n",
+        "launch.py",
+    )
     assert found.problems and found.problems[0][0] == "launch.py:3"
     assert "literal" in found.problems[0][1]
 
@@ -67,10 +74,13 @@ def test_code_without_rules_and_broken_code_are_problems():
 
 
 def test_runtime_shim_matches_the_sdk_shapes():
-    rules = [ProfilerRule.sagemaker(rule_configs.ProfilerReport(CPUBottleneck_cpu_threshold=90)),
-             ProfilerRule.sagemaker(rule_configs.LowGPUUtilization(),
-                                    rule_parameters={"threshold_p95": "70"}),
-             rule_configs.GPUMemoryIncrease(increase=10)]
+    rules = [
+        ProfilerRule.sagemaker(rule_configs.ProfilerReport(CPUBottleneck_cpu_threshold=90)),
+        ProfilerRule.sagemaker(
+            rule_configs.LowGPUUtilization(), rule_parameters={"threshold_p95": "70"}
+        ),
+        rule_configs.GPUMemoryIncrease(increase=10),
+    ]
     config = to_config(rules, datapoint_interval="0.5s")
     assert config["rules"][2] == {"rule": "GPUMemoryIncrease", "parameters": {"increase": 10}}
     resolved = load_config(config)

@@ -42,8 +42,14 @@ def clock(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def fresh_session(monkeypatch):
-    for var in ("TRAINPROF_BASE_PORT", "TRAINPROF_RULES_CONFIG", "RANK", "LOCAL_RANK",
-                "LOCAL_WORLD_SIZE", "KUBERNETES_SERVICE_HOST"):
+    for var in (
+        "TRAINPROF_BASE_PORT",
+        "TRAINPROF_RULES_CONFIG",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "KUBERNETES_SERVICE_HOST",
+    ):
         monkeypatch.delenv(var, raising=False)
     trainprof.stop()
     yield
@@ -57,8 +63,11 @@ def phase_seconds(name: str) -> float | None:
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def sample(samples: dict, name: str, **labels: str) -> float | None:
@@ -79,7 +88,7 @@ def test_a_training_loop_with_phases(clock):
 
     for _ in trainprof.data(slow_loader()):
         with trainprof.step(samples=8, tokens=100):
-            clock.advance(0.01)                    # unattributed: counted as "other"
+            clock.advance(0.01)  # unattributed: counted as "other"
             with trainprof.phase("forward"):
                 clock.advance(0.2)
             with trainprof.phase("backward"):
@@ -156,7 +165,7 @@ def test_exceptions_from_the_training_code_pass_through_and_are_timed(clock):
     assert s.value("trainprof_training_steps_total") == 1
     assert phase_seconds("forward") == 1.0
     assert s.value("trainprof_instrumentation_errors_total") == 0
-    with trainprof.phase("optimizer"):            # the frame stack is intact afterwards
+    with trainprof.phase("optimizer"):  # the frame stack is intact afterwards
         clock.advance(1.0)
     assert phase_seconds("optimizer") == 1.0
 
@@ -187,11 +196,11 @@ def test_misuse_is_counted_and_does_nothing(clock, caplog):
     s = trainprof.current()
     with caplog.at_level(logging.WARNING, logger="trainprof"):
         for _ in range(2):
-            with trainprof.step(mode="warmup"):       # unknown mode: no step, one warning
+            with trainprof.step(mode="warmup"):  # unknown mode: no step, one warning
                 pass
-        with trainprof.phase(None):                   # not a name
+        with trainprof.phase(None):  # not a name
             pass
-        with trainprof.step(mode=["train"]):          # unhashable
+        with trainprof.step(mode=["train"]):  # unhashable
             pass
         trainprof.add(samples=-5)
     assert s.value("trainprof_training_steps_total", mode="train") == 0
@@ -216,14 +225,14 @@ def test_a_frame_exited_out_of_order_does_not_break_later_ones(clock):
 def test_cuda_sync_hook_runs_around_every_block_and_charges_the_gpu_time(clock):
     calls = []
 
-    def sync():                       # stands in for torch.cuda.synchronize
+    def sync():  # stands in for torch.cuda.synchronize
         calls.append(clock.now)
-        clock.advance(0.5)            # the kernels queued by the block finish here
+        clock.advance(0.5)  # the kernels queued by the block finish here
 
     trainprof.start(serve=False, cuda_sync=sync)
     with trainprof.step():
         with trainprof.phase("forward"):
-            clock.advance(0.1)        # launching kernels
+            clock.advance(0.1)  # launching kernels
     assert len(calls) == 4
     assert phase_seconds("forward") == pytest.approx(0.6)
 
@@ -281,7 +290,7 @@ def test_data_keeps_length_and_attributes_of_the_loader():
     wrapped = trainprof.data(Loader())
     assert len(wrapped) == 3 and wrapped.dataset == "imagenet"
     assert list(wrapped) == [1, 2, 3]
-    assert list(wrapped) == [1, 2, 3]            # iterable again, like a DataLoader
+    assert list(wrapped) == [1, 2, 3]  # iterable again, like a DataLoader
 
 
 def test_gpu_assignment_is_taken_once_cuda_is_up(monkeypatch):
@@ -307,19 +316,25 @@ def test_gpu_assignment_is_taken_once_cuda_is_up(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
     trainprof.start(serve=False)
     s = trainprof.current()
-    assert s.value("trainprof_gpu_assignment_info") is None      # CUDA not initialised yet
-    cuda.initialized = True                                      # the script calls .cuda()
+    assert s.value("trainprof_gpu_assignment_info") is None  # CUDA not initialised yet
+    cuda.initialized = True  # the script calls .cuda()
     with trainprof.step():
         pass
-    assert s.value("trainprof_gpu_assignment_info", gpu="6",
-                   uuid="GPU-8f1e2d3c-0000-1111-2222-333344445555") == 1
-    assert s.value("trainprof_training_info", framework="pytorch",
-                   framework_version="9.9") == 1
+    assert (
+        s.value(
+            "trainprof_gpu_assignment_info",
+            gpu="6",
+            uuid="GPU-8f1e2d3c-0000-1111-2222-333344445555",
+        )
+        == 1
+    )
+    assert s.value("trainprof_training_info", framework="pytorch", framework_version="9.9") == 1
 
 
 def test_explicit_gpus_and_framework():
-    trainprof.start(serve=False, gpus=[(0, "GPU-x"), (1, "GPU-y")], framework="jax",
-                    framework_version="0.4")
+    trainprof.start(
+        serve=False, gpus=[(0, "GPU-x"), (1, "GPU-y")], framework="jax", framework_version="0.4"
+    )
     s = trainprof.current()
     assert s.value("trainprof_gpu_assignment_info", gpu="1", uuid="GPU-y") == 1
     assert s.value("trainprof_training_info", framework="jax", framework_version="0.4") == 1
@@ -340,8 +355,7 @@ def test_a_bad_rules_config_is_logged_and_the_defaults_are_counted(tmp_path, cap
     with caplog.at_level(logging.WARNING, logger="trainprof"):
         trainprof.start(serve=False, rules_config=str(config))
     assert any("cannot read rules_config" in r.message for r in caplog.records)
-    assert trainprof.current().value("trainprof_training_step_outliers_total",
-                                     stddev="3") == 0
+    assert trainprof.current().value("trainprof_training_step_outliers_total", stddev="3") == 0
 
 
 def test_start_serves_the_contract_over_http():
@@ -349,8 +363,12 @@ def test_start_serves_the_contract_over_http():
     with trainprof.step():
         pass
     samples = scrape(s.port)
-    assert sample(samples, "trainprof_training_steps_total", training_job="job-a",
-                  rank="2", mode="train") == 1
+    assert (
+        sample(
+            samples, "trainprof_training_steps_total", training_job="job-a", rank="2", mode="train"
+        )
+        == 1
+    )
     names = {name for name, _ in samples}
     assert all(n.startswith("trainprof_") for n in names)
 
@@ -452,8 +470,9 @@ def test_start_timestamp_is_when_the_process_started_not_when_start_was_called()
         print(called - s.value("trainprof_training_start_timestamp_seconds"))
     """)
     before = time.time()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     lag = float(out.stdout)
     assert 1.3 < lag < time.time() - before + 1.0
 
@@ -462,7 +481,8 @@ def test_start_timestamp_matches_psutil():
     psutil = pytest.importorskip("psutil")
     s = trainprof.start(serve=False)
     assert s.value("trainprof_training_start_timestamp_seconds") == pytest.approx(
-        psutil.Process(os.getpid()).create_time(), abs=1.0)
+        psutil.Process(os.getpid()).create_time(), abs=1.0
+    )
 
 
 def test_import_needs_only_prometheus_client():
@@ -486,6 +506,5 @@ def test_import_needs_only_prometheus_client():
         assert not Block.heavy & set(sys.modules), Block.heavy & set(sys.modules)
         print("ok")
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr

@@ -69,7 +69,7 @@ class WorkerDataset(torch.utils.data.Dataset):
         return 8
 
     def __getitem__(self, i: int):
-        session = trainprof.start(port=0, addr="127.0.0.1")   # must refuse in a worker
+        session = trainprof.start(port=0, addr="127.0.0.1")  # must refuse in a worker
         with trainprof.step():
             with trainprof.phase("decode"):
                 pass
@@ -87,17 +87,21 @@ def fresh_session():
 def test_forked_dataloader_workers_neither_serve_nor_change_the_ranks_metrics():
     session = trainprof.start(port=0, addr="127.0.0.1")
     port = session.port
-    loader = torch.utils.data.DataLoader(WorkerDataset(), batch_size=2, num_workers=2,
-                                         multiprocessing_context="fork",
-                                         persistent_workers=True)
+    loader = torch.utils.data.DataLoader(
+        WorkerDataset(),
+        batch_size=2,
+        num_workers=2,
+        multiprocessing_context="fork",
+        persistent_workers=True,
+    )
     items = []
     for batch in trainprof.data(loader):
         with trainprof.step(samples=len(batch)):
             items.append(batch)
     rows = torch.cat(items)
-    assert set(rows[:, 1].tolist()).isdisjoint({os.getpid()})    # really ran in workers
-    assert rows[:, 2].tolist() == [0] * 8                          # no worker served
-    assert rows[:, 3].tolist() == [1] * 8                          # all were inert
+    assert set(rows[:, 1].tolist()).isdisjoint({os.getpid()})  # really ran in workers
+    assert rows[:, 2].tolist() == [0] * 8  # no worker served
+    assert rows[:, 3].tolist() == [1] * 8  # all were inert
 
     samples = scrape(port)
     assert value(samples, "trainprof_training_steps_total", mode="train") == 4
@@ -134,14 +138,26 @@ RANK_SCRIPT = textwrap.dedent("""
 
 
 def start_rank(base: int, rank: int, local_rank: int, steps: int, tmp_path) -> subprocess.Popen:
-    env = {**os.environ, "TRAINPROF_BASE_PORT": str(base), "RANK": str(rank),
-           "LOCAL_RANK": str(local_rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-           "GROUP_RANK": "0", "TRAINPROF_JOB": "two-ranks"}
+    env = {
+        **os.environ,
+        "TRAINPROF_BASE_PORT": str(base),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "0",
+        "TRAINPROF_JOB": "two-ranks",
+    }
     env.pop("KUBERNETES_SERVICE_HOST", None)
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    return subprocess.Popen([sys.executable, str(script), str(steps)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(steps)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_ready(proc: subprocess.Popen) -> None:
@@ -157,10 +173,17 @@ def test_two_ranks_on_one_node_serve_on_base_plus_local_rank(tmp_path):
             wait_ready(proc)
         for local_rank, steps in ((0, 3), (1, 5)):
             samples = scrape(base + local_rank)
-            assert value(samples, "trainprof_training_steps_total", training_job="two-ranks",
-                         rank=str(local_rank), local_rank=str(local_rank)) == steps
-            assert value(samples, "trainprof_training_info", world_size="2",
-                         node_rank="0") == 1
+            assert (
+                value(
+                    samples,
+                    "trainprof_training_steps_total",
+                    training_job="two-ranks",
+                    rank=str(local_rank),
+                    local_rank=str(local_rank),
+                )
+                == steps
+            )
+            assert value(samples, "trainprof_training_info", world_size="2", node_rank="0") == 1
     finally:
         for proc in procs:
             proc.kill()
@@ -199,9 +222,13 @@ def test_the_plain_pytorch_example_runs(root):
     env = {**os.environ, "TRAINPROF_BASE_PORT": str(base)}
     for var in ("RANK", "LOCAL_RANK", "KUBERNETES_SERVICE_HOST"):
         env.pop(var, None)
-    out = subprocess.run([sys.executable, str(root / "examples" / "pytorch_loop.py"),
-                          "--steps", "20"], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(root / "examples" / "pytorch_loop.py"), "--steps", "20"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert f"metrics on port {base}" in out.stdout
     assert "20 steps" in out.stdout

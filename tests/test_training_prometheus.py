@@ -13,7 +13,7 @@ from servers import prometheus, query
 
 pytestmark = pytest.mark.tools
 
-SPIKES = 11          # one more than StepOutlier's default n_outliers
+SPIKES = 11  # one more than StepOutlier's default n_outliers
 
 
 @pytest.fixture(autouse=True)
@@ -49,8 +49,7 @@ def wait_for(base: str, expr: str, timeout: float = 30) -> list[dict]:
 
 
 def test_rules_read_the_series_a_training_rank_serves(prometheus_bin, tmp_path, root):
-    session = trainprof.start(port=0, addr="127.0.0.1", training_job="e2e", rank=0,
-                              local_rank=0)
+    session = trainprof.start(port=0, addr="127.0.0.1", training_job="e2e", rank=0, local_rank=0)
     for _ in trainprof.data(range(200)):
         with trainprof.step():
             with trainprof.phase("forward"):
@@ -79,12 +78,14 @@ scrape_configs:
         assert sum(by_phase.values()) == pytest.approx(1.0)
         assert by_phase["checkpoint"] > 0.5
 
-        (mean,) = results(base, rule_expr(
-            root, "rank_mode:trainprof_training_step_duration_seconds:mean"))
+        (mean,) = results(
+            base, rule_expr(root, "rank_mode:trainprof_training_step_duration_seconds:mean")
+        )
         assert 0 < float(mean["value"][1]) < 0.1
 
-        (init,) = results(base, rule_expr(
-            root, "training_job:trainprof_training_initialization_seconds:min"))
+        (init,) = results(
+            base, rule_expr(root, "training_job:trainprof_training_initialization_seconds:min")
+        )
         assert float(init["value"][1]) > 0
 
         labels = results(base, "{__name__=~'trainprof_.*'}")

@@ -30,8 +30,9 @@ def brute_force_outliers(durations: list[float], k: float) -> int:
     return count
 
 
-def feed(state: TrainingState, durations: list[float], mode: str = "train",
-         t0: float = 1_000.0) -> None:
+def feed(
+    state: TrainingState, durations: list[float], mode: str = "train", t0: float = 1_000.0
+) -> None:
     t = t0
     for d in durations:
         state.observe_step(mode, t, t + d)
@@ -43,22 +44,25 @@ def test_outlier_counts_match_a_brute_force_reference_on_random_series(seed):
     rng = random.Random(seed)
     n = rng.randint(120, 600)
     durations = [rng.lognormvariate(-2, rng.uniform(0.05, 0.6)) for _ in range(n)]
-    for i in rng.sample(range(n), k=n // 15):                 # stalls: GC, checkpoints
+    for i in rng.sample(range(n), k=n // 15):  # stalls: GC, checkpoints
         durations[i] *= rng.uniform(1.5, 20)
     extra = round(rng.uniform(1.1, 6), 2)
     state = TrainingState(IDENTITY, stddevs=[extra])
     feed(state, durations)
     for k in (2.0, 3.0, 4.0, 5.0, extra):
-        got = state.value("trainprof_training_step_outliers_total", mode="train",
-                          stddev=metrics.threshold_label(k))
+        got = state.value(
+            "trainprof_training_step_outliers_total",
+            mode="train",
+            stddev=metrics.threshold_label(k),
+        )
         assert got == brute_force_outliers(durations, k), f"stddev {k}"
 
 
 def test_a_step_is_judged_only_once_100_earlier_steps_exist():
     state = TrainingState(IDENTITY)
-    feed(state, [0.1] * 99 + [50.0])       # the 100th step: only 99 before it
+    feed(state, [0.1] * 99 + [50.0])  # the 100th step: only 99 before it
     assert state.value("trainprof_training_step_outliers_total", stddev="3") == 0
-    feed(state, [50.0], t0=5_000)          # the 101st: 100 before it
+    feed(state, [50.0], t0=5_000)  # the 101st: 100 before it
     assert state.value("trainprof_training_step_outliers_total", stddev="3") == 1
 
 
@@ -67,18 +71,15 @@ def test_modes_keep_separate_statistics():
     feed(state, [0.1] * 150, mode="train")
     feed(state, [5.0] * 150, mode="eval")  # slow, but normal for eval
     feed(state, [5.0], mode="train")
-    assert state.value("trainprof_training_step_outliers_total", mode="train",
-                       stddev="5") == 1
-    assert state.value("trainprof_training_step_outliers_total", mode="eval",
-                       stddev="2") == 0
+    assert state.value("trainprof_training_step_outliers_total", mode="train", stddev="5") == 1
+    assert state.value("trainprof_training_step_outliers_total", mode="eval", stddev="2") == 0
     assert state.value("trainprof_training_steps_total", mode="eval") == 150
 
 
 def test_outlier_counters_exist_at_zero_for_every_grid_factor_before_any_step():
     state = TrainingState(IDENTITY, stddevs=[2.5])
     for k in ("2", "2.5", "3", "4", "5"):
-        assert state.value("trainprof_training_step_outliers_total", mode="train",
-                           stddev=k) == 0
+        assert state.value("trainprof_training_step_outliers_total", mode="train", stddev=k) == 0
     assert state.value("trainprof_training_steps_total", mode="train") == 0
     assert state.value("trainprof_training_steps_total", mode="eval") is None
     feed(state, [1.0], mode="eval")
@@ -117,7 +118,7 @@ def test_first_and_last_step_timestamps():
     assert state.value("trainprof_training_last_step_timestamp_seconds") is None
     state.observe_step("eval", 1_000.0, 1_002.0)
     state.observe_step("train", 1_003.0, 1_004.0)
-    state.observe_step("train", 950.0, 960.0)         # replayed out of order
+    state.observe_step("train", 950.0, 960.0)  # replayed out of order
     assert state.value("trainprof_training_first_step_timestamp_seconds") == 1_000.0
     assert state.value("trainprof_training_last_step_timestamp_seconds") == 1_004.0
     assert state.value("trainprof_training_start_timestamp_seconds") == 900.0
@@ -137,11 +138,20 @@ def test_unknown_modes_are_rejected_with_the_valid_ones():
         canonical_mode("warmup")
 
 
-@pytest.mark.parametrize("spelling,mode", [
-    ("train", "train"), ("TRAIN", "train"), ("ModeKeys.TRAIN", "train"),
-    ("Step:ModeKeys.EVAL", "eval"), ("validation", "eval"), ("test", "eval"),
-    ("ModeKeys.PREDICT", "predict"), ("inference", "predict"), ("ModeKeys.GLOBAL", "global"),
-])
+@pytest.mark.parametrize(
+    "spelling,mode",
+    [
+        ("train", "train"),
+        ("TRAIN", "train"),
+        ("ModeKeys.TRAIN", "train"),
+        ("Step:ModeKeys.EVAL", "eval"),
+        ("validation", "eval"),
+        ("test", "eval"),
+        ("ModeKeys.PREDICT", "predict"),
+        ("inference", "predict"),
+        ("ModeKeys.GLOBAL", "global"),
+    ],
+)
 def test_framework_mode_spellings(spelling, mode):
     assert canonical_mode(spelling) == mode
 
@@ -152,7 +162,7 @@ def test_fixed_phases_are_exported_at_zero_and_user_phases_once_used():
         assert state.value("trainprof_training_phase_seconds_total", phase=p) == 0
     assert state.observe_phase("tokenize", 0.25) == "tokenize"
     state.observe_phase("tokenize", 0.5)
-    state.observe_phase("forward", -1.0)               # clamped
+    state.observe_phase("forward", -1.0)  # clamped
     assert state.value("trainprof_training_phase_seconds_total", phase="tokenize") == 0.75
     assert state.value("trainprof_training_phase_seconds_total", phase="forward") == 0
 
@@ -166,7 +176,7 @@ def test_user_phase_names_are_bounded_in_number_and_length(caplog):
         assert state.observe_phase("step-123457", 3.0) == "other"
     assert state.value("trainprof_training_phase_seconds_total", phase="other") == 5.0
     assert len([r for r in caplog.records if "phase names" in r.message]) == 1
-    assert state.observe_phase("user0", 1.0) == "user0"          # known names still count
+    assert state.observe_phase("user0", 1.0) == "user0"  # known names still count
     long_name = "x" * 500
     other = TrainingState()
     assert len(other.observe_phase(long_name, 1.0)) == training_state.MAX_PHASE_NAME_LENGTH
@@ -200,7 +210,8 @@ def test_every_exported_name_is_a_training_metric_of_the_contract():
         m = metrics.BY_NAME[family.name + ("_total" if family.type == "counter" else "")]
         for sample in family.samples:
             assert set(sample.labels) == set(IDENTITY) | set(m.labels) | (
-                {"le"} if sample.name.endswith("_bucket") else set()), sample
+                {"le"} if sample.name.endswith("_bucket") else set()
+            ), sample
 
 
 def test_exposition_of_hostile_label_values_stays_parseable():
@@ -211,8 +222,9 @@ def test_exposition_of_hostile_label_values_stays_parseable():
     registry = CollectorRegistry(auto_describe=False)
     registry.register(type("C", (), {"collect": lambda self: state.families()})())
     text = generate_latest(registry).decode("utf-8")
-    jobs = {s.labels["training_job"] for f in text_string_to_metric_families(text)
-            for s in f.samples}
+    jobs = {
+        s.labels["training_job"] for f in text_string_to_metric_families(text) for s in f.samples
+    }
     assert len(jobs) == 1
     (job,) = jobs
     assert job.startswith('a"b}\n{c\\\ufffd') and len(job) == 128

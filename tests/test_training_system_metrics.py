@@ -26,12 +26,15 @@ def _scrape(url: str) -> str:
 
 def test_local_rank_0_serves_host_samples_beside_its_own_metrics(monkeypatch):
     monkeypatch.setenv("TRAINPROF_EXPORTER_PORT", "0")
-    session = trainprof.start(port=0, local_rank=0, rank=0, training_job="bert", node="n1",
-                              system_metrics=True)
+    session = trainprof.start(
+        port=0, local_rank=0, rank=0, training_job="bert", node="n1", system_metrics=True
+    )
     assert session.system is not None
     deadline = time.monotonic() + 10
-    while "trainprof_samples_total" not in (text := _scrape(session.system.url)) or \
-            'trainprof_samples_total{node="n1",training_job="bert"} 0.0' in text:
+    while (
+        "trainprof_samples_total" not in (text := _scrape(session.system.url))
+        or 'trainprof_samples_total{node="n1",training_job="bert"} 0.0' in text
+    ):
         assert time.monotonic() < deadline, text[:500]
         time.sleep(0.2)
     assert 'trainprof_cpu_utilization_sampled_ratio_count{node="n1",training_job="bert"}' in text

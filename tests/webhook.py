@@ -32,8 +32,14 @@ def payload(*label_changes: dict, status: str = "firing") -> dict:
     return data
 
 
-def post(url: str, body, token: str | None = TOKEN, content_type="application/json",
-         path="/alerts", headers=None):
+def post(
+    url: str,
+    body,
+    token: str | None = TOKEN,
+    content_type="application/json",
+    path="/alerts",
+    headers=None,
+):
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     request = urllib.request.Request(url + path, data=data, method="POST")
     request.add_header("Content-Type", content_type)

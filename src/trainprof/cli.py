@@ -23,8 +23,10 @@ from trainprof._version import __version__
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 _OPTIONAL_MODULES = {"yaml", "grafanalib", "psutil", "pynvml"}
-_MISSING_EXTRA = ("{module} is not installed. Install the command-line tools with:\n"
-                  "    pip install 'trainprof[all]'")
+_MISSING_EXTRA = (
+    "{module} is not installed. Install the command-line tools with:\n"
+    "    pip install 'trainprof[all]'"
+)
 
 
 def _duration(text: str) -> float:
@@ -51,75 +53,122 @@ def _label(text: str) -> tuple[str, str]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainprof",
-        description="SageMaker Debugger's profiler rules for any training job Prometheus can see.")
+        description="SageMaker Debugger's profiler rules for any training job Prometheus can see.",
+    )
     parser.add_argument("--version", action="version", version=f"trainprof {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     rules = commands.add_parser("rules", help="compile, check and list profiler rules")
-    rule_commands = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND",
-                                         required=True)
+    rule_commands = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
 
     def config_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-c", "--config", metavar="FILE",
-                       help="rule configuration: YAML, JSON, a DescribeTrainingJob response, "
-                            "or Python with SageMaker SDK rule calls; - reads stdin "
-                            "(default: ProfilerReport with SageMaker's defaults)")
-        p.add_argument("--scrape-interval", type=_duration, metavar="DURATION",
-                       help="how often Prometheus scrapes the exporters (default: the "
-                            "configuration's scrape_interval, else 15s)")
-        p.add_argument("--datapoint-interval", metavar="DURATION",
-                       help="what one SageMaker datapoint lasts (default: the "
-                            "configuration's datapoint_interval, else 0.5s)")
+        p.add_argument(
+            "-c",
+            "--config",
+            metavar="FILE",
+            help="rule configuration: YAML, JSON, a DescribeTrainingJob response, "
+            "or Python with SageMaker SDK rule calls; - reads stdin "
+            "(default: ProfilerReport with SageMaker's defaults)",
+        )
+        p.add_argument(
+            "--scrape-interval",
+            type=_duration,
+            metavar="DURATION",
+            help="how often Prometheus scrapes the exporters (default: the "
+            "configuration's scrape_interval, else 15s)",
+        )
+        p.add_argument(
+            "--datapoint-interval",
+            metavar="DURATION",
+            help="what one SageMaker datapoint lasts (default: the "
+            "configuration's datapoint_interval, else 0.5s)",
+        )
 
     compile_ = rule_commands.add_parser("compile", help="write Prometheus rule files")
     config_args(compile_)
-    compile_.add_argument("-o", "--output", required=True, metavar="DIR",
-                          help="directory to write into (created if missing), or - for stdout")
-    compile_.add_argument("--format", choices=("rules", "prometheusrule"), default="rules",
-                          help="plain rule file (Prometheus, Thanos, Mimir, vmalert) or a "
-                               "prometheus-operator PrometheusRule (default: rules)")
-    compile_.add_argument("--name", default="trainprof-rules",
-                          help="PrometheusRule name (default: trainprof-rules)")
+    compile_.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="directory to write into (created if missing), or - for stdout",
+    )
+    compile_.add_argument(
+        "--format",
+        choices=("rules", "prometheusrule"),
+        default="rules",
+        help="plain rule file (Prometheus, Thanos, Mimir, vmalert) or a "
+        "prometheus-operator PrometheusRule (default: rules)",
+    )
+    compile_.add_argument(
+        "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
+    )
     compile_.add_argument("--namespace", help="PrometheusRule namespace")
-    compile_.add_argument("--label", type=_label, action="append", default=[],
-                          metavar="NAME=VALUE",
-                          help="extra PrometheusRule label, e.g. release=kube-prometheus-stack "
-                               "(repeatable)")
+    compile_.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra PrometheusRule label, e.g. release=kube-prometheus-stack (repeatable)",
+    )
     compile_.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
 
-    validate = rule_commands.add_parser("validate", help="check a configuration and show "
-                                                         "the resolved parameters")
+    validate = rule_commands.add_parser(
+        "validate", help="check a configuration and show the resolved parameters"
+    )
     config_args(validate)
 
     rule_commands.add_parser("list", help="the rule catalog with SageMaker's defaults")
 
     replay = commands.add_parser(
-        "replay", help="which rules would have fired on a recorded job, and when")
-    replay.add_argument("source", metavar="SOURCE",
-                        help="SageMaker Debugger profiler output directory, or a trainprof "
-                             "recording (.jsonl[.gz] file or a directory of them)")
-    replay.add_argument("--rules", metavar="FILE",
-                        help="rule configuration, as for `rules compile` (default: "
-                             "ProfilerReport with SageMaker's defaults)")
-    replay.add_argument("--scrape-interval", type=_duration, default=15.0, metavar="DURATION",
-                        help="scrape interval to replay at (default: 15s)")
-    replay.add_argument("--datapoint-interval", type=_duration, metavar="DURATION",
-                        help="what one datapoint lasts (default: the recording's sampling "
-                             "interval)")
+        "replay", help="which rules would have fired on a recorded job, and when"
+    )
+    replay.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="SageMaker Debugger profiler output directory, or a trainprof "
+        "recording (.jsonl[.gz] file or a directory of them)",
+    )
+    replay.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="rule configuration, as for `rules compile` (default: "
+        "ProfilerReport with SageMaker's defaults)",
+    )
+    replay.add_argument(
+        "--scrape-interval",
+        type=_duration,
+        default=15.0,
+        metavar="DURATION",
+        help="scrape interval to replay at (default: 15s)",
+    )
+    replay.add_argument(
+        "--datapoint-interval",
+        type=_duration,
+        metavar="DURATION",
+        help="what one datapoint lasts (default: the recording's sampling interval)",
+    )
     replay.add_argument("--format", choices=("auto", "sagemaker", "trainprof"), default="auto")
-    replay.add_argument("--job", metavar="NAME",
-                        help="training_job label of the replayed series (default: the "
-                             "SageMaker job folder's name)")
-    replay.add_argument("--json", metavar="FILE",
-                        help="write the verdicts as JSON to FILE, or - for stdout")
+    replay.add_argument(
+        "--job",
+        metavar="NAME",
+        help="training_job label of the replayed series (default: the SageMaker job folder's name)",
+    )
+    replay.add_argument(
+        "--json", metavar="FILE", help="write the verdicts as JSON to FILE, or - for stdout"
+    )
 
     from trainprof.report.cli import add_parser as add_report_parser
 
     add_report_parser(commands)
 
     generate = commands.add_parser("generate", help="rewrite every generated artifact")
-    generate.add_argument("--check", action="store_true",
-                          help="only report artifacts that differ from the generator's output")
+    generate.add_argument(
+        "--check",
+        action="store_true",
+        help="only report artifacts that differ from the generator's output",
+    )
     generate.add_argument("--root", default=".", help="repository root (default: .)")
 
     from trainprof.actions import cli as actions_cli
@@ -127,15 +176,21 @@ def _parser() -> argparse.ArgumentParser:
     actions_cli.add_parser(commands)
     from trainprof.exporter.cli import add_arguments as exporter_arguments
 
-    exporter = commands.add_parser("exporter", help="sample the host and its GPUs and serve "
-                                                    "/metrics for the rules")
+    exporter = commands.add_parser(
+        "exporter", help="sample the host and its GPUs and serve /metrics for the rules"
+    )
     exporter_arguments(exporter, _duration)
     record = commands.add_parser(
-        "record", help="record this host's samples for `trainprof replay` (the exporter, "
-                       "writing every sample to FILE; it serves /metrics too)")
-    record.add_argument("output", metavar="FILE",
-                        help="recording to write (.jsonl, or .jsonl.gz compressed); add the "
-                             "training ranks' steps with trainprof.start(record=...)")
+        "record",
+        help="record this host's samples for `trainprof replay` (the exporter, "
+        "writing every sample to FILE; it serves /metrics too)",
+    )
+    record.add_argument(
+        "output",
+        metavar="FILE",
+        help="recording to write (.jsonl, or .jsonl.gz compressed); add the "
+        "training ranks' steps with trainprof.start(record=...)",
+    )
     exporter_arguments(record, _duration)
     return parser
 
@@ -206,8 +261,14 @@ def _rules(args: argparse.Namespace) -> int:
 
     source = "defaults" if args.config is None else os.path.basename(args.config)
     generator = f"trainprof rules compile from {source}"
-    text = files.render(compiled, args.format, generator, name=args.name,
-                        namespace=args.namespace, labels=dict(args.label))
+    text = files.render(
+        compiled,
+        args.format,
+        generator,
+        name=args.name,
+        namespace=args.namespace,
+        labels=dict(args.label),
+    )
     if args.output == "-":
         sys.stdout.write(text)
         return 0
@@ -222,8 +283,11 @@ def _rules(args: argparse.Namespace) -> int:
     n_alerts = sum(1 for g in compiled.groups for r in g["rules"] if "alert" in r)
     n_records = sum(1 for g in compiled.groups for r in g["rules"] if "record" in r)
     if not quiet:
-        print(f"wrote {path}: {len(config.rules)} rules -> {n_records} recording and "
-              f"{n_alerts} alerting rules in {len(compiled.groups)} groups", file=sys.stderr)
+        print(
+            f"wrote {path}: {len(config.rules)} rules -> {n_records} recording and "
+            f"{n_alerts} alerting rules in {len(compiled.groups)} groups",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -237,13 +301,14 @@ def _print_catalog() -> None:
 
 
 def _print_resolved(config) -> None:
-    print(f"datapoint_interval {config.datapoint_interval:g}s, scrape_interval "
-          f"{config.scrape_interval:g}s, patience_mode {config.patience_mode}")
+    print(
+        f"datapoint_interval {config.datapoint_interval:g}s, scrape_interval "
+        f"{config.scrape_interval:g}s, patience_mode {config.patience_mode}"
+    )
     for instance in config.rules:
         values = ", ".join(f"{k}={v}" for k, v in instance.values.items() if v is not None)
         patience = instance.patience_mode if "patience" in instance.values else "-"
-        print(f"{instance.spec.name:<24} {instance.severity:<8} patience {patience:<6} "
-              f"{values}")
+        print(f"{instance.spec.name:<24} {instance.severity:<8} patience {patience:<6} {values}")
     print(f"ok: {len(config.rules)} rules")
 
 

@@ -39,19 +39,30 @@ JOB = "demo"
 DEMO_RULES: dict[str, Any] = {
     "datapoint_interval": "0.5s",
     "scrape_interval": "1s",
-    "rules": [{"rule": "ProfilerReport", "parameters": {
-        # SageMaker's defaults, at demo speed: datapoints of 0.5 s, patience of 10 s.
-        "scan_interval_us": 2_000_000,
-        # The bottlenecks watch a shorter patience than the alerts they explain (and inhibit),
-        # so they reach Alertmanager first, as the tickets' longer group_wait arranges in
-        # production.
-        "CPUBottleneck_patience": 12, "CPUBottleneck_window": 60,
-        "IOBottleneck_patience": 12, "IOBottleneck_window": 60,
-        "LowGPUUtilization_window": 20, "LowGPUUtilization_patience": 20,
-        "BatchSize_window": 20, "BatchSize_patience": 20,
-        "GPUMemoryIncrease_patience": 20, "LoadBalancing_patience": 20,
-        "MaxInitializationTime_threshold": 1, "StepOutlier_n_outliers": 3,
-    }}],
+    "rules": [
+        {
+            "rule": "ProfilerReport",
+            "parameters": {
+                # SageMaker's defaults, at demo speed: datapoints of 0.5 s, patience of 10 s.
+                "scan_interval_us": 2_000_000,
+                # The bottlenecks watch a shorter patience than the alerts they explain (and inhibit),
+                # so they reach Alertmanager first, as the tickets' longer group_wait arranges in
+                # production.
+                "CPUBottleneck_patience": 12,
+                "CPUBottleneck_window": 60,
+                "IOBottleneck_patience": 12,
+                "IOBottleneck_window": 60,
+                "LowGPUUtilization_window": 20,
+                "LowGPUUtilization_patience": 20,
+                "BatchSize_window": 20,
+                "BatchSize_patience": 20,
+                "GPUMemoryIncrease_patience": 20,
+                "LoadBalancing_patience": 20,
+                "MaxInitializationTime_threshold": 1,
+                "StepOutlier_n_outliers": 3,
+            },
+        }
+    ],
 }
 
 
@@ -71,10 +82,17 @@ class SimulatedGpu:
         utilization = min(busy / max(now - self._last, 1e-6), 1.0)
         self._last = now
         total = 16 * 2**30
-        sample.gpus = [GpuSample(
-            0, "GPU-00000000-demo-0000-0000-simulated000", utilization=round(utilization, 2),
-            memory_used_bytes=self.loop.gpu_memory * total, memory_total_bytes=total,
-            name="simulated GPU (trainprof demo)", driver_version="-")]
+        sample.gpus = [
+            GpuSample(
+                0,
+                "GPU-00000000-demo-0000-0000-simulated000",
+                utilization=round(utilization, 2),
+                memory_used_bytes=self.loop.gpu_memory * total,
+                memory_total_bytes=total,
+                name="simulated GPU (trainprof demo)",
+                driver_version="-",
+            )
+        ]
         return True
 
     def close(self) -> None:
@@ -109,9 +127,9 @@ class DemoLoop:
     def _batches(self):
         while not self._stop.is_set():
             if self.act == 1:
-                _burn_cpu(0.095)            # decode and augment on the CPU, every batch
+                _burn_cpu(0.095)  # decode and augment on the CPU, every batch
             else:
-                time.sleep(0.002)           # prefetched: the batch is already there
+                time.sleep(0.002)  # prefetched: the batch is already there
             yield None
 
     def _run(self) -> None:
@@ -125,7 +143,7 @@ class DemoLoop:
             if elapsed > self.duration:
                 break
             if self.act == 1 and elapsed > self.duration / 2:
-                self.act, self.gpu_memory = 2, 0.55      # prefetching, and a bigger batch
+                self.act, self.gpu_memory = 2, 0.55  # prefetching, and a bigger batch
             compute = 0.005 if self.act == 1 else 0.06
             with trainprof.step():
                 self._gpu_work("forward", compute * 0.35)
@@ -186,8 +204,10 @@ def _webhook(say: _Printer) -> tuple[http.server.ThreadingHTTPServer, str]:
                 return
             receiver = payload.get("receiver", "?").removeprefix("trainprof-")
             names = sorted({a["labels"].get("alertname", "?") for a in payload.get("alerts", [])})
-            say(f"  -> {receiver:<7} {payload.get('status', '?').upper():<8} "
-                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get('training_job')})")
+            say(
+                f"  -> {receiver:<7} {payload.get('status', '?').upper():<8} "
+                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get('training_job')})"
+            )
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -205,24 +225,39 @@ def _alertmanager_config(webhook: str) -> str:
     # Pages go out at once; tickets wait 10 s for the pages that may inhibit them (two
     # minutes in the generated routing).
     fast, ticket = Timing("1s", "5s", "1h"), Timing("10s", "5s", "1h")
-    tree = routing.tree(timing={"subtree": fast, routing.PAGE: fast, routing.NOTIFY: ticket,
-                                routing.INFO: ticket, routing.ACTIONS: ticket,
-                                "health": ticket})
+    tree = routing.tree(
+        timing={
+            "subtree": fast,
+            routing.PAGE: fast,
+            routing.NOTIFY: ticket,
+            routing.INFO: ticket,
+            routing.ACTIONS: ticket,
+            "health": ticket,
+        }
+    )
     hook = {"webhook_configs": [{"url": webhook, "send_resolved": True}]}
-    receivers = {"default": {}, routing.PAGE: hook, routing.NOTIFY: hook, routing.INFO: hook,
-                 routing.ACTIONS: {}}
+    receivers = {
+        "default": {},
+        routing.PAGE: hook,
+        routing.NOTIFY: hook,
+        routing.INFO: hook,
+        routing.ACTIONS: {},
+    }
     return to_yaml(files.example_config(tree, routing.inhibit_rules(), receivers))
 
 
 def _prometheus_config(targets: dict[str, int], alertmanager: str) -> str:
-    jobs = "".join(f"  - job_name: {name}\n"
-                   f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
-                   for name, port in targets.items())
+    jobs = "".join(
+        f"  - job_name: {name}\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
+        for name, port in targets.items()
+    )
     host = alertmanager.removeprefix("http://")
-    return ("global: {scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 1s}\n"
-            "rule_files: [rules.yaml]\n"
-            f"alerting:\n  alertmanagers:\n  - static_configs: [{{targets: ['{host}']}}]\n"
-            f"scrape_configs:\n{jobs}")
+    return (
+        "global: {scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 1s}\n"
+        "rule_files: [rules.yaml]\n"
+        f"alerting:\n  alertmanagers:\n  - static_configs: [{{targets: ['{host}']}}]\n"
+        f"scrape_configs:\n{jobs}"
+    )
 
 
 def _firing(base: str) -> dict[tuple, dict]:
@@ -233,25 +268,35 @@ def _firing(base: str) -> dict[tuple, dict]:
         if alert["state"] != "firing":
             continue
         labels = alert["labels"]
-        key = (labels.get("alertname"), labels.get("gpu"), labels.get("reason"),
-               labels.get("rank"))
+        key = (labels.get("alertname"), labels.get("gpu"), labels.get("reason"), labels.get("rank"))
         out[key] = alert
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=150,
-                        help="seconds of training, half input-bound, half fixed (default 150)")
-    parser.add_argument("--out", default=os.path.join("out", "demo"),
-                        help="where the compiled rules and the report go (default out/demo)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=150,
+        help="seconds of training, half input-bound, half fixed (default 150)",
+    )
+    parser.add_argument(
+        "--out",
+        default=os.path.join("out", "demo"),
+        help="where the compiled rules and the report go (default out/demo)",
+    )
     args = parser.parse_args(argv)
 
-    missing = [b for b in ("prometheus", "prometheus-alertmanager", "promtool")
-               if shutil.which(b) is None]
+    missing = [
+        b for b in ("prometheus", "prometheus-alertmanager", "promtool") if shutil.which(b) is None
+    ]
     if missing:
-        print(f"error: {', '.join(missing)} not installed; `make demo` installs them "
-              "(scripts/install-tools.sh)", file=sys.stderr)
+        print(
+            f"error: {', '.join(missing)} not installed; `make demo` installs them "
+            "(scripts/install-tools.sh)",
+            file=sys.stderr,
+        )
         return 1
 
     import trainprof
@@ -271,14 +316,18 @@ def main(argv: list[str] | None = None) -> int:
     say = _Printer(started)
     loop = DemoLoop(args.duration)
     node = socket.gethostname()
-    session = trainprof.start(port=0, addr="127.0.0.1", training_job=JOB, node=node,
-                              rank=0, local_rank=0, world_size=1)
+    session = trainprof.start(
+        port=0, addr="127.0.0.1", training_job=JOB, node=node, rank=0, local_rank=0, world_size=1
+    )
     from trainprof.exporter.sources import default_sources
 
     exporter = trainprof.exporter.start(
-        0, address="127.0.0.1", datapoint_interval=0.5,
+        0,
+        address="127.0.0.1",
+        datapoint_interval=0.5,
         sources=[SimulatedGpu(loop)] + default_sources(("cpu", "memory", "disk", "network")),
-        identity={"training_job": JOB, "node": node})
+        identity={"training_job": JOB, "node": node},
+    )
     hook, hook_url = _webhook(say)
     seen: dict[tuple, dict] = {}
     fired: dict[str, float] = {}
@@ -287,41 +336,56 @@ def main(argv: list[str] | None = None) -> int:
             am_dir, prom_dir = Path(tmp, "am"), Path(tmp, "prom")
             am_dir.mkdir()
             prom_dir.mkdir()
-            with alertmanager("prometheus-alertmanager", am_dir,
-                              _alertmanager_config(hook_url)) as am, \
-                    prometheus("prometheus", prom_dir,
-                               _prometheus_config({"trainprof": exporter.port,
-                                                   "trainprof-training": session.port}, am),
-                               {"rules.yaml": rules}) as prom:
-                print("trainprof demo: a training job whose input pipeline starves its GPU, "
-                      "then is fixed")
+            with (
+                alertmanager(
+                    "prometheus-alertmanager", am_dir, _alertmanager_config(hook_url)
+                ) as am,
+                prometheus(
+                    "prometheus",
+                    prom_dir,
+                    _prometheus_config(
+                        {"trainprof": exporter.port, "trainprof-training": session.port}, am
+                    ),
+                    {"rules.yaml": rules},
+                ) as prom,
+            ):
+                print(
+                    "trainprof demo: a training job whose input pipeline starves its GPU, "
+                    "then is fixed"
+                )
                 print("  (the GPU is simulated; CPU readings are this machine's)")
                 print(f"  Prometheus   {prom}   rules: SageMaker's ProfilerReport at demo speed")
                 print(f"  Alertmanager {am}   routing: alerting/ (generated)")
-                print(f"  exporter     {exporter.url}   rank 0 "
-                      f"http://127.0.0.1:{session.port}/metrics\n", flush=True)
+                print(
+                    f"  exporter     {exporter.url}   rank 0 "
+                    f"http://127.0.0.1:{session.port}/metrics\n",
+                    flush=True,
+                )
                 loop.start()
                 say("act 1: every batch is decoded on the CPU while the GPU waits")
                 act = 1
                 while loop.thread.is_alive():
                     if loop.act != act:
                         act = loop.act
-                        say("act 2: batches come prefetched, the batch is bigger, the GPU is "
-                            "kept busy")
+                        say(
+                            "act 2: batches come prefetched, the batch is bigger, the GPU is "
+                            "kept busy"
+                        )
                     now = _firing(prom)
                     for key in now.keys() - seen.keys():
                         alert = now[key]
                         fired.setdefault(key[0], time.monotonic() - started)
                         labels = alert["labels"]
-                        where = " ".join(f"{k}={labels[k]}" for k in ("gpu", "rank", "reason")
-                                         if k in labels)
+                        where = " ".join(
+                            f"{k}={labels[k]}" for k in ("gpu", "rank", "reason") if k in labels
+                        )
                         say(f"FIRING   {key[0]} [{labels.get('severity')}] {where}")
                         say(f"         {alert['annotations'].get('description', '')}")
                     for key in seen.keys() - now.keys():
                         say(f"RESOLVED {key[0]}")
                     seen = now
                     time.sleep(1)
-                time.sleep(3)   # the last notifications
+                time.sleep(3)  # the last notifications
                 report = _report(prom, config, out, say)
     finally:
         loop.stop()
@@ -342,8 +406,7 @@ def _report(prometheus_url: str, config: Any, out: Path, say: _Printer) -> Path:
     from trainprof.report import build, from_prometheus, render
 
     path = out / "report.html"
-    path.write_text(render(build(from_prometheus(prometheus_url, JOB, config))),
-                    encoding="utf-8")
+    path.write_text(render(build(from_prometheus(prometheus_url, JOB, config))), encoding="utf-8")
     say(f"report written to {path}")
     return path
 

@@ -17,39 +17,44 @@ def _cell(text: str) -> str:
 
 
 def metrics_md() -> str:
-    out = [_NOTE, "# Metrics\n",
-           "Every series the trainprof exporter (`source: exporter`) and the training API "
-           "(`source: training`) publish. The rule compiler only selects metrics from this "
-           "table (`src/trainprof/metrics.py`).\n",
-           "Identity labels are not repeated per metric: exporter series may carry "
-           f"`{'`, `'.join(contract.EXPORTER_IDENTITY)}` and training series "
-           f"`{'`, `'.join(contract.TRAINING_IDENTITY)}`. `training_job` and `node` come "
-           "from the process environment outside Kubernetes and from scrape-time "
-           "relabelling inside it, never from both.\n",
-           "## Why histograms and counters\n",
-           "SageMaker's rules reason over one sample every 0.5 s; Prometheus scrapes every "
-           "15-60 s. The exporter samples every `--datapoint-interval` and folds each sample "
-           "into histograms (`*_sampled_ratio`) and counters, so the rules see every sample "
-           "at any scrape interval. The latest-sample gauges are for dashboards.\n",
-           "- `*_sampled_ratio` bucket bounds: "
-           f"{', '.join(f'{b:g}' for b in contract.UTILIZATION_BUCKETS)}.",
-           f"- Bottleneck counters are kept for every pair of a busy threshold "
-           f"({', '.join(f'{b:g}' for b in contract.BUSY_THRESHOLDS)}) and a GPU-idle "
-           f"threshold ({', '.join(f'{b:g}' for b in contract.GPU_IDLE_THRESHOLDS)}), plus the "
-           "pairs of a rule configuration given with `--rules.config`.",
-           f"- Step outliers are counted for `stddev` in "
-           f"{', '.join(f'{s:g}' for s in contract.OUTLIER_STDDEVS)}, plus those of a rule "
-           "configuration given to the training API.",
-           f"- Phases: {', '.join(contract.PHASES)}, plus at most "
-           f"{contract.MAX_USER_PHASES} user annotations. Modes: {', '.join(contract.MODES)}.\n",
-           "## Table\n",
-           "| metric | type | unit | labels | source | collector | used by | help |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        _NOTE,
+        "# Metrics\n",
+        "Every series the trainprof exporter (`source: exporter`) and the training API "
+        "(`source: training`) publish. The rule compiler only selects metrics from this "
+        "table (`src/trainprof/metrics.py`).\n",
+        "Identity labels are not repeated per metric: exporter series may carry "
+        f"`{'`, `'.join(contract.EXPORTER_IDENTITY)}` and training series "
+        f"`{'`, `'.join(contract.TRAINING_IDENTITY)}`. `training_job` and `node` come "
+        "from the process environment outside Kubernetes and from scrape-time "
+        "relabelling inside it, never from both.\n",
+        "## Why histograms and counters\n",
+        "SageMaker's rules reason over one sample every 0.5 s; Prometheus scrapes every "
+        "15-60 s. The exporter samples every `--datapoint-interval` and folds each sample "
+        "into histograms (`*_sampled_ratio`) and counters, so the rules see every sample "
+        "at any scrape interval. The latest-sample gauges are for dashboards.\n",
+        "- `*_sampled_ratio` bucket bounds: "
+        f"{', '.join(f'{b:g}' for b in contract.UTILIZATION_BUCKETS)}.",
+        f"- Bottleneck counters are kept for every pair of a busy threshold "
+        f"({', '.join(f'{b:g}' for b in contract.BUSY_THRESHOLDS)}) and a GPU-idle "
+        f"threshold ({', '.join(f'{b:g}' for b in contract.GPU_IDLE_THRESHOLDS)}), plus the "
+        "pairs of a rule configuration given with `--rules.config`.",
+        f"- Step outliers are counted for `stddev` in "
+        f"{', '.join(f'{s:g}' for s in contract.OUTLIER_STDDEVS)}, plus those of a rule "
+        "configuration given to the training API.",
+        f"- Phases: {', '.join(contract.PHASES)}, plus at most "
+        f"{contract.MAX_USER_PHASES} user annotations. Modes: {', '.join(contract.MODES)}.\n",
+        "## Table\n",
+        "| metric | type | unit | labels | source | collector | used by | help |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in contract.METRICS:
         labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
         used = ", ".join(m.used_by) or "-"
-        out.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.source} | "
-                   f"{m.collector} | {used} | {_cell(m.help)} |")
+        out.append(
+            f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.source} | "
+            f"{m.collector} | {used} | {_cell(m.help)} |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -57,60 +62,82 @@ def rules_md() -> str:
     config = default_config()
     compiled = compile_rules(config)
     groups = {g["name"]: g for g in compiled.groups}
-    out = [_NOTE, "# Rules\n",
-           "trainprof compiles SageMaker Debugger's built-in profiler rules into Prometheus "
-           "recording and alerting rules. Configure them in SageMaker's own vocabulary "
-           "(rule names, parameter names and defaults as the SageMaker SDK sends them) and "
-           "compile with `trainprof rules compile -c rules.yaml -o out/`.\n",
-           "## How SageMaker's parameters translate\n",
-           "| SageMaker | trainprof |",
-           "|---|---|",
-           "| a datapoint: one sample every `system_monitor_interval_millis` (500 ms) | one "
-           "exporter sample every `datapoint_interval` (default 0.5s) |",
-           "| `window` N (datapoints) | a PromQL range of N x `datapoint_interval` (at least "
-           "two scrape intervals; shorter windows are raised with a warning) |",
-           "| `patience` N (datapoints) | `patience_mode: for` -> the alert's `for:` of N x "
-           "`datapoint_interval`; `warmup` -> no evaluation before N samples exist, as "
-           "SageMaker did; `auto` (default) -> `for` except for GPUMemoryIncrease |",
-           "| `scan_interval_us` | the rule group's evaluation `interval` |",
-           "| thresholds in percent | ratios 0..1 in PromQL (90 -> 0.9) |",
-           "| rule triggered (`IssuesFound`) | the alert `Training<Rule>` firing, labelled "
-           "`rule`, `severity`, `trainprof_rule_version` |",
-           "| ProfilerReport(`<Rule>_<param>`=...) | every rule below, with the overrides |\n",
-           "Configuration reference: see the docstring of `src/trainprof/rules/config.py`; "
-           "`trainprof rules validate -c FILE` prints the resolved parameters.\n",
-           "Every alert's annotations hold `summary`, `description` (with the measured "
-           "value), `recommendation`, `runbook_url` (this page) and `dashboard_url`. The "
-           "group `trainprof.health` adds `TrainprofSamplerIntervalMismatch` and "
-           "`TrainprofRuleInputMissing`, which fire when the exporters cannot serve what the "
-           "rules were compiled for.\n",
-           "## Summary\n",
-           "| rule | alert | severity | detects |",
-           "|---|---|---|---|"]
+    out = [
+        _NOTE,
+        "# Rules\n",
+        "trainprof compiles SageMaker Debugger's built-in profiler rules into Prometheus "
+        "recording and alerting rules. Configure them in SageMaker's own vocabulary "
+        "(rule names, parameter names and defaults as the SageMaker SDK sends them) and "
+        "compile with `trainprof rules compile -c rules.yaml -o out/`.\n",
+        "## How SageMaker's parameters translate\n",
+        "| SageMaker | trainprof |",
+        "|---|---|",
+        "| a datapoint: one sample every `system_monitor_interval_millis` (500 ms) | one "
+        "exporter sample every `datapoint_interval` (default 0.5s) |",
+        "| `window` N (datapoints) | a PromQL range of N x `datapoint_interval` (at least "
+        "two scrape intervals; shorter windows are raised with a warning) |",
+        "| `patience` N (datapoints) | `patience_mode: for` -> the alert's `for:` of N x "
+        "`datapoint_interval`; `warmup` -> no evaluation before N samples exist, as "
+        "SageMaker did; `auto` (default) -> `for` except for GPUMemoryIncrease |",
+        "| `scan_interval_us` | the rule group's evaluation `interval` |",
+        "| thresholds in percent | ratios 0..1 in PromQL (90 -> 0.9) |",
+        "| rule triggered (`IssuesFound`) | the alert `Training<Rule>` firing, labelled "
+        "`rule`, `severity`, `trainprof_rule_version` |",
+        "| ProfilerReport(`<Rule>_<param>`=...) | every rule below, with the overrides |\n",
+        "Configuration reference: see the docstring of `src/trainprof/rules/config.py`; "
+        "`trainprof rules validate -c FILE` prints the resolved parameters.\n",
+        "Every alert's annotations hold `summary`, `description` (with the measured "
+        "value), `recommendation`, `runbook_url` (this page) and `dashboard_url`. The "
+        "group `trainprof.health` adds `TrainprofSamplerIntervalMismatch` and "
+        "`TrainprofRuleInputMissing`, which fire when the exporters cannot serve what the "
+        "rules were compiled for.\n",
+        "## Summary\n",
+        "| rule | alert | severity | detects |",
+        "|---|---|---|---|",
+    ]
     for spec in catalog.CATALOG:
         alert = f"`{alert_name(spec.name)}`" if spec.alerting else "(recordings only)"
-        out.append(f"| [{spec.name}](#{spec.name.lower()}) | {alert} | {spec.severity} | "
-                   f"{_cell(spec.summary)} |")
+        out.append(
+            f"| [{spec.name}](#{spec.name.lower()}) | {alert} | {spec.severity} | "
+            f"{_cell(spec.summary)} |"
+        )
     out.append("")
     for spec in catalog.CATALOG:
         group = groups[f"trainprof.{spec.name}"]
         instance = config.rule(spec.name)
-        out += [f"## {spec.name}\n", spec.detects + "\n",
-                f"**What to do.** {spec.recommendation}\n",
-                f"**Severity** `{spec.severity}`" + (
-                    f"; `patience_mode: auto` means `{spec.patience_auto}`."
-                    if any(p.name == "patience" for p in spec.params) else ".") + "\n",
-                "| parameter | default | meaning |", "|---|---|---|"]
+        out += [
+            f"## {spec.name}\n",
+            spec.detects + "\n",
+            f"**What to do.** {spec.recommendation}\n",
+            f"**Severity** `{spec.severity}`"
+            + (
+                f"; `patience_mode: auto` means `{spec.patience_auto}`."
+                if any(p.name == "patience" for p in spec.params)
+                else "."
+            )
+            + "\n",
+            "| parameter | default | meaning |",
+            "|---|---|---|",
+        ]
         for p in spec.params:
-            default = "-" if p.default is None else f"{p.default:g}" if isinstance(
-                p.default, (int, float)) else str(p.default)
+            default = (
+                "-"
+                if p.default is None
+                else f"{p.default:g}"
+                if isinstance(p.default, (int, float))
+                else str(p.default)
+            )
             if p.name == "scan_interval_us":
                 default += f" ({format_duration(p.default / 1e6)})"
             note = " *(trainprof extension)*" if p.extension else ""
             out.append(f"| `{p.name}` | {default} | {_cell(p.help)} ({p.kind.doc}){note} |")
-        out += ["", "Compiled with the defaults (`datapoint_interval: 0.5s`, "
-                f"`scrape_interval: {config.scrape_interval:g}s`, "
-                f"patience as `{instance.patience_mode}`):\n", "```yaml"]
+        out += [
+            "",
+            "Compiled with the defaults (`datapoint_interval: 0.5s`, "
+            f"`scrape_interval: {config.scrape_interval:g}s`, "
+            f"patience as `{instance.patience_mode}`):\n",
+            "```yaml",
+        ]
         from trainprof.render import to_yaml
 
         stripped = [{k: v for k, v in r.items() if k != "annotations"} for r in group["rules"]]

@@ -1,9 +1,9 @@
 """Durations as people write them and as Prometheus wants them.
 
-    >>> parse_duration("0.5s"), parse_duration("4m10s"), parse_duration(15)
-    (0.5, 250.0, 15.0)
-    >>> format_duration(250), format_duration(0.5), format_duration(500)
-    ('4m10s', '500ms', '8m20s')
+>>> parse_duration("0.5s"), parse_duration("4m10s"), parse_duration(15)
+(0.5, 250.0, 15.0)
+>>> format_duration(250), format_duration(0.5), format_duration(500)
+('4m10s', '500ms', '8m20s')
 """
 
 from __future__ import annotations
@@ -52,8 +52,14 @@ def format_duration(seconds: float) -> str:
     if ms <= 0:
         return "0s"
     parts = []
-    for unit, size in (("w", 604_800_000), ("d", 86_400_000), ("h", 3_600_000),
-                       ("m", 60_000), ("s", 1000), ("ms", 1)):
+    for unit, size in (
+        ("w", 604_800_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ):
         count, ms = divmod(ms, size)
         if count:
             parts.append(f"{count}{unit}")

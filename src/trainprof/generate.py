@@ -29,8 +29,9 @@ def artifacts() -> dict[str, Callable[[], str]]:
 
     return {
         "rules/trainprof.rules.yaml": lambda: files.default_rules_text("rules", GENERATOR),
-        "rules/trainprof.prometheusrule.yaml":
-            lambda: files.default_rules_text("prometheusrule", GENERATOR),
+        "rules/trainprof.prometheusrule.yaml": lambda: files.default_rules_text(
+            "prometheusrule", GENERATOR
+        ),
         "docs/metrics.md": docs.metrics_md,
         "docs/rules.md": docs.rules_md,
         "docs/alerting.md": alerting.alerting_md,
@@ -39,8 +40,10 @@ def artifacts() -> dict[str, Callable[[], str]]:
         "alerting/trainprof.alertmanagerconfig.yaml": lambda: alerting.resource_text(GENERATOR),
         "alerting/route-tests.yaml": lambda: alerting.route_tests_text(GENERATOR),
         "alerting/actions/rbac.yaml": lambda: alerting.rbac_text(GENERATOR),
-        **{path: (lambda path=path: dashboards.render(path, default_config()))
-           for path in dashboards.DASHBOARDS},
+        **{
+            path: (lambda path=path: dashboards.render(path, default_config()))
+            for path in dashboards.DASHBOARDS
+        },
     }
 
 
@@ -75,12 +78,16 @@ def drift(root: str) -> list[str]:
             problems.append(f"{path}: missing")
             continue
         if have != text:
-            diff = difflib.unified_diff(have.splitlines(), text.splitlines(),
-                                        f"{path} (committed)", f"{path} (generator)",
-                                        lineterm="", n=1)
+            diff = difflib.unified_diff(
+                have.splitlines(),
+                text.splitlines(),
+                f"{path} (committed)",
+                f"{path} (generator)",
+                lineterm="",
+                n=1,
+            )
             problems.append(f"{path}: differs\n" + "\n".join(list(diff)[:40]))
-    problems += [f"{path}: generated file no longer produced" for path in
-                 _stale(root, set(wanted))]
+    problems += [f"{path}: generated file no longer produced" for path in _stale(root, set(wanted))]
     return problems
 
 

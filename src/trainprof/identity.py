@@ -46,16 +46,20 @@ from trainprof.training_state import bounded_label_value
 
 _INT_SOURCES = {
     "rank": ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),
-    "local_rank": ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
-                   "MPI_LOCALRANKID"),
+    "local_rank": ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"),
     "world_size": ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"),
-    "local_world_size": ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
-                         "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    "local_world_size": ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
     "node_rank": ("GROUP_RANK", "PET_NODE_RANK", "SLURM_NODEID"),
     "restart_count": ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"),
 }
-_INT_DEFAULTS = {"rank": 0, "local_rank": 0, "world_size": 1, "local_world_size": 1,
-                 "node_rank": None, "restart_count": 0}
+_INT_DEFAULTS = {
+    "rank": 0,
+    "local_rank": 0,
+    "world_size": 1,
+    "local_world_size": 1,
+    "node_rank": None,
+    "restart_count": 0,
+}
 _WHOLE_NUMBER = re.compile(r"^\s*(\d+)\s*$")
 # SLURM_NTASKS_PER_NODE may read "4(x2)" (4 tasks on each of 2 nodes) or "2(x3),1".
 _SLURM_TASKS = re.compile(r"^\s*(\d+)(\(x\d+\))?(,.*)?$")
@@ -72,8 +76,8 @@ class Identity:
     node_rank: int | None
     restart_count: int
     in_kubernetes: bool
-    sources: Mapping[str, str]            # field -> where its value came from
-    problems: tuple[str, ...] = ()        # unusable environment values that were skipped
+    sources: Mapping[str, str]  # field -> where its value came from
+    problems: tuple[str, ...] = ()  # unusable environment values that were skipped
 
     def labels(self) -> dict[str, str]:
         """The identity labels this process emits, in `metrics.TRAINING_IDENTITY` order."""
@@ -88,15 +92,23 @@ class Identity:
 
     def info(self) -> dict[str, str]:
         """Labels for `trainprof_training_info` besides the framework."""
-        return {"world_size": str(self.world_size),
-                "node_rank": "" if self.node_rank is None else str(self.node_rank),
-                "restart_count": str(self.restart_count)}
+        return {
+            "world_size": str(self.world_size),
+            "node_rank": "" if self.node_rank is None else str(self.node_rank),
+            "restart_count": str(self.restart_count),
+        }
 
 
-def resolve(*, training_job: str | None = None, node: str | None = None,
-            rank: int | None = None, local_rank: int | None = None,
-            world_size: int | None = None, env: Mapping[str, str],
-            hostname: str | None = None) -> Identity:
+def resolve(
+    *,
+    training_job: str | None = None,
+    node: str | None = None,
+    rank: int | None = None,
+    local_rank: int | None = None,
+    world_size: int | None = None,
+    env: Mapping[str, str],
+    hostname: str | None = None,
+) -> Identity:
     """The identity from explicit arguments, then `env`, then defaults (see the module doc)."""
     sources: dict[str, str] = {}
     problems: list[str] = []
@@ -123,12 +135,24 @@ def resolve(*, training_job: str | None = None, node: str | None = None,
     if slurm_job and env.get("SLURM_JOB_ID"):
         slurm_job = f"{slurm_job}-{env['SLURM_JOB_ID']}"
     run_id = env.get("TORCHELASTIC_RUN_ID")
-    job = text("training_job", training_job, "TRAINPROF_JOB",
-               [("SLURM_JOB_NAME", slurm_job),
-                ("TORCHELASTIC_RUN_ID", run_id if run_id != "none" else None)])
-    host = text("node", node, "TRAINPROF_NODE",
-                [("SLURMD_NODENAME", env.get("SLURMD_NODENAME")),
-                 ("host name", hostname if hostname is not None else socket.gethostname())])
+    job = text(
+        "training_job",
+        training_job,
+        "TRAINPROF_JOB",
+        [
+            ("SLURM_JOB_NAME", slurm_job),
+            ("TORCHELASTIC_RUN_ID", run_id if run_id != "none" else None),
+        ],
+    )
+    host = text(
+        "node",
+        node,
+        "TRAINPROF_NODE",
+        [
+            ("SLURMD_NODENAME", env.get("SLURMD_NODENAME")),
+            ("host name", hostname if hostname is not None else socket.gethostname()),
+        ],
+    )
 
     arguments = {"rank": rank, "local_rank": local_rank, "world_size": world_size}
     numbers: dict[str, int | None] = {}
@@ -148,9 +172,16 @@ def resolve(*, training_job: str | None = None, node: str | None = None,
             numbers[field] = int(match.group(1))
             sources[field] = "argument" if source.endswith(" argument") else source
             break
-    return Identity(training_job=job, node=host, rank=numbers["rank"],
-                    local_rank=numbers["local_rank"], world_size=numbers["world_size"],
-                    local_world_size=max(numbers["local_world_size"], 1),
-                    node_rank=numbers["node_rank"], restart_count=numbers["restart_count"],
-                    in_kubernetes=in_kubernetes, sources=sources, problems=tuple(problems))
-
+    return Identity(
+        training_job=job,
+        node=host,
+        rank=numbers["rank"],
+        local_rank=numbers["local_rank"],
+        world_size=numbers["world_size"],
+        local_world_size=max(numbers["local_world_size"], 1),
+        node_rank=numbers["node_rank"],
+        restart_count=numbers["restart_count"],
+        in_kubernetes=in_kubernetes,
+        sources=sources,
+        problems=tuple(problems),
+    )

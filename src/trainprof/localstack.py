@@ -70,18 +70,26 @@ def _server(name: str, argv: list[str], workdir: Path, port: int) -> Iterator[st
 
 
 @contextlib.contextmanager
-def prometheus(binary: str, workdir: Path, config: str,
-               rule_files: dict[str, str]) -> Iterator[str]:
+def prometheus(
+    binary: str, workdir: Path, config: str, rule_files: dict[str, str]
+) -> Iterator[str]:
     """Run Prometheus with `config` (YAML text; `rule_files:` may name the given files)."""
     for name, text in rule_files.items():
         (workdir / name).write_text(text)
     (workdir / "prometheus.yml").write_text(config)
     port = free_port()
-    with _server("prometheus", [
-            binary, f"--config.file={workdir / 'prometheus.yml'}",
+    with _server(
+        "prometheus",
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            workdir, port) as base:
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        workdir,
+        port,
+    ) as base:
         yield base
 
 
@@ -91,8 +99,17 @@ def alertmanager(binary: str, workdir: Path, config: str) -> Iterator[str]:
     (workdir / "alertmanager.yml").write_text(config)
     port = free_port()
     # An empty --cluster.listen-address turns off HA gossip, which would bind 0.0.0.0:9094.
-    with _server("alertmanager", [
-            binary, f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=", "--log.level=warn"], workdir, port) as base:
+    with _server(
+        "alertmanager",
+        [
+            binary,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'am-data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        workdir,
+        port,
+    ) as base:
         yield base

@@ -26,7 +26,7 @@ def process_start_time(proc: str = "/proc") -> float:
             stat = f.read()
         # Field 22, starttime, in clock ticks after boot. The command name (field 2) may
         # contain spaces and parentheses, so count fields after its closing parenthesis.
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
         with open(os.path.join(proc, "stat"), encoding="ascii") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
         return boot + ticks / os.sysconf("SC_CLK_TCK")
@@ -34,8 +34,9 @@ def process_start_time(proc: str = "/proc") -> float:
         return _IMPORTED_AT
 
 
-def detect_gpus(torch: object | None = None,
-                env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+def detect_gpus(
+    torch: object | None = None, env: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
     """(gpu, uuid) of the CUDA device this thread uses, if PyTorch has already set CUDA up.
 
     `gpu` is the index NVML and dcgm-exporter use when CUDA_VISIBLE_DEVICES lists indices,

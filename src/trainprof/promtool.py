@@ -64,9 +64,14 @@ def _num(v: float) -> str:
     return repr(float(v)) if v != int(v) else str(int(v))
 
 
-def write_alerts_test(path: Path, series: dict[str, Sequence[float | None]],
-                      interval: float, evaluation_interval: float, end: float,
-                      queries: Mapping[str, tuple[str, Sequence[float]]] | None = None) -> int:
+def write_alerts_test(
+    path: Path,
+    series: dict[str, Sequence[float | None]],
+    interval: float,
+    evaluation_interval: float,
+    end: float,
+    queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
+) -> int:
     """Write a promtool test reporting the firing alerts at every evaluation up to `end`,
     and the result of each of `queries` (name -> (PromQL, evaluation times)); return the
     number of evaluations. Written by hand, not through PyYAML: a replay holds
@@ -85,15 +90,19 @@ def write_alerts_test(path: Path, series: dict[str, Sequence[float | None]],
             f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(encode(values))}\n")
         f.write("  promql_expr_test:\n")
         for t in times:
-            f.write("  - expr: 'ALERTS{alertstate=\"firing\"}'\n"
-                    f"    eval_time: {format_duration(t)}\n    exp_samples: []\n")
+            f.write(
+                "  - expr: 'ALERTS{alertstate=\"firing\"}'\n"
+                f"    eval_time: {format_duration(t)}\n    exp_samples: []\n"
+            )
         for name, (expr, query_times) in (queries or {}).items():
             if not _QUERY_NAME.match(name):
                 raise ValueError(f"query name {name!r} is not [A-Za-z0-9_.-]+")
             tagged = json.dumps(f'label_replace(({expr}), "{QUERY_LABEL}", "{name}", "", "")')
             for t in query_times:
-                f.write(f"  - expr: {tagged}\n    eval_time: {format_duration(t)}\n"
-                        "    exp_samples: []\n")
+                f.write(
+                    f"  - expr: {tagged}\n    eval_time: {format_duration(t)}\n"
+                    "    exp_samples: []\n"
+                )
     return len(times)
 
 
@@ -131,7 +140,7 @@ def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
         if i >= n:
             break
         if text[i] != "{":
-            raise ValueError(f"unexpected promtool output near {text[i:i + 40]!r}")
+            raise ValueError(f"unexpected promtool output near {text[i : i + 40]!r}")
         i += 1
         labels: dict[str, str] = {}
         while True:
@@ -144,7 +153,7 @@ def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
             key = text[i:eq]
             i = eq + 1
             if text[i] != '"':
-                raise ValueError(f"unexpected promtool output near {text[i:i + 40]!r}")
+                raise ValueError(f"unexpected promtool output near {text[i : i + 40]!r}")
             i += 1
             chars = []
             while text[i] != '"':
@@ -178,37 +187,62 @@ class RuleRun:
     queries: dict[str, dict[float, list[tuple[dict[str, str], float]]]]
 
 
-def run_alerts(groups: list[dict], series: dict[str, Sequence[float | None]],
-               interval: float, evaluation_interval: float, end: float, workdir: Path,
-               promtool: str | None = None, timeout: float = 3600
-               ) -> dict[float, list[dict[str, str]]]:
+def run_alerts(
+    groups: list[dict],
+    series: dict[str, Sequence[float | None]],
+    interval: float,
+    evaluation_interval: float,
+    end: float,
+    workdir: Path,
+    promtool: str | None = None,
+    timeout: float = 3600,
+) -> dict[float, list[dict[str, str]]]:
     """Evaluate `groups` over `series` with the real rule engine; the firing alerts at
     every evaluation time (seconds from the first sample)."""
-    return run_rules(groups, series, interval, evaluation_interval, end, workdir, promtool,
-                     timeout).firing
+    return run_rules(
+        groups, series, interval, evaluation_interval, end, workdir, promtool, timeout
+    ).firing
 
 
-def run_rules(groups: list[dict], series: dict[str, Sequence[float | None]],
-              interval: float, evaluation_interval: float, end: float, workdir: Path,
-              promtool: str | None = None, timeout: float = 3600,
-              queries: Mapping[str, tuple[str, Sequence[float]]] | None = None) -> RuleRun:
+def run_rules(
+    groups: list[dict],
+    series: dict[str, Sequence[float | None]],
+    interval: float,
+    evaluation_interval: float,
+    end: float,
+    workdir: Path,
+    promtool: str | None = None,
+    timeout: float = 3600,
+    queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
+) -> RuleRun:
     """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
     evaluation times)) over the same series and rules."""
     from trainprof.render import to_yaml
 
     promtool = promtool or shutil.which("promtool")
     if promtool is None:
-        raise FileNotFoundError("promtool is not installed (apt-get install prometheus, or "
-                                "scripts/install-tools.sh)")
+        raise FileNotFoundError(
+            "promtool is not installed (apt-get install prometheus, or scripts/install-tools.sh)"
+        )
     (workdir / "rules.yaml").write_text(to_yaml({"groups": strip_annotations(groups)}))
-    write_alerts_test(workdir / "test.yaml", series, interval, evaluation_interval, end,
-                      queries)
-    result = subprocess.run([promtool, "test", "rules", "test.yaml"], cwd=workdir,
-                            capture_output=True, text=True, timeout=timeout)
+    write_alerts_test(workdir / "test.yaml", series, interval, evaluation_interval, end, queries)
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     output = result.stdout + result.stderr
-    unexpected = [line for line in output.splitlines() if line.strip() and not (
-        _ANY_TIME.match(line) or line.strip().startswith(("exp: nil", "got: ", "FAILED:",
-                                                          "SUCCESS", "Unit Testing:")))]
+    unexpected = [
+        line
+        for line in output.splitlines()
+        if line.strip()
+        and not (
+            _ANY_TIME.match(line)
+            or line.strip().startswith(("exp: nil", "got: ", "FAILED:", "SUCCESS", "Unit Testing:"))
+        )
+    ]
     if result.returncode not in (0, 1) or unexpected:
         raise PromtoolError("\n".join(unexpected[:20]) or output[-2000:])
     return RuleRun(firing_alerts(output), _query_results(output))
@@ -236,5 +270,7 @@ def _query_results(output: str) -> dict[str, dict[float, list[tuple[dict[str, st
 
 def strip_annotations(groups: Iterable[dict]) -> list[dict]:
     """Rules without annotations: templates cannot fail a behaviour test."""
-    return [{**g, "rules": [{k: v for k, v in r.items() if k != "annotations"}
-                            for r in g["rules"]]} for g in groups]
+    return [
+        {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
+        for g in groups
+    ]

@@ -28,10 +28,16 @@ from typing import IO, Any
 from trainprof.sampling import GpuSample, HostSample
 
 VERSION = 1
-_GPU_FIELDS = {"util": "utilization", "mem": "memory_used_ratio",
-               "mem_used": "memory_used_bytes", "mem_total": "memory_total_bytes",
-               "power": "power_watts", "energy": "energy_joules",
-               "temperature": "temperature_celsius", "sm_clock": "sm_clock_hertz"}
+_GPU_FIELDS = {
+    "util": "utilization",
+    "mem": "memory_used_ratio",
+    "mem_used": "memory_used_bytes",
+    "mem_total": "memory_total_bytes",
+    "power": "power_watts",
+    "energy": "energy_joules",
+    "temperature": "temperature_celsius",
+    "sm_clock": "sm_clock_hertz",
+}
 
 
 class RecordingError(ValueError):
@@ -45,8 +51,12 @@ def open_recording(path: str, mode: str = "r") -> IO[str]:
 
 
 def meta(datapoint_interval: float, writer: str) -> dict[str, Any]:
-    return {"kind": "meta", "version": VERSION, "datapoint_interval": datapoint_interval,
-            "writer": writer}
+    return {
+        "kind": "meta",
+        "version": VERSION,
+        "datapoint_interval": datapoint_interval,
+        "writer": writer,
+    }
 
 
 def host_record(node: str, sample: HostSample) -> dict[str, Any]:
@@ -76,8 +86,7 @@ def process_record(node: str, rank: int, start: float) -> dict[str, Any]:
 
 
 def step_record(node: str, rank: int, mode: str, start: float, end: float) -> dict[str, Any]:
-    return {"kind": "step", "node": node, "rank": rank, "mode": mode, "start": start,
-            "end": end}
+    return {"kind": "step", "node": node, "rank": rank, "mode": mode, "start": start, "end": end}
 
 
 def host_sample(record: dict[str, Any]) -> HostSample:
@@ -91,7 +100,8 @@ def host_sample(record: dict[str, Any]) -> HostSample:
         cpu_utilization=[float(v) for v in record.get("cpu", [])],
         cpu_iowait=[float(v) for v in record.get("iowait", [])],
         memory_used_ratio=float(record["mem"]) if "mem" in record else None,
-        gpus=gpus)
+        gpus=gpus,
+    )
 
 
 @dataclasses.dataclass

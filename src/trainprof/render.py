@@ -29,8 +29,14 @@ def header(generator: str, comment: str = "#") -> str:
 
 
 def to_yaml(data: Any, generator: str | None = None) -> str:
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=10_000,
-                     allow_unicode=True, default_flow_style=False)
+    body = yaml.dump(
+        data,
+        Dumper=_Dumper,
+        sort_keys=False,
+        width=10_000,
+        allow_unicode=True,
+        default_flow_style=False,
+    )
     return (header(generator) if generator else "") + body
 
 
@@ -38,13 +44,21 @@ def to_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def prometheus_rule(groups: list[dict[str, Any]], name: str, namespace: str | None,
-                    labels: dict[str, str]) -> dict[str, Any]:
+def prometheus_rule(
+    groups: list[dict[str, Any]], name: str, namespace: str | None, labels: dict[str, str]
+) -> dict[str, Any]:
     """The groups as a prometheus-operator PrometheusRule resource."""
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
-    metadata["labels"] = {"app.kubernetes.io/name": "trainprof",
-                          "app.kubernetes.io/component": "rules", **labels}
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
-            "metadata": metadata, "spec": {"groups": groups}}
+    metadata["labels"] = {
+        "app.kubernetes.io/name": "trainprof",
+        "app.kubernetes.io/component": "rules",
+        **labels,
+    }
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": metadata,
+        "spec": {"groups": groups},
+    }

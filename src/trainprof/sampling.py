@@ -50,11 +50,11 @@ class GpuSample:
     index: int
     uuid: str = ""
     utilization: float | None = None
-    memory_used_ratio: float | None = None   # derived from the bytes when both are known
+    memory_used_ratio: float | None = None  # derived from the bytes when both are known
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
     power_watts: float | None = None
-    energy_joules: float | None = None       # cumulative, as NVML reports it
+    energy_joules: float | None = None  # cumulative, as NVML reports it
     temperature_celsius: float | None = None
     sm_clock_hertz: float | None = None
     sm_active: float | None = None
@@ -65,8 +65,7 @@ class GpuSample:
     driver_version: str = ""
 
     def memory_ratio(self) -> float | None:
-        return _used_ratio(self.memory_used_ratio, self.memory_used_bytes,
-                           self.memory_total_bytes)
+        return _used_ratio(self.memory_used_ratio, self.memory_used_bytes, self.memory_total_bytes)
 
 
 @dataclasses.dataclass
@@ -74,8 +73,8 @@ class HostSample:
     """Everything sampled on one host at one instant (Unix seconds)."""
 
     timestamp: float
-    cpu_utilization: Sequence[float] = ()    # per logical core
-    cpu_iowait: Sequence[float] = ()         # per logical core
+    cpu_utilization: Sequence[float] = ()  # per logical core
+    cpu_iowait: Sequence[float] = ()  # per logical core
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
     memory_used_ratio: float | None = None
@@ -84,8 +83,7 @@ class HostSample:
     network: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def memory_ratio(self) -> float | None:
-        return _used_ratio(self.memory_used_ratio, self.memory_used_bytes,
-                           self.memory_total_bytes)
+        return _used_ratio(self.memory_used_ratio, self.memory_used_bytes, self.memory_total_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +98,9 @@ class BottleneckGrid:
         pairs = tuple(itertools.product(contract.BUSY_THRESHOLDS, contract.GPU_IDLE_THRESHOLDS))
         return cls(cpu=pairs, io=pairs)
 
-    def including(self, cpu: Iterable[tuple[float, float]] = (),
-                  io: Iterable[tuple[float, float]] = ()) -> BottleneckGrid:
+    def including(
+        self, cpu: Iterable[tuple[float, float]] = (), io: Iterable[tuple[float, float]] = ()
+    ) -> BottleneckGrid:
         """This grid plus extra pairs (those a rule configuration needs)."""
         return BottleneckGrid(cpu=_merged(self.cpu, cpu), io=_merged(self.io, io))
 
@@ -118,7 +117,7 @@ class _Histogram:
     def __init__(self, bounds: Sequence[float]):
         self.bounds = bounds
         self.les = _les(tuple(bounds))
-        self.counts = [0] * (len(bounds) + 1)   # the last slot is +Inf
+        self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf
         self.sum = 0.0
         self.count = 0
 
@@ -169,8 +168,12 @@ class SampleAccumulator:
     Not thread-safe: one sampler thread observes and renders.
     """
 
-    def __init__(self, interval: float, identity: Mapping[str, str] | None = None,
-                 grid: BottleneckGrid | None = None):
+    def __init__(
+        self,
+        interval: float,
+        identity: Mapping[str, str] | None = None,
+        grid: BottleneckGrid | None = None,
+    ):
         self.interval = interval
         self.identity = dict(identity or {})
         self.grid = grid or BottleneckGrid.default()
@@ -221,7 +224,8 @@ class SampleAccumulator:
         if state is None:
             bounds = contract.UTILIZATION_BUCKETS
             state = self._gpus[index] = _GpuState(
-                _Histogram(bounds), _Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS)
+                _Histogram(bounds), _Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS
+            )
         return state
 
     # --- rendering ---------------------------------------------------------------------
@@ -240,42 +244,68 @@ class SampleAccumulator:
         iowait = list(latest.cpu_iowait) if latest else []
         if cores:
             yield fam.gauge("trainprof_cpu_cores", [], [(ident, len(cores))])
-            yield fam.gauge("trainprof_cpu_core_utilization_ratio", ["cpu"],
-                            [(ident + [str(i)], v) for i, v in enumerate(cores)])
+            yield fam.gauge(
+                "trainprof_cpu_core_utilization_ratio",
+                ["cpu"],
+                [(ident + [str(i)], v) for i, v in enumerate(cores)],
+            )
         if iowait:
-            yield fam.gauge("trainprof_cpu_core_iowait_ratio", ["cpu"],
-                            [(ident + [str(i)], v) for i, v in enumerate(iowait)])
+            yield fam.gauge(
+                "trainprof_cpu_core_iowait_ratio",
+                ["cpu"],
+                [(ident + [str(i)], v) for i, v in enumerate(iowait)],
+            )
         yield fam.histogram("trainprof_cpu_utilization_sampled_ratio", [], [(ident, self._cpu)])
         yield fam.histogram("trainprof_cpu_iowait_sampled_ratio", [], [(ident, self._iowait)])
         yield fam.counter(
-            "trainprof_cpu_bottleneck_samples_total", ["cpu_above", "gpu_below"],
-            [(ident + [threshold_label(c), threshold_label(g)], n)
-             for (c, g), n in self._cpu_bottlenecks.items()])
+            "trainprof_cpu_bottleneck_samples_total",
+            ["cpu_above", "gpu_below"],
+            [
+                (ident + [threshold_label(c), threshold_label(g)], n)
+                for (c, g), n in self._cpu_bottlenecks.items()
+            ],
+        )
         yield fam.counter(
-            "trainprof_io_bottleneck_samples_total", ["iowait_above", "gpu_below"],
-            [(ident + [threshold_label(c), threshold_label(g)], n)
-             for (c, g), n in self._io_bottlenecks.items()])
+            "trainprof_io_bottleneck_samples_total",
+            ["iowait_above", "gpu_below"],
+            [
+                (ident + [threshold_label(c), threshold_label(g)], n)
+                for (c, g), n in self._io_bottlenecks.items()
+            ],
+        )
 
         if latest and latest.memory_used_bytes is not None:
-            yield fam.gauge("trainprof_memory_used_bytes", [],
-                            [(ident, latest.memory_used_bytes)])
+            yield fam.gauge("trainprof_memory_used_bytes", [], [(ident, latest.memory_used_bytes)])
         if latest and latest.memory_total_bytes is not None:
-            yield fam.gauge("trainprof_memory_total_bytes", [],
-                            [(ident, latest.memory_total_bytes)])
+            yield fam.gauge(
+                "trainprof_memory_total_bytes", [], [(ident, latest.memory_total_bytes)]
+            )
         yield fam.histogram("trainprof_memory_used_sampled_ratio", [], [(ident, self._memory)])
 
         if latest and latest.disk:
             disks = sorted(latest.disk.items())
-            yield fam.counter("trainprof_disk_read_bytes_total", ["device"],
-                              [(ident + [d], r) for d, (r, _) in disks])
-            yield fam.counter("trainprof_disk_written_bytes_total", ["device"],
-                              [(ident + [d], w) for d, (_, w) in disks])
+            yield fam.counter(
+                "trainprof_disk_read_bytes_total",
+                ["device"],
+                [(ident + [d], r) for d, (r, _) in disks],
+            )
+            yield fam.counter(
+                "trainprof_disk_written_bytes_total",
+                ["device"],
+                [(ident + [d], w) for d, (_, w) in disks],
+            )
         if latest and latest.network:
             nics = sorted(latest.network.items())
-            yield fam.counter("trainprof_network_receive_bytes_total", ["device"],
-                              [(ident + [d], r) for d, (r, _) in nics])
-            yield fam.counter("trainprof_network_transmit_bytes_total", ["device"],
-                              [(ident + [d], t) for d, (_, t) in nics])
+            yield fam.counter(
+                "trainprof_network_receive_bytes_total",
+                ["device"],
+                [(ident + [d], r) for d, (r, _) in nics],
+            )
+            yield fam.counter(
+                "trainprof_network_transmit_bytes_total",
+                ["device"],
+                [(ident + [d], t) for d, (_, t) in nics],
+            )
 
         yield from self._gpu_families(fam, ident)
 
@@ -287,30 +317,49 @@ class SampleAccumulator:
         labels = {i: ident + [str(i), (s.latest.uuid if s.latest else "")] for i, s in states}
         gpu = ["gpu", "uuid"]
 
-        yield fam.gauge("trainprof_gpu_info", gpu + ["name", "driver_version"],
-                        [(labels[i] + [s.latest.name, s.latest.driver_version], 1)
-                         for i, s in states if i in present])
+        yield fam.gauge(
+            "trainprof_gpu_info",
+            gpu + ["name", "driver_version"],
+            [
+                (labels[i] + [s.latest.name, s.latest.driver_version], 1)
+                for i, s in states
+                if i in present
+            ],
+        )
         for name, attr in _GPU_GAUGES:
-            rows = [(labels[i], getattr(s.latest, attr)) for i, s in states
-                    if i in present and getattr(s.latest, attr) is not None]
+            rows = [
+                (labels[i], getattr(s.latest, attr))
+                for i, s in states
+                if i in present and getattr(s.latest, attr) is not None
+            ]
             if rows:
                 yield fam.gauge(name, gpu, rows)
-        energy = [(labels[i], s.latest.energy_joules) for i, s in states
-                  if i in present and s.latest.energy_joules is not None]
+        energy = [
+            (labels[i], s.latest.energy_joules)
+            for i, s in states
+            if i in present and s.latest.energy_joules is not None
+        ]
         if energy:
             yield fam.counter("trainprof_gpu_energy_joules_total", gpu, energy)
-        yield fam.histogram("trainprof_gpu_utilization_sampled_ratio", gpu,
-                            [(labels[i], s.utilization) for i, s in states])
-        yield fam.histogram("trainprof_gpu_memory_used_sampled_ratio", gpu,
-                            [(labels[i], s.memory) for i, s in states])
+        yield fam.histogram(
+            "trainprof_gpu_utilization_sampled_ratio",
+            gpu,
+            [(labels[i], s.utilization) for i, s in states],
+        )
+        yield fam.histogram(
+            "trainprof_gpu_memory_used_sampled_ratio",
+            gpu,
+            [(labels[i], s.memory) for i, s in states],
+        )
         distances = []
         for (a, sa), (b, sb) in itertools.combinations(states, 2):
             d = js_distance(sa.load_bins, sb.load_bins)
             if d is not None:
                 distances.append((labels[a] + labels[b][-2:], d))
         if distances:
-            yield fam.gauge("trainprof_gpu_utilization_js_distance",
-                            gpu + ["peer_gpu", "peer_uuid"], distances)
+            yield fam.gauge(
+                "trainprof_gpu_utilization_js_distance", gpu + ["peer_gpu", "peer_uuid"], distances
+            )
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value by exposed sample name and labels (tests and debugging)."""
@@ -355,8 +404,9 @@ def _count_pairs(counts: dict, busiest: float, idlest: float) -> None:
 
 def _load_bin(utilization: float) -> int:
     # 2 % bins over [0, 1]; the last bin is closed so a GPU pinned at 100 % is counted.
-    return min(max(int(utilization * contract.LOAD_BALANCING_BINS), 0),
-               contract.LOAD_BALANCING_BINS - 1)
+    return min(
+        max(int(utilization * contract.LOAD_BALANCING_BINS), 0), contract.LOAD_BALANCING_BINS - 1
+    )
 
 
 def js_distance(p_counts: Sequence[int], q_counts: Sequence[int]) -> float | None:

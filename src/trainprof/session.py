@@ -74,16 +74,17 @@ class Session:
         self.identity: Identity | None = None
         self.server: Any = None
         self.port: int | None = None
-        self.system: Any = None          # the in-process system exporter, if started here
-        self.recorder: Any = None        # StepRecorder, with start(record=...)
+        self.system: Any = None  # the in-process system exporter, if started here
+        self.recorder: Any = None  # StepRecorder, with start(record=...)
         self._step_log: list | None = None
         self.started = False
         self.inert = False
 
     # --- hot path ------------------------------------------------------------------------
 
-    def step(self, mode: str = "train", samples: float | None = None,
-             tokens: float | None = None) -> Step | Any:
+    def step(
+        self, mode: str = "train", samples: float | None = None, tokens: float | None = None
+    ) -> Step | Any:
         if self.inert:
             return NOOP
         try:
@@ -127,8 +128,11 @@ class Session:
             self._error(log_it=False)
             if str(mode) not in self._bad_modes:
                 self._bad_modes.add(str(mode))
-                log.warning("trainprof: steps of unknown mode %r are not recorded; expected "
-                            "train, eval, predict or global", mode)
+                log.warning(
+                    "trainprof: steps of unknown mode %r are not recorded; expected "
+                    "train, eval, predict or global",
+                    mode,
+                )
             return None
         resolved = self._modes[mode] = (canonical, STEP_REMAINDER_PHASE[canonical])
         return resolved
@@ -140,9 +144,12 @@ class Session:
                 self._state.count_error()
             if log_it and not self._error_logged:
                 self._error_logged = True
-                log.warning("trainprof: an exception inside instrumentation was ignored and "
-                            "counted in trainprof_instrumentation_errors_total (only the "
-                            "first one is logged)", exc_info=True)
+                log.warning(
+                    "trainprof: an exception inside instrumentation was ignored and "
+                    "counted in trainprof_instrumentation_errors_total (only the "
+                    "first one is logged)",
+                    exc_info=True,
+                )
         except Exception:
             pass
 
@@ -181,9 +188,14 @@ class Session:
 
     # --- lifecycle -----------------------------------------------------------------------
 
-    def _configure(self, identity: Identity, stddevs: Sequence[float],
-                   sync: Callable[[], Any] | None, gpus: Iterable[tuple[Any, Any]] | None,
-                   framework: tuple[str, str] | None) -> None:
+    def _configure(
+        self,
+        identity: Identity,
+        stddevs: Sequence[float],
+        sync: Callable[[], Any] | None,
+        gpus: Iterable[tuple[Any, Any]] | None,
+        framework: tuple[str, str] | None,
+    ) -> None:
         with self._lock:
             state = self._state
             state.identity = identity.labels()
@@ -207,11 +219,13 @@ class Session:
         path = rank_path(path, rank, identity.world_size)
         node = identity.node or socket.gethostname()
         try:
-            self.recorder = StepRecorder(path, node, rank, self._state.start_time,
-                                         f"trainprof {__version__}")
+            self.recorder = StepRecorder(
+                path, node, rank, self._state.start_time, f"trainprof {__version__}"
+            )
         except OSError as e:
-            log.warning("trainprof: cannot record to %s: %s; training goes on", path,
-                        e.strerror or e)
+            log.warning(
+                "trainprof: cannot record to %s: %s; training goes on", path, e.strerror or e
+            )
             return
         self._step_log = self.recorder.log
 
@@ -229,11 +243,17 @@ class Session:
                 continue
             self.server, self.port = server, server.server_port
             if failures:
-                log.warning("trainprof: port %s in use; serving rank metrics on port %d "
-                            "instead", ", ".join(failures), self.port)
+                log.warning(
+                    "trainprof: port %s in use; serving rank metrics on port %d instead",
+                    ", ".join(failures),
+                    self.port,
+                )
             return
-        log.warning("trainprof: ports %s not available; not serving metrics for this rank "
-                    "(training goes on)", ", ".join(failures))
+        log.warning(
+            "trainprof: ports %s not available; not serving metrics for this rank "
+            "(training goes on)",
+            ", ".join(failures),
+        )
 
     def _shutdown(self) -> None:
         server, self.server, self.port = self.server, None, None
@@ -293,8 +313,9 @@ def current() -> Session:
     return _current
 
 
-def step(mode: str = "train", *, samples: float | None = None,
-         tokens: float | None = None) -> Step | Any:
+def step(
+    mode: str = "train", *, samples: float | None = None, tokens: float | None = None
+) -> Step | Any:
     """Time one step: `with trainprof.step():` or as a decorator, `@trainprof.step()`.
 
     `mode` is train (default), eval, predict or global (framework spellings such as
@@ -329,14 +350,25 @@ def add(*, samples: float = 0, tokens: float = 0) -> None:
     _current.add(samples, tokens)
 
 
-def start(*, training_job: str | None = None, node: str | None = None,
-          rank: int | None = None, local_rank: int | None = None,
-          world_size: int | None = None, serve: bool = True, port: int | None = None,
-          addr: str = "0.0.0.0", rules_config: str | None = None,
-          stddevs: Iterable[float] = (), cuda_sync: bool | Callable[[], Any] = False,
-          gpus: Iterable[tuple[Any, Any]] | None = None, framework: str | None = None,
-          framework_version: str | None = None, system_metrics: bool = False,
-          record: str | None = None) -> Session:
+def start(
+    *,
+    training_job: str | None = None,
+    node: str | None = None,
+    rank: int | None = None,
+    local_rank: int | None = None,
+    world_size: int | None = None,
+    serve: bool = True,
+    port: int | None = None,
+    addr: str = "0.0.0.0",
+    rules_config: str | None = None,
+    stddevs: Iterable[float] = (),
+    cuda_sync: bool | Callable[[], Any] = False,
+    gpus: Iterable[tuple[Any, Any]] | None = None,
+    framework: str | None = None,
+    framework_version: str | None = None,
+    system_metrics: bool = False,
+    record: str | None = None,
+) -> Session:
     """Configure this rank and serve its `/metrics`. Never raises; problems are logged.
 
     Identity (`training_job`, `node`, `rank`, `local_rank`, `world_size`): explicit
@@ -373,8 +405,10 @@ def start(*, training_job: str | None = None, node: str | None = None,
     global _current
     session = _current
     if session.inert:
-        log.warning("trainprof: start() in a process forked from a started one (a DataLoader "
-                    "worker?) does nothing; only the rank itself serves metrics")
+        log.warning(
+            "trainprof: start() in a process forked from a started one (a DataLoader "
+            "worker?) does nothing; only the rank itself serves metrics"
+        )
         return session
     if session.started:
         return session
@@ -382,12 +416,19 @@ def start(*, training_job: str | None = None, node: str | None = None,
         session.inert = True
         return session
     try:
-        identity = resolve(training_job=training_job, node=node, rank=rank,
-                           local_rank=local_rank, world_size=world_size, env=os.environ)
+        identity = resolve(
+            training_job=training_job,
+            node=node,
+            rank=rank,
+            local_rank=local_rank,
+            world_size=world_size,
+            env=os.environ,
+        )
         for problem in identity.problems:
             log.warning("trainprof: %s", problem)
-        factors = list(stddevs) + _rules_stddevs(rules_config
-                                                 or os.environ.get("TRAINPROF_RULES_CONFIG"))
+        factors = list(stddevs) + _rules_stddevs(
+            rules_config or os.environ.get("TRAINPROF_RULES_CONFIG")
+        )
         sync = _sync_function(cuda_sync)
         fw = (framework, framework_version or "") if framework else None
         session._configure(identity, factors, sync, gpus, fw)
@@ -398,12 +439,17 @@ def start(*, training_job: str | None = None, node: str | None = None,
             session._record(record, identity)
         if system_metrics and identity.local_rank == 0:
             session.system = _start_system_exporter(
-                rules_config or os.environ.get("TRAINPROF_RULES_CONFIG"), identity)
+                rules_config or os.environ.get("TRAINPROF_RULES_CONFIG"), identity
+            )
         session.started = True
-        log.info("trainprof: rank %s (local %s) of %s, %s, serving %s", identity.rank,
-                 identity.local_rank, identity.labels().get("training_job", "(job from scrape "
-                 "labels)"), identity.labels().get("node", "(node from scrape labels)"),
-                 f"on port {session.port}" if session.port else "nothing")
+        log.info(
+            "trainprof: rank %s (local %s) of %s, %s, serving %s",
+            identity.rank,
+            identity.local_rank,
+            identity.labels().get("training_job", "(job from scrape labels)"),
+            identity.labels().get("node", "(node from scrape labels)"),
+            f"on port {session.port}" if session.port else "nothing",
+        )
     except Exception:
         session._error()
         session.started = True
@@ -419,11 +465,15 @@ def _start_system_exporter(rules_config: str | None, identity: Any) -> Any:
         labels = {k: v for k, v in identity.labels().items() if k in EXPORTER_IDENTITY}
         return exporter.start(port=port, rules_config=rules_config, identity=labels)
     except ModuleNotFoundError as e:
-        log.warning("trainprof: system_metrics=True needs the exporter extra (%s is missing): "
-                    "pip install 'trainprof[exporter]'", e.name)
+        log.warning(
+            "trainprof: system_metrics=True needs the exporter extra (%s is missing): "
+            "pip install 'trainprof[exporter]'",
+            e.name,
+        )
     except OSError as e:
-        log.warning("trainprof: system exporter not started: %s (is one already running on "
-                    "this node?)", e)
+        log.warning(
+            "trainprof: system exporter not started: %s (is one already running on this node?)", e
+        )
     except Exception as e:  # noqa: BLE001 - a bad rules_config must not stop training
         log.warning("trainprof: system exporter not started: %s", e)
     return None
@@ -465,9 +515,13 @@ def _rules_stddevs(path: str | None) -> list[float]:
         from trainprof.rules.compiler import required_inputs
 
         return list(required_inputs(files.read_config(path))["step_outlier_stddevs"])
-    except Exception as e:   # ConfigError, a missing pyyaml, ...: count the defaults only
-        log.warning("trainprof: cannot read rules_config %s (%s); counting step outliers for "
-                    "the default stddev factors only", path, e)
+    except Exception as e:  # ConfigError, a missing pyyaml, ...: count the defaults only
+        log.warning(
+            "trainprof: cannot read rules_config %s (%s); counting step outliers for "
+            "the default stddev factors only",
+            path,
+            e,
+        )
         return []
 
 
@@ -478,8 +532,10 @@ def _sync_function(cuda_sync: bool | Callable[[], Any]) -> Callable[[], Any] | N
         return None
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available():
-        log.warning("trainprof: cuda_sync=True, but PyTorch with CUDA is not loaded; "
-                    "timing without synchronisation")
+        log.warning(
+            "trainprof: cuda_sync=True, but PyTorch with CUDA is not loaded; "
+            "timing without synchronisation"
+        )
         return None
     return torch.cuda.synchronize
 

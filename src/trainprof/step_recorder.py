@@ -36,8 +36,15 @@ class StepRecorder:
     """Writes (mode, start, end) steps appended to `log` as step records, every `every`
     seconds and at `close()`."""
 
-    def __init__(self, path: str, node: str, rank: int, process_start: float | None,
-                 writer: str, every: float = 1.0):
+    def __init__(
+        self,
+        path: str,
+        node: str,
+        rank: int,
+        process_start: float | None,
+        writer: str,
+        every: float = 1.0,
+    ):
         self.path, self.node, self.rank = path, node, rank
         self.log: list[tuple[str, float, float]] = []
         self._stream = recording.open_recording(path, "w")
@@ -66,13 +73,15 @@ class StepRecorder:
         with self._lock:
             try:
                 for mode, start, end in steps:
-                    self._writer.write(recording.step_record(self.node, self.rank, mode,
-                                                             start, end))
+                    self._writer.write(
+                        recording.step_record(self.node, self.rank, mode, start, end)
+                    )
                 self._stream.flush()
             except (OSError, ValueError) as e:
                 self._failed = True
-                log.warning("trainprof: recording to %s stopped: %s; training goes on",
-                            self.path, e)
+                log.warning(
+                    "trainprof: recording to %s stopped: %s; training goes on", self.path, e
+                )
 
     def close(self) -> None:
         self._stop.set()

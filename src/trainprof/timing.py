@@ -130,7 +130,7 @@ class Phase(_Frame):
 
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with api.phase(name):      # a fresh frame per call: reentrant and thread-safe
+            with api.phase(name):  # a fresh frame per call: reentrant and thread-safe
                 return func(*args, **kwargs)
 
         return timed
@@ -141,8 +141,14 @@ class Step(_Frame):
 
     __slots__ = ("_mode", "_remainder", "_samples", "_tokens")
 
-    def __init__(self, session: Session, mode: str, remainder: str,
-                 samples: float | None, tokens: float | None):
+    def __init__(
+        self,
+        session: Session,
+        mode: str,
+        remainder: str,
+        samples: float | None,
+        tokens: float | None,
+    ):
         self._session = session
         self._mode = mode
         self._remainder = remainder
@@ -161,7 +167,7 @@ class Step(_Frame):
             parent = self._pop(session._tls)
             if parent is not None:
                 parent._child += elapsed
-            start += session._offset                # perf_counter -> Unix time
+            start += session._offset  # perf_counter -> Unix time
             with session._lock:
                 state = session._state
                 first = state.first_step_time is None
@@ -205,8 +211,9 @@ class TimedIterable:
     """`trainprof.data(loader)`: iterates `loader`, timing each wait for the next item as a
     phase (default "dataloader"). Length and attributes are the wrapped iterable's."""
 
-    def __init__(self, session_getter: Callable[[], Session], iterable: Iterable,
-                 phase: str = "dataloader"):
+    def __init__(
+        self, session_getter: Callable[[], Session], iterable: Iterable, phase: str = "dataloader"
+    ):
         self._session_getter = session_getter
         self._iterable = iterable
         self._phase = phase

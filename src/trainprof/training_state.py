@@ -51,14 +51,28 @@ MAX_PHASE_NAME_LENGTH = 64
 EAGER_MODES = ("train",)
 
 # Phase that receives a step's time not spent in any phase nested inside it.
-STEP_REMAINDER_PHASE = {"train": "other", "eval": "evaluation", "predict": "evaluation",
-                        "global": "other"}
+STEP_REMAINDER_PHASE = {
+    "train": "other",
+    "eval": "evaluation",
+    "predict": "evaluation",
+    "global": "other",
+}
 
 _MODE_ALIASES = {
-    "train": "train", "training": "train", "fit": "train",
-    "eval": "eval", "evaluation": "eval", "evaluate": "eval", "validation": "eval",
-    "validate": "eval", "val": "eval", "valid": "eval", "test": "eval",
-    "predict": "predict", "prediction": "predict", "inference": "predict",
+    "train": "train",
+    "training": "train",
+    "fit": "train",
+    "eval": "eval",
+    "evaluation": "eval",
+    "evaluate": "eval",
+    "validation": "eval",
+    "validate": "eval",
+    "val": "eval",
+    "valid": "eval",
+    "test": "eval",
+    "predict": "predict",
+    "prediction": "predict",
+    "inference": "predict",
     "global": "global",
 }
 
@@ -74,8 +88,9 @@ def canonical_mode(name: str) -> str:
     try:
         return _MODE_ALIASES[key]
     except KeyError:
-        raise ValueError(f"unknown mode {name!r}; expected one of "
-                         f"{', '.join(contract.MODES)}") from None
+        raise ValueError(
+            f"unknown mode {name!r}; expected one of {', '.join(contract.MODES)}"
+        ) from None
 
 
 def bounded_label_value(value: object, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
@@ -129,7 +144,7 @@ class StepStatistics:
             outliers = self.outliers
             for i, k in enumerate(self.factors):
                 if square <= k * k * variance:
-                    break                      # factors ascend, so no larger one counts either
+                    break  # factors ascend, so no larger one counts either
                 outliers[i] += 1
         self.counts[bisect.bisect_left(self.bounds, duration)] += 1
         self.sum += duration
@@ -171,16 +186,22 @@ class TrainingState:
     thread-safe: the live API serialises calls with its own lock.
     """
 
-    def __init__(self, identity: Mapping[str, str] | None = None, *,
-                 stddevs: Iterable[float] = (), start_time: float | None = None,
-                 info: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        identity: Mapping[str, str] | None = None,
+        *,
+        stddevs: Iterable[float] = (),
+        start_time: float | None = None,
+        info: Mapping[str, str] | None = None,
+    ):
         self.identity = {k: bounded_label_value(v) for k, v in (identity or {}).items()}
         self.info = dict.fromkeys(contract.metric("trainprof_training_info").labels, "")
         self.info.update((k, bounded_label_value(v)) for k, v in (info or {}).items())
         self.start_time = start_time
         self.factors = _factor_grid(stddevs)
-        self.modes: dict[str, StepStatistics] = {m: StepStatistics(self.factors)
-                                                 for m in EAGER_MODES}
+        self.modes: dict[str, StepStatistics] = {
+            m: StepStatistics(self.factors) for m in EAGER_MODES
+        }
         self.phases: dict[str, float] = dict.fromkeys(contract.PHASES, 0.0)
         self.user_phases = 0
         self.first_step_time: float | None = None
@@ -197,11 +218,12 @@ class TrainingState:
         stats = self.modes.get(mode)
         if stats is None:
             if mode not in contract.MODES:
-                raise ValueError(f"unknown mode {mode!r}; expected one of "
-                                 f"{', '.join(contract.MODES)}")
+                raise ValueError(
+                    f"unknown mode {mode!r}; expected one of {', '.join(contract.MODES)}"
+                )
             stats = self.modes[mode] = StepStatistics(self.factors)
         duration = end - start
-        stats.observe(duration if duration > 0.0 else 0.0)   # clocks can step backwards
+        stats.observe(duration if duration > 0.0 else 0.0)  # clocks can step backwards
         if self.first_step_time is None:
             self.first_step_time = start
             self.last_step_time = end
@@ -228,8 +250,12 @@ class TrainingState:
             return label
         if self.user_phases >= contract.MAX_USER_PHASES:
             if self.user_phases == contract.MAX_USER_PHASES:
-                log.warning("trainprof: more than %d phase names; phase %r and later new "
-                            "names are counted as 'other'", contract.MAX_USER_PHASES, label)
+                log.warning(
+                    "trainprof: more than %d phase names; phase %r and later new "
+                    "names are counted as 'other'",
+                    contract.MAX_USER_PHASES,
+                    label,
+                )
                 self.user_phases += 1
             return "other"
         self.user_phases += 1
@@ -279,33 +305,55 @@ class TrainingState:
         fam = Families(ident_names)
 
         info = [k for k in contract.metric("trainprof_training_info").labels if k in self.info]
-        yield fam.gauge("trainprof_training_info", info,
-                        [(ident + [self.info[k] for k in info], 1)])
+        yield fam.gauge(
+            "trainprof_training_info", info, [(ident + [self.info[k] for k in info], 1)]
+        )
         if self.start_time is not None:
-            yield fam.gauge("trainprof_training_start_timestamp_seconds", [],
-                            [(ident, self.start_time)])
+            yield fam.gauge(
+                "trainprof_training_start_timestamp_seconds", [], [(ident, self.start_time)]
+            )
         if self.first_step_time is not None:
-            yield fam.gauge("trainprof_training_first_step_timestamp_seconds", [],
-                            [(ident, self.first_step_time)])
+            yield fam.gauge(
+                "trainprof_training_first_step_timestamp_seconds",
+                [],
+                [(ident, self.first_step_time)],
+            )
         if self.last_step_time is not None:
-            yield fam.gauge("trainprof_training_last_step_timestamp_seconds", [],
-                            [(ident, self.last_step_time)])
+            yield fam.gauge(
+                "trainprof_training_last_step_timestamp_seconds", [], [(ident, self.last_step_time)]
+            )
 
         modes = [(m, self.modes[m]) for m in contract.MODES if m in self.modes]
-        yield fam.counter("trainprof_training_steps_total", ["mode"],
-                          [(ident + [m], s.count) for m, s in modes])
-        yield fam.histogram("trainprof_training_step_duration_seconds", ["mode"],
-                            [(ident + [m], s) for m, s in modes])
-        yield fam.counter("trainprof_training_step_outliers_total", ["mode", "stddev"],
-                          [(ident + [m, threshold_label(k)], n) for m, s in modes
-                           for k, n in zip(s.factors, s.outliers)])
-        yield fam.counter("trainprof_training_phase_seconds_total", ["phase"],
-                          [(ident + [p], v) for p, v in self.phases.items()])
+        yield fam.counter(
+            "trainprof_training_steps_total", ["mode"], [(ident + [m], s.count) for m, s in modes]
+        )
+        yield fam.histogram(
+            "trainprof_training_step_duration_seconds",
+            ["mode"],
+            [(ident + [m], s) for m, s in modes],
+        )
+        yield fam.counter(
+            "trainprof_training_step_outliers_total",
+            ["mode", "stddev"],
+            [
+                (ident + [m, threshold_label(k)], n)
+                for m, s in modes
+                for k, n in zip(s.factors, s.outliers)
+            ],
+        )
+        yield fam.counter(
+            "trainprof_training_phase_seconds_total",
+            ["phase"],
+            [(ident + [p], v) for p, v in self.phases.items()],
+        )
         yield fam.counter("trainprof_training_samples_total", [], [(ident, self.samples)])
         yield fam.counter("trainprof_training_tokens_total", [], [(ident, self.tokens)])
         if self.gpus:
-            yield fam.gauge("trainprof_gpu_assignment_info", ["gpu", "uuid"],
-                            [(ident + [i, u], 1) for i, u in self.gpus])
+            yield fam.gauge(
+                "trainprof_gpu_assignment_info",
+                ["gpu", "uuid"],
+                [(ident + [i, u], 1) for i, u in self.gpus],
+            )
         yield fam.counter("trainprof_instrumentation_errors_total", [], [(ident, self.errors)])
 
     def value(self, name: str, **labels: str) -> float | None:

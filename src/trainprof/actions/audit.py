@@ -38,15 +38,19 @@ class AuditLog:
         self._clock = clock
         self._lock = threading.Lock()
         self._own = path != "-"
-        self._out: TextIO = (open(path, "a", encoding="utf-8", buffering=1) if self._own
-                             else sys.stdout)
+        self._out: TextIO = (
+            open(path, "a", encoding="utf-8", buffering=1) if self._own else sys.stdout
+        )
 
     def write(self, event: str, **fields: Any) -> None:
         now = self._clock()
         stamp = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-        record = {"event": event, **{k: _short(v) for k, v in fields.items()},
-                  "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                  "ts": round(now, 3)}
+        record = {
+            "event": event,
+            **{k: _short(v) for k, v in fields.items()},
+            "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": round(now, 3),
+        }
         line = json.dumps(record, ensure_ascii=True, sort_keys=False)
         with self._lock:
             self._out.write(line + "\n")

@@ -1,8 +1,8 @@
 """`trainprof actions`: the StopTraining receiver's commands.
 
-    trainprof actions serve -c actions.yaml [--listen 0.0.0.0:9095] [--dry-run]
-    trainprof actions check -c actions.yaml
-    trainprof actions rbac -c actions.yaml [--service-account-namespace trainprof]
+trainprof actions serve -c actions.yaml [--listen 0.0.0.0:9095] [--dry-run]
+trainprof actions check -c actions.yaml
+trainprof actions rbac -c actions.yaml [--service-account-namespace trainprof]
 """
 
 from __future__ import annotations
@@ -19,23 +19,39 @@ EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 def add_parser(commands) -> None:
     actions = commands.add_parser(
-        "actions", help="StopTraining: an Alertmanager webhook receiver that stops jobs")
+        "actions", help="StopTraining: an Alertmanager webhook receiver that stops jobs"
+    )
     sub = actions.add_subparsers(dest="actions_command", metavar="SUBCOMMAND", required=True)
     serve = sub.add_parser("serve", help="receive Alertmanager webhooks and act on them")
-    serve.add_argument("-c", "--config", required=True, metavar="FILE",
-                       help="receiver configuration (YAML; see docs/actions.md)")
-    serve.add_argument("--listen", metavar="HOST:PORT",
-                       help="address to listen on (default: the configuration's listen)")
-    serve.add_argument("--dry-run", action="store_true",
-                       help="decide and audit but stop nothing, whatever the configuration "
-                            "says")
+    serve.add_argument(
+        "-c",
+        "--config",
+        required=True,
+        metavar="FILE",
+        help="receiver configuration (YAML; see docs/actions.md)",
+    )
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="address to listen on (default: the configuration's listen)",
+    )
+    serve.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="decide and audit but stop nothing, whatever the configuration says",
+    )
     check = sub.add_parser("check", help="check a configuration and its token")
     check.add_argument("-c", "--config", required=True, metavar="FILE")
-    rbac = sub.add_parser("rbac", help="print the least-privilege RBAC for a configuration's "
-                                       "Kubernetes target")
+    rbac = sub.add_parser(
+        "rbac", help="print the least-privilege RBAC for a configuration's Kubernetes target"
+    )
     rbac.add_argument("-c", "--config", required=True, metavar="FILE")
-    rbac.add_argument("--service-account-namespace", default="trainprof", metavar="NS",
-                      help="namespace the receiver runs in (default: trainprof)")
+    rbac.add_argument(
+        "--service-account-namespace",
+        default="trainprof",
+        metavar="NS",
+        help="namespace the receiver runs in (default: trainprof)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,9 +88,11 @@ def _summary(config) -> str:
         target = f"kubernetes {config.kubernetes.action} {config.kubernetes.resource}"
     elif config.local_jobs:
         target = f"local {config.signal} to {', '.join(config.local_jobs)}"
-    return (f"{'dry run' if config.dry_run else 'LIVE'}: {rules}; target {target}; "
-            f"namespaces {', '.join(config.namespaces) or '(any)'}; jobs "
-            f"{', '.join(p.pattern for p in config.training_jobs) or '(none)'}")
+    return (
+        f"{'dry run' if config.dry_run else 'LIVE'}: {rules}; target {target}; "
+        f"namespaces {', '.join(config.namespaces) or '(any)'}; jobs "
+        f"{', '.join(p.pattern for p in config.training_jobs) or '(none)'}"
+    )
 
 
 def _rbac(config, namespace: str) -> int:
@@ -84,8 +102,12 @@ def _rbac(config, namespace: str) -> int:
     if not config.kubernetes:
         print("error: the configuration has no kubernetes target", file=sys.stderr)
         return EXIT_BAD_INPUT
-    docs = kubernetes.rbac(config.kubernetes.resource, config.kubernetes.action,
-                           list(config.namespaces), namespace=namespace)
+    docs = kubernetes.rbac(
+        config.kubernetes.resource,
+        config.kubernetes.action,
+        list(config.namespaces),
+        namespace=namespace,
+    )
     sys.stdout.write("---\n".join(to_yaml(d) for d in docs))
     return 0
 
@@ -99,42 +121,62 @@ def _serve(config, token: str, api_url: str | None) -> int:
         try:
             context = tls_context(*config.tls)
         except (OSError, ssl.SSLError) as e:
-            print(f"error: tls: cannot load {' / '.join(config.tls)}: "
-                  f"{getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            print(
+                f"error: tls: cannot load {' / '.join(config.tls)}: "
+                f"{getattr(e, 'strerror', None) or e}",
+                file=sys.stderr,
+            )
             return EXIT_BAD_INPUT
     client = None
     if config.kubernetes:
         try:
-            client = kubernetes.Client(api_url, config.kubernetes.token_file,
-                                       config.kubernetes.ca_file)
+            client = kubernetes.Client(
+                api_url, config.kubernetes.token_file, config.kubernetes.ca_file
+            )
         except (OSError, ssl.SSLError) as e:
-            print(f"error: kubernetes.ca_file: cannot load {config.kubernetes.ca_file}: "
-                  f"{getattr(e, 'strerror', None) or e}", file=sys.stderr)
+            print(
+                f"error: kubernetes.ca_file: cannot load {config.kubernetes.ca_file}: "
+                f"{getattr(e, 'strerror', None) or e}",
+                file=sys.stderr,
+            )
             return EXIT_BAD_INPUT
     try:
         log = audit.AuditLog(config.audit_log)
     except OSError as e:
-        print(f"error: cannot open the audit log {config.audit_log}: {e.strerror or e}",
-              file=sys.stderr)
+        print(
+            f"error: cannot open the audit log {config.audit_log}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     actions = decide.Actions(config, decide.stopper(config, client))
     restored = actions.remember(audit.history(config.audit_log))
     try:
-        server = ActionsHTTPServer(config.listen, Receiver(config, token, actions, log),
-                                   context)
+        server = ActionsHTTPServer(config.listen, Receiver(config, token, actions, log), context)
     except OSError as e:
-        print(f"error: cannot listen on {config.listen[0]}:{config.listen[1]}: "
-              f"{e.strerror or e}", file=sys.stderr)
+        print(
+            f"error: cannot listen on {config.listen[0]}:{config.listen[1]}: {e.strerror or e}",
+            file=sys.stderr,
+        )
         log.close()
         return EXIT_FAILED
     host, port = server.server_address[:2]
-    log.write("start", listen=f"{host}:{port}", dry_run=config.dry_run,
-              rules=dict(config.rules), target=config.target, restored=restored)
-    print(f"trainprof actions: listening on {host}:{port} "
-          f"({'https' if config.tls else 'http'}); {_summary(config)}", file=sys.stderr)
+    log.write(
+        "start",
+        listen=f"{host}:{port}",
+        dry_run=config.dry_run,
+        rules=dict(config.rules),
+        target=config.target,
+        restored=restored,
+    )
+    print(
+        f"trainprof actions: listening on {host}:{port} "
+        f"({'https' if config.tls else 'http'}); {_summary(config)}",
+        file=sys.stderr,
+    )
 
     def stop(signum, frame):
         threading.Thread(target=server.shutdown, daemon=True).start()
+
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:

@@ -41,8 +41,20 @@ from trainprof.rules.config import ConfigError, Problem, nearest
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
-_TOP = ("listen", "tls", "dry_run", "token_file", "token_env", "audit_log", "limits",
-        "cooldown", "allow", "rules", "local", "kubernetes")
+_TOP = (
+    "listen",
+    "tls",
+    "dry_run",
+    "token_file",
+    "token_env",
+    "audit_log",
+    "limits",
+    "cooldown",
+    "allow",
+    "rules",
+    "local",
+    "kubernetes",
+)
 _TLS = ("cert_file", "key_file")
 _LIMITS = ("max_body_bytes", "requests_per_minute", "burst")
 _ALLOW = ("namespaces", "training_jobs")
@@ -65,7 +77,7 @@ class Limits:
 class KubernetesTarget:
     resource: str
     action: str
-    api_url: str | None = None          # None: the in-cluster address
+    api_url: str | None = None  # None: the in-cluster address
     token_file: str = kubernetes.IN_CLUSTER_TOKEN
     ca_file: str | None = kubernetes.IN_CLUSTER_CA
     name_label: str = "training_job"
@@ -73,11 +85,11 @@ class KubernetesTarget:
 
 @dataclasses.dataclass(frozen=True)
 class ActionsConfig:
-    rules: Mapping[str, str]                       # rule name -> stop | notify
+    rules: Mapping[str, str]  # rule name -> stop | notify
     token_file: str | None = None
     token_env: str | None = None
     listen: tuple[str, int] = ("127.0.0.1", 9095)
-    tls: tuple[str, str] | None = None             # (cert_file, key_file)
+    tls: tuple[str, str] | None = None  # (cert_file, key_file)
     dry_run: bool = True
     audit_log: str = "-"
     limits: Limits = Limits()
@@ -101,7 +113,8 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return {dict: "a mapping", list: "a list", str: f"the string {value!r}"}.get(
-        type(value), f"{type(value).__name__} {value!r}")
+        type(value), f"{type(value).__name__} {value!r}"
+    )
 
 
 def _is_one_of(value: Any, choices) -> bool:
@@ -124,8 +137,10 @@ class _Checker:
         for key in value:
             if key not in keys:
                 where = f"{path}.{key}" if path else str(key)
-                self.problem(where, "unknown key" + nearest(str(key), keys)
-                             + f"; valid keys: {', '.join(keys)}")
+                self.problem(
+                    where,
+                    "unknown key" + nearest(str(key), keys) + f"; valid keys: {', '.join(keys)}",
+                )
         return value
 
     def string(self, data: Mapping, key: str, path: str, default: str | None = None):
@@ -168,20 +183,30 @@ class _Checker:
     def rules(self, value: Any) -> dict[str, str]:
         names = [r.name for r in catalog.alerting_rules()]
         if not isinstance(value, Mapping) or not value:
-            self.problem("rules", "expected a mapping of rule name to stop or notify, e.g. "
-                                  "{CPUBottleneck: stop}; no rule acts unless listed here")
+            self.problem(
+                "rules",
+                "expected a mapping of rule name to stop or notify, e.g. "
+                "{CPUBottleneck: stop}; no rule acts unless listed here",
+            )
             return {}
         out = {}
         for name, action in value.items():
             path = f"rules.{name}"
             match = next((n for n in names if n.lower() == str(name).lower()), None)
             if match is None:
-                self.problem(path, "not an alerting rule of the catalog" + nearest(str(name), names)
-                             + f"; rules: {', '.join(names)}")
+                self.problem(
+                    path,
+                    "not an alerting rule of the catalog"
+                    + nearest(str(name), names)
+                    + f"; rules: {', '.join(names)}",
+                )
                 continue
             if not _is_one_of(action, RULE_ACTIONS):
-                self.problem(path, f"{_kind(action)} is not one of {', '.join(RULE_ACTIONS)}"
-                             + nearest(str(action), RULE_ACTIONS))
+                self.problem(
+                    path,
+                    f"{_kind(action)} is not one of {', '.join(RULE_ACTIONS)}"
+                    + nearest(str(action), RULE_ACTIONS),
+                )
                 continue
             out[match] = action
         return out
@@ -199,13 +224,17 @@ class _Checker:
         data = self.mapping(value, "local", _LOCAL)
         signal = data.get("signal", "SIGTERM")
         if not _is_one_of(signal, local.SIGNALS):
-            self.problem("local.signal", f"{_kind(signal)} is not one of "
-                         f"{', '.join(local.SIGNALS)}" + nearest(str(signal), local.SIGNALS))
+            self.problem(
+                "local.signal",
+                f"{_kind(signal)} is not one of "
+                f"{', '.join(local.SIGNALS)}" + nearest(str(signal), local.SIGNALS),
+            )
             signal = "SIGTERM"
         jobs_value = data.get("jobs")
         if not isinstance(jobs_value, Mapping) or not jobs_value:
-            self.problem("local.jobs", "expected a mapping of training_job to "
-                                       "{pid_file: /absolute/path}")
+            self.problem(
+                "local.jobs", "expected a mapping of training_job to {pid_file: /absolute/path}"
+            )
             return signal, {}
         jobs = {}
         for name, spec in jobs_value.items():
@@ -229,25 +258,31 @@ class _Checker:
         data = self.mapping(value, "kubernetes", _KUBERNETES)
         resource = data.get("resource")
         if not _is_one_of(resource, kubernetes.KINDS):
-            self.problem("kubernetes.resource", f"{_kind(resource)} is not one of "
-                         f"{', '.join(kubernetes.KINDS)}"
-                         + nearest(str(resource), kubernetes.KINDS))
+            self.problem(
+                "kubernetes.resource",
+                f"{_kind(resource)} is not one of "
+                f"{', '.join(kubernetes.KINDS)}" + nearest(str(resource), kubernetes.KINDS),
+            )
         action = data.get("action", "suspend")
         if not _is_one_of(action, kubernetes.ACTIONS):
-            self.problem("kubernetes.action", f"{_kind(action)} is not one of "
-                         f"{', '.join(kubernetes.ACTIONS)}"
-                         + nearest(str(action), kubernetes.ACTIONS))
+            self.problem(
+                "kubernetes.action",
+                f"{_kind(action)} is not one of "
+                f"{', '.join(kubernetes.ACTIONS)}" + nearest(str(action), kubernetes.ACTIONS),
+            )
         api_url = self.string(data, "api_url", "kubernetes.api_url")
         if api_url and not (api_url.startswith("https://") or _LOOPBACK_URL.match(api_url)):
-            self.problem("kubernetes.api_url", f"{api_url!r}: use https:// (the token must "
-                                               "not travel in clear), or http:// on loopback")
-        token_file = self.string(data, "token_file", "kubernetes.token_file",
-                                 kubernetes.IN_CLUSTER_TOKEN)
-        ca_file = self.string(data, "ca_file", "kubernetes.ca_file",
-                              kubernetes.IN_CLUSTER_CA)
+            self.problem(
+                "kubernetes.api_url",
+                f"{api_url!r}: use https:// (the token must "
+                "not travel in clear), or http:// on loopback",
+            )
+        token_file = self.string(
+            data, "token_file", "kubernetes.token_file", kubernetes.IN_CLUSTER_TOKEN
+        )
+        ca_file = self.string(data, "ca_file", "kubernetes.ca_file", kubernetes.IN_CLUSTER_CA)
         name_label = self.string(data, "name_label", "kubernetes.name_label", "training_job")
-        if not (_is_one_of(resource, kubernetes.KINDS)
-                and _is_one_of(action, kubernetes.ACTIONS)):
+        if not (_is_one_of(resource, kubernetes.KINDS) and _is_one_of(action, kubernetes.ACTIONS)):
             return None
         return KubernetesTarget(resource, action, api_url, token_file, ca_file, name_label)
 
@@ -264,8 +299,10 @@ def parse_listen(value: Any) -> tuple[str, int]:
                 return host, int(port)
         except ValueError:
             pass
-    raise ValueError(f"{_kind(value)} is not host:port with an IP address or localhost "
-                     "(e.g. 127.0.0.1:9095, 0.0.0.0:9095, [::1]:9095)")
+    raise ValueError(
+        f"{_kind(value)} is not host:port with an IP address or localhost "
+        "(e.g. 127.0.0.1:9095, 0.0.0.0:9095, [::1]:9095)"
+    )
 
 
 def load_actions_config(data: Any, source: str = "configuration") -> ActionsConfig:
@@ -289,19 +326,28 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
     token_file = c.string(data, "token_file", "token_file")
     token_env = c.string(data, "token_env", "token_env")
     if (token_file is None) == (token_env is None):
-        c.problem("token_file", "set exactly one of token_file and token_env: Alertmanager "
-                                "must present this bearer token (http_config.authorization)")
+        c.problem(
+            "token_file",
+            "set exactly one of token_file and token_env: Alertmanager "
+            "must present this bearer token (http_config.authorization)",
+        )
     if token_env is not None and not _ENV_NAME.match(token_env):
         c.problem("token_env", f"{token_env!r} is not an environment variable name")
     audit_log = c.string(data, "audit_log", "audit_log", "-")
 
     limits_data = c.mapping(data.get("limits"), "limits", _LIMITS)
     limits = Limits(
-        c.positive_int(limits_data, "max_body_bytes", "limits.max_body_bytes",
-                       Limits.max_body_bytes),
-        c.positive_int(limits_data, "requests_per_minute", "limits.requests_per_minute",
-                       Limits.requests_per_minute),
-        c.positive_int(limits_data, "burst", "limits.burst", Limits.burst))
+        c.positive_int(
+            limits_data, "max_body_bytes", "limits.max_body_bytes", Limits.max_body_bytes
+        ),
+        c.positive_int(
+            limits_data,
+            "requests_per_minute",
+            "limits.requests_per_minute",
+            Limits.requests_per_minute,
+        ),
+        c.positive_int(limits_data, "burst", "limits.burst", Limits.burst),
+    )
     cooldown = 600.0
     if "cooldown" in data:
         try:
@@ -323,28 +369,46 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
         c.problem("kubernetes", "configure one target: local or kubernetes, not both")
     elif "local" in data:
         signal, local_jobs = c.local(data["local"])
-        if not job_patterns:            # default: exactly the configured jobs
+        if not job_patterns:  # default: exactly the configured jobs
             training_jobs = tuple(re.compile(re.escape(name)) for name in local_jobs)
     elif "kubernetes" in data:
         target = c.kubernetes(data["kubernetes"])
         if not namespaces:
-            c.problem("allow.namespaces", "required with a kubernetes target: the namespaces "
-                                          "whose jobs may be stopped")
+            c.problem(
+                "allow.namespaces",
+                "required with a kubernetes target: the namespaces whose jobs may be stopped",
+            )
         if not job_patterns:
-            c.problem("allow.training_jobs", "required with a kubernetes target; [\".*\"] "
-                                             "allows every job of the allowed namespaces")
+            c.problem(
+                "allow.training_jobs",
+                'required with a kubernetes target; [".*"] '
+                "allows every job of the allowed namespaces",
+            )
     stopping = sorted(name for name, action in rules.items() if action == "stop")
     if stopping and "local" not in data and "kubernetes" not in data:
-        c.problem("rules", f"{', '.join(stopping)} set to stop, but no target is configured "
-                           "(local or kubernetes)")
+        c.problem(
+            "rules",
+            f"{', '.join(stopping)} set to stop, but no target is configured (local or kubernetes)",
+        )
 
     if c.problems:
         raise ConfigError(c.problems, source)
     return ActionsConfig(
-        rules=rules, token_file=token_file, token_env=token_env, listen=listen, tls=tls,
-        dry_run=dry_run, audit_log=audit_log, limits=limits, cooldown=cooldown,
-        namespaces=tuple(namespaces), training_jobs=training_jobs, signal=signal,
-        local_jobs=local_jobs, kubernetes=target)
+        rules=rules,
+        token_file=token_file,
+        token_env=token_env,
+        listen=listen,
+        tls=tls,
+        dry_run=dry_run,
+        audit_log=audit_log,
+        limits=limits,
+        cooldown=cooldown,
+        namespaces=tuple(namespaces),
+        training_jobs=training_jobs,
+        signal=signal,
+        local_jobs=local_jobs,
+        kubernetes=target,
+    )
 
 
 def read_actions_config(path: str) -> ActionsConfig:
@@ -363,8 +427,9 @@ def read_actions_config(path: str) -> ActionsConfig:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([Problem(where, f"not valid YAML: {getattr(e, 'problem', e)}")],
-                          path) from None
+        raise ConfigError(
+            [Problem(where, f"not valid YAML: {getattr(e, 'problem', e)}")], path
+        ) from None
     return load_actions_config(data, path)
 
 
@@ -373,29 +438,50 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
     if config.token_env is not None:
         path, token = "token_env", os.environ.get(config.token_env)
         if token is None:
-            raise ConfigError([Problem(path, f"environment variable {config.token_env} is "
-                                             "not set")], source)
+            raise ConfigError(
+                [Problem(path, f"environment variable {config.token_env} is not set")], source
+            )
     else:
         path = "token_file"
         try:
             with open(config.token_file, encoding="utf-8") as f:
                 token = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError([Problem(path, f"cannot read {config.token_file}: "
-                                             f"{getattr(e, 'strerror', None) or e}")],
-                              source) from None
+            raise ConfigError(
+                [
+                    Problem(
+                        path,
+                        f"cannot read {config.token_file}: {getattr(e, 'strerror', None) or e}",
+                    )
+                ],
+                source,
+            ) from None
     token = token.strip()
     if len(token) < MIN_TOKEN_LENGTH or any(ch.isspace() for ch in token):
-        raise ConfigError([Problem(path, f"the token must be at least {MIN_TOKEN_LENGTH} "
-                                         "characters without spaces (e.g. `openssl rand "
-                                         "-hex 32`)")], source)
+        raise ConfigError(
+            [
+                Problem(
+                    path,
+                    f"the token must be at least {MIN_TOKEN_LENGTH} "
+                    "characters without spaces (e.g. `openssl rand "
+                    "-hex 32`)",
+                )
+            ],
+            source,
+        )
     return token
 
 
 def resolve_api_url(config: ActionsConfig, source: str = "configuration") -> str:
     url = config.kubernetes.api_url or kubernetes.in_cluster_url()
     if url is None:
-        raise ConfigError([Problem("kubernetes.api_url", "not running inside a cluster "
-                                   "(KUBERNETES_SERVICE_HOST is unset); set api_url")], source)
+        raise ConfigError(
+            [
+                Problem(
+                    "kubernetes.api_url",
+                    "not running inside a cluster (KUBERNETES_SERVICE_HOST is unset); set api_url",
+                )
+            ],
+            source,
+        )
     return url
-

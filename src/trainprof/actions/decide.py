@@ -37,11 +37,11 @@ _MEMORY_SECONDS = 7 * 86400
 @dataclasses.dataclass(frozen=True)
 class Plan:
     alert: Alert
-    decision: str                    # stop | notify | ignored | refused
+    decision: str  # stop | notify | ignored | refused
     reason: str
     namespace: str = ""
     name: str = ""
-    target: str = ""                 # what would be stopped: "Job team-a/bert"; also its key
+    target: str = ""  # what would be stopped: "Job team-a/bert"; also its key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +72,12 @@ def plan(config: ActionsConfig, alert: Alert) -> Plan:
     if not namespace and (k8s or config.namespaces):
         return Plan(alert, "ignored", "the alert has no namespace label")
     if namespace and not kubernetes.valid_namespace(namespace):
-        return Plan(alert, "refused", f"label namespace {_shown(namespace)} is not a namespace "
-                                      "name")
+        return Plan(
+            alert, "refused", f"label namespace {_shown(namespace)} is not a namespace name"
+        )
     valid = kubernetes.valid_name if k8s else _LOCAL_NAME.match
     if not valid(name):
-        return Plan(alert, "refused", f"label {name_label} {_shown(name)} is not a valid job "
-                                      "name")
+        return Plan(alert, "refused", f"label {name_label} {_shown(name)} is not a valid job name")
     if config.namespaces and namespace not in config.namespaces:
         return Plan(alert, "ignored", f"namespace {namespace} is not allow-listed")
     if not any(p.fullmatch(name) for p in config.training_jobs):
@@ -109,20 +109,24 @@ def stopper(config: ActionsConfig, client: kubernetes.Client | None) -> Stopper:
                 return local.Outcome("stopped", f"{what}: {call.status}")
             if call.status == 404:
                 return local.Outcome("gone", f"{what}: 404 {call.message}")
-            return local.Outcome("failed", f"{what}: {call.status or 'no answer'} "
-                                           f"{call.message}".rstrip())
+            return local.Outcome(
+                "failed", f"{what}: {call.status or 'no answer'} {call.message}".rstrip()
+            )
+
         return stop_resource
 
     def stop_process(p: Plan) -> local.Outcome:
         return local.stop(config.local_jobs[p.name], config.signal)
+
     return stop_process
 
 
 class Actions:
     """Applies plans at most once per firing and once per cooldown per job. Thread-safe."""
 
-    def __init__(self, config: ActionsConfig, stop: Stopper,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self, config: ActionsConfig, stop: Stopper, clock: Callable[[], float] = time.time
+    ):
         self.config, self.stop, self.clock = config, stop, clock
         self._handled: dict[tuple[str, str], float] = {}
         self._stopped: dict[str, float] = {}
@@ -149,16 +153,16 @@ class Actions:
         now = self.clock()
         key = p.alert.key
         if key in self._handled:
-            return Decision(p.alert, "duplicate", "this firing was already handled",
-                            p.target)
+            return Decision(p.alert, "duplicate", "this firing was already handled", p.target)
         if p.decision == "notify":
             self._handled[key] = now
             return Decision(p.alert, "notified", p.reason, p.target)
         last = self._stopped.get(p.target)
         if last is not None and now - last < self.config.cooldown:
             self._handled[key] = now
-            return Decision(p.alert, "duplicate", f"{p.target} was stopped {now - last:.0f}s "
-                                                  "ago", p.target)
+            return Decision(
+                p.alert, "duplicate", f"{p.target} was stopped {now - last:.0f}s ago", p.target
+            )
         if self.config.dry_run:
             self._handled[key] = now
             return Decision(p.alert, "would_stop", f"dry run: {p.reason}", p.target)

@@ -43,19 +43,22 @@ class Kind:
     group: str
     version: str
     plural: str
-    suspend: dict[str, Any]          # the merge patch that suspends it
+    suspend: dict[str, Any]  # the merge patch that suspends it
 
     def path(self, namespace: str, name: str) -> str:
         quote = lambda s: urllib.parse.quote(s, safe="")
-        return (f"/apis/{self.group}/{self.version}/namespaces/{quote(namespace)}/"
-                f"{self.plural}/{quote(name)}")
+        return (
+            f"/apis/{self.group}/{self.version}/namespaces/{quote(namespace)}/"
+            f"{self.plural}/{quote(name)}"
+        )
 
 
 KINDS = {
     "Job": Kind("batch", "v1", "jobs", {"spec": {"suspend": True}}),
     # Kubeflow training-operator; runPolicy.suspend since v1.7.
-    "PyTorchJob": Kind("kubeflow.org", "v1", "pytorchjobs",
-                       {"spec": {"runPolicy": {"suspend": True}}}),
+    "PyTorchJob": Kind(
+        "kubeflow.org", "v1", "pytorchjobs", {"spec": {"runPolicy": {"suspend": True}}}
+    ),
     "JobSet": Kind("jobset.x-k8s.io", "v1alpha2", "jobsets", {"spec": {"suspend": True}}),
 }
 
@@ -69,11 +72,13 @@ def valid_name(value: str) -> bool:
 
 
 def in_cluster_url() -> str | None:
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
-        "KUBERNETES_SERVICE_PORT", "443")
+    host, port = (
+        os.environ.get("KUBERNETES_SERVICE_HOST"),
+        os.environ.get("KUBERNETES_SERVICE_PORT", "443"),
+    )
     if not host:
         return None
-    if ":" in host:                   # IPv6 service address
+    if ":" in host:  # IPv6 service address
         host = f"[{host}]"
     return f"https://{host}:{port}"
 
@@ -85,15 +90,14 @@ class Call:
     method: str
     path: str
     body: dict[str, Any] | None
-    status: int = 0                  # 0: no HTTP answer (connection refused, timeout, TLS)
+    status: int = 0  # 0: no HTTP answer (connection refused, timeout, TLS)
     message: str = ""
 
 
 class Client:
     """Just enough of a Kubernetes client: one authenticated JSON request at a time."""
 
-    def __init__(self, api_url: str, token_file: str, ca_file: str | None,
-                 timeout: float = 10.0):
+    def __init__(self, api_url: str, token_file: str, ca_file: str | None, timeout: float = 10.0):
         self.api_url = api_url.rstrip("/")
         self.token_file = token_file
         self.timeout = timeout
@@ -106,8 +110,13 @@ class Client:
         with open(self.token_file, encoding="utf-8") as f:
             return f.read().strip()
 
-    def send(self, method: str, path: str, body: dict[str, Any] | None,
-             content_type: str = "application/json") -> Call:
+    def send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        content_type: str = "application/json",
+    ) -> Call:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.api_url + path, data=data, method=method)
         request.add_header("Accept", "application/json")
@@ -118,8 +127,9 @@ class Client:
         except OSError as e:
             return Call(method, path, body, 0, f"cannot read the token: {e.strerror or e}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout,
-                                        context=self._tls) as response:
+            with urllib.request.urlopen(
+                request, timeout=self.timeout, context=self._tls
+            ) as response:
                 return Call(method, path, body, response.status, "")
         except urllib.error.HTTPError as e:
             return Call(method, path, body, e.code, _status_message(e))
@@ -144,33 +154,54 @@ def stop(client: Client, kind_name: str, action: str, namespace: str, name: str)
     path = kind.path(namespace, name)
     if action == "suspend":
         return client.send("PATCH", path, kind.suspend, "application/merge-patch+json")
-    return client.send("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions",
-                                        "propagationPolicy": "Background"})
+    return client.send(
+        "DELETE",
+        path,
+        {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"},
+    )
 
 
-def rbac(kind_name: str, action: str, namespaces: list[str],
-         service_account: str = "trainprof-actions",
-         namespace: str = "trainprof") -> list[dict[str, Any]]:
+def rbac(
+    kind_name: str,
+    action: str,
+    namespaces: list[str],
+    service_account: str = "trainprof-actions",
+    namespace: str = "trainprof",
+) -> list[dict[str, Any]]:
     """ServiceAccount, a ClusterRole with the one verb on the one resource, and a RoleBinding
     in each allowed namespace (a ClusterRole bound per namespace grants nothing elsewhere)."""
     kind = KINDS[kind_name]
     role = f"trainprof-actions-{action}-{kind.plural}"
     labels = {"app.kubernetes.io/name": "trainprof", "app.kubernetes.io/component": "actions"}
     docs: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": service_account, "namespace": namespace, "labels": labels}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": role, "labels": labels},
-         "rules": [{"apiGroups": [kind.group], "resources": [kind.plural],
-                    "verbs": [VERB[action]]}]},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": service_account, "namespace": namespace, "labels": labels},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role, "labels": labels},
+            "rules": [
+                {"apiGroups": [kind.group], "resources": [kind.plural], "verbs": [VERB[action]]}
+            ],
+        },
     ]
     for ns in namespaces:
-        docs.append({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "trainprof-actions", "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": service_account,
-                          "namespace": namespace}],
-        })
+        docs.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "trainprof-actions", "namespace": ns, "labels": labels},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": role,
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+                ],
+            }
+        )
     return docs

@@ -24,7 +24,7 @@ class LocalJob:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    result: str          # stopped | gone | failed
+    result: str  # stopped | gone | failed
     detail: str
 
 
@@ -55,14 +55,19 @@ def stop(job: LocalJob, signal_name: str = "SIGTERM") -> Outcome:
         if job.process_group:
             group = os.getpgid(pid)
             if group <= 1:
-                return Outcome("failed", f"process {pid} is in process group {group}; "
-                                         "refusing to signal it")
+                return Outcome(
+                    "failed", f"process {pid} is in process group {group}; refusing to signal it"
+                )
             if group == os.getpgrp():
-                return Outcome("failed", f"process {pid} is in this receiver's own process "
-                                         "group; refusing to signal it")
+                return Outcome(
+                    "failed",
+                    f"process {pid} is in this receiver's own process group; refusing to signal it",
+                )
             os.killpg(group, sig)
-            return Outcome("stopped", f"sent {signal_name} to process group {group} "
-                                      f"(PID {pid} from {job.pid_file})")
+            return Outcome(
+                "stopped",
+                f"sent {signal_name} to process group {group} (PID {pid} from {job.pid_file})",
+            )
         if pid == os.getpid():
             return Outcome("failed", f"{job.pid_file} names this receiver; refusing")
         os.kill(pid, sig)

@@ -29,7 +29,7 @@ class PayloadError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Alert:
-    status: str                      # firing | resolved
+    status: str  # firing | resolved
     labels: Mapping[str, str]
     starts_at: str
     fingerprint: str
@@ -44,8 +44,9 @@ def parse(data: Any) -> list[Alert]:
     if not isinstance(data, Mapping):
         raise PayloadError("expected a JSON object")
     if data.get("version") != "4":
-        raise PayloadError(f"expected Alertmanager's webhook version \"4\", got "
-                           f"{str(data.get('version'))[:20]!r}")
+        raise PayloadError(
+            f'expected Alertmanager\'s webhook version "4", got {str(data.get("version"))[:20]!r}'
+        )
     alerts = data.get("alerts")
     if not isinstance(alerts, list):
         raise PayloadError("`alerts` is not a list")
@@ -63,7 +64,8 @@ def _alert(i: int, raw: Any) -> Alert:
         raise PayloadError(f"{where}.status is not firing or resolved")
     labels = raw.get("labels")
     if not isinstance(labels, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
         raise PayloadError(f"{where}.labels is not an object of strings")
     starts_at = raw.get("startsAt")
     if not isinstance(starts_at, str) or not _TIMESTAMP.match(starts_at):

@@ -39,19 +39,18 @@ from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import PayloadError, parse
 
 PATH = "/alerts"
-MAX_IN_FLIGHT = 16           # webhook requests being processed
-MAX_CONNECTIONS = 64         # open connections, each a thread; more are closed at once
+MAX_IN_FLIGHT = 16  # webhook requests being processed
+MAX_CONNECTIONS = 64  # open connections, each a thread; more are closed at once
 
 
 class RateLimiter:
     """A token bucket per client address: `burst` requests at once, refilled at
     `per_minute`. Addresses beyond `max_clients` evict the longest idle one."""
 
-    def __init__(self, per_minute: int, burst: int, clock=time.monotonic,
-                 max_clients: int = 4096):
+    def __init__(self, per_minute: int, burst: int, clock=time.monotonic, max_clients: int = 4096):
         self.rate, self.burst, self.clock = per_minute / 60.0, float(burst), clock
         self.max_clients = max_clients
-        self._buckets: dict[str, tuple[float, float]] = {}     # client -> (tokens, at)
+        self._buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, at)
         self._lock = threading.Lock()
 
     def wait(self, client: str) -> float:
@@ -72,8 +71,7 @@ class RateLimiter:
 class Receiver:
     """Request handling, independent of the socket server that calls it."""
 
-    def __init__(self, config: ActionsConfig, token: str, actions: decide.Actions,
-                 audit: AuditLog):
+    def __init__(self, config: ActionsConfig, token: str, actions: decide.Actions, audit: AuditLog):
         self.config, self.actions, self.audit = config, actions, audit
         self._token = token.encode()
         self.limiter = RateLimiter(config.limits.requests_per_minute, config.limits.burst)
@@ -83,12 +81,22 @@ class Receiver:
         request_id = uuid.uuid4().hex[:16]
         remote = h.client_address[0] if h.client_address else ""
 
-        def reply(status: int, reason: str, body: dict[str, Any] | None = None,
-                  headers: dict[str, str] | None = None) -> None:
-            self.audit.write("request", request_id=request_id, remote=remote, method="POST",
-                             path=h.path[:200], status=status, reason=reason)
-            _send(h, status, {"request_id": request_id, **(body or {"error": reason})},
-                  headers)
+        def reply(
+            status: int,
+            reason: str,
+            body: dict[str, Any] | None = None,
+            headers: dict[str, str] | None = None,
+        ) -> None:
+            self.audit.write(
+                "request",
+                request_id=request_id,
+                remote=remote,
+                method="POST",
+                path=h.path[:200],
+                status=status,
+                reason=reason,
+            )
+            _send(h, status, {"request_id": request_id, **(body or {"error": reason})}, headers)
 
         if h.path != PATH:
             return reply(404, f"no such path; POST alerts to {PATH}")
@@ -102,13 +110,18 @@ class Receiver:
     def _post(self, h, reply, request_id: str, remote: str) -> None:
         wait = self.limiter.wait(remote)
         if wait:
-            return reply(429, "rate limit exceeded",
-                         headers={"Retry-After": str(max(1, math.ceil(wait)))})
+            return reply(
+                429, "rate limit exceeded", headers={"Retry-After": str(max(1, math.ceil(wait)))}
+            )
         scheme, _, given = h.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-                given.strip().encode("utf-8", "replace"), self._token):
-            return reply(401, "missing or wrong bearer token",
-                         headers={"WWW-Authenticate": 'Bearer realm="trainprof-actions"'})
+            given.strip().encode("utf-8", "replace"), self._token
+        ):
+            return reply(
+                401,
+                "missing or wrong bearer token",
+                headers={"WWW-Authenticate": 'Bearer realm="trainprof-actions"'},
+            )
         content_type = h.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
             return reply(415, "expected Content-Type: application/json")
@@ -123,8 +136,7 @@ class Receiver:
             return reply(400, "Content-Length is not a number")
         if length > self.config.limits.max_body_bytes:
             h.close_connection = True
-            return reply(413, f"body of {length} bytes exceeds "
-                              f"{self.config.limits.max_body_bytes}")
+            return reply(413, f"body of {length} bytes exceeds {self.config.limits.max_body_bytes}")
         try:
             body = h.rfile.read(length)
         except TimeoutError:
@@ -145,8 +157,9 @@ class Receiver:
         refused = [p for p in plans if p.decision == "refused"]
         if refused:
             for p in plans:
-                why = p.reason if p.decision == "refused" else "request refused: " + \
-                    refused[0].reason
+                why = (
+                    p.reason if p.decision == "refused" else "request refused: " + refused[0].reason
+                )
                 self._audit_decision(request_id, decide.Decision(p.alert, "refused", why))
             return reply(422, refused[0].reason)
         decisions = self.actions.handle(plans)
@@ -154,23 +167,47 @@ class Receiver:
             self._audit_decision(request_id, d)
         failed = [d for d in decisions if d.decision == "failed"]
         status = 502 if failed else 200
-        reply(status, failed[0].reason if failed else "ok", {"decisions": [
-            {"fingerprint": d.alert.fingerprint, "rule": d.alert.labels.get("rule", ""),
-             "decision": d.decision, "reason": d.reason, "target": d.target}
-            for d in decisions]})
+        reply(
+            status,
+            failed[0].reason if failed else "ok",
+            {
+                "decisions": [
+                    {
+                        "fingerprint": d.alert.fingerprint,
+                        "rule": d.alert.labels.get("rule", ""),
+                        "decision": d.decision,
+                        "reason": d.reason,
+                        "target": d.target,
+                    }
+                    for d in decisions
+                ]
+            },
+        )
 
     def _audit_decision(self, request_id: str, d: decide.Decision) -> None:
         labels = d.alert.labels
         self.audit.write(
-            "decision", request_id=request_id, decision=d.decision, reason=d.reason,
-            rule=labels.get("rule", ""), alertname=labels.get("alertname", ""),
-            namespace=labels.get("namespace", ""), training_job=labels.get("training_job", ""),
-            target=d.target, fingerprint=d.alert.fingerprint, starts_at=d.alert.starts_at,
-            dry_run=self.config.dry_run)
+            "decision",
+            request_id=request_id,
+            decision=d.decision,
+            reason=d.reason,
+            rule=labels.get("rule", ""),
+            alertname=labels.get("alertname", ""),
+            namespace=labels.get("namespace", ""),
+            training_job=labels.get("training_job", ""),
+            target=d.target,
+            fingerprint=d.alert.fingerprint,
+            starts_at=d.alert.starts_at,
+            dry_run=self.config.dry_run,
+        )
 
 
-def _send(h: BaseHTTPRequestHandler, status: int, body: dict[str, Any],
-          headers: dict[str, str] | None = None) -> None:
+def _send(
+    h: BaseHTTPRequestHandler,
+    status: int,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+) -> None:
     data = (json.dumps(body) + "\n").encode()
     h.send_response(status)
     h.send_header("Content-Type", "application/json")
@@ -184,7 +221,7 @@ def _send(h: BaseHTTPRequestHandler, status: int, body: dict[str, Any],
 class _Handler(BaseHTTPRequestHandler):
     server_version = "trainprof-actions"
     sys_version = ""
-    timeout = 10             # seconds a client may take per read: no slow-loris threads
+    timeout = 10  # seconds a client may take per read: no slow-loris threads
 
     def do_POST(self):
         self.server.receiver.post(self)
@@ -197,15 +234,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _refuse(self):
         status = 405 if self.path == PATH else 404
-        self.server.receiver.audit.write("request", remote=self.client_address[0],
-                                         method=self.command, path=self.path[:200],
-                                         status=status, reason="method or path")
-        _send(self, status, {"error": "POST webhook payloads to " + PATH},
-              {"Allow": "POST"} if status == 405 else None)
+        self.server.receiver.audit.write(
+            "request",
+            remote=self.client_address[0],
+            method=self.command,
+            path=self.path[:200],
+            status=status,
+            reason="method or path",
+        )
+        _send(
+            self,
+            status,
+            {"error": "POST webhook payloads to " + PATH},
+            {"Allow": "POST"} if status == 405 else None,
+        )
 
     do_PUT = do_DELETE = do_PATCH = _refuse
 
-    def log_message(self, format, *args):       # the audit log records every request
+    def log_message(self, format, *args):  # the audit log records every request
         pass
 
 
@@ -219,10 +265,11 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
 
 class ActionsHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
-    request_queue_size = 128       # the listen backlog; connections over the cap are closed
+    request_queue_size = 128  # the listen backlog; connections over the cap are closed
 
-    def __init__(self, address: tuple[str, int], receiver: Receiver,
-                 context: ssl.SSLContext | None = None):
+    def __init__(
+        self, address: tuple[str, int], receiver: Receiver, context: ssl.SSLContext | None = None
+    ):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -231,15 +278,15 @@ class ActionsHTTPServer(ThreadingHTTPServer):
         if context:
             # The handshake then happens in the handler's thread, under its timeout, not
             # in accept(), where one silent client would block every other.
-            self.socket = context.wrap_socket(self.socket, server_side=True,
-                                              do_handshake_on_connect=False)
+            self.socket = context.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
 
     def handle_error(self, request, client_address):
         error = sys.exc_info()[1]
         if isinstance(error, (ConnectionError, TimeoutError)):
-            return                   # the client went away; its request is in the audit log
-        print(f"trainprof actions: error serving {client_address[0]}: {error!r}",
-              file=sys.stderr)
+            return  # the client went away; its request is in the audit log
+        print(f"trainprof actions: error serving {client_address[0]}: {error!r}", file=sys.stderr)
 
     def process_request(self, request, client_address):
         if not self._connections.acquire(blocking=False):

@@ -56,7 +56,7 @@ class Route:
     timing: Timing | None = None
     continue_: bool = False
     routes: tuple[Route, ...] = ()
-    why: str = ""                # for the docs; not written to the configuration
+    why: str = ""  # for the docs; not written to the configuration
 
     def as_config(self) -> dict[str, Any]:
         out: dict[str, Any] = {"receiver": self.receiver}
@@ -101,14 +101,18 @@ class InhibitRule:
     source: tuple[Matcher, ...]
     target: tuple[Matcher, ...]
     equal: tuple[str, ...]
-    why: str = ""                # for the docs
+    why: str = ""  # for the docs
 
     def as_config(self) -> dict[str, Any]:
-        return {"source_matchers": [str(m) for m in self.source],
-                "target_matchers": [str(m) for m in self.target],
-                "equal": list(self.equal)}
+        return {
+            "source_matchers": [str(m) for m in self.source],
+            "target_matchers": [str(m) for m in self.target],
+            "equal": list(self.equal),
+        }
 
     def as_resource(self) -> dict[str, Any]:
-        return {"sourceMatch": [m.as_resource() for m in self.source],
-                "targetMatch": [m.as_resource() for m in self.target],
-                "equal": list(self.equal)}
+        return {
+            "sourceMatch": [m.as_resource() for m in self.source],
+            "targetMatch": [m.as_resource() for m in self.target],
+            "equal": list(self.equal),
+        }

@@ -64,36 +64,57 @@ def trainprof_rules() -> tuple[str, ...]:
     return tuple(r.name for r in alerting_rules()) + (HEALTH_RULE, STATE_RULE)
 
 
-def tree(job_labels: Sequence[str] = DEFAULT_JOB_LABELS,
-         timing: dict[str, Timing] | None = None) -> Route:
+def tree(
+    job_labels: Sequence[str] = DEFAULT_JOB_LABELS, timing: dict[str, Timing] | None = None
+) -> Route:
     """The route subtree: add it as the first child of your root route."""
     timing = {**DEFAULT_TIMING, **(timing or {})}
     rules = [r.name for r in alerting_rules()]
     by_severity = tuple(
-        Route(RECEIVER_BY_SEVERITY[s], (Matcher("severity", "=", s),), timing=timing[
-            RECEIVER_BY_SEVERITY[s]],
-            why=f"`{s}` alerts go to {RECEIVER_BY_SEVERITY[s]}")
-        for s in reversed(SEVERITIES))
+        Route(
+            RECEIVER_BY_SEVERITY[s],
+            (Matcher("severity", "=", s),),
+            timing=timing[RECEIVER_BY_SEVERITY[s]],
+            why=f"`{s}` alerts go to {RECEIVER_BY_SEVERITY[s]}",
+        )
+        for s in reversed(SEVERITIES)
+    )
     return Route(
-        NOTIFY, (_any_of("rule", trainprof_rules()),), group_by=tuple(job_labels),
+        NOTIFY,
+        (_any_of("rule", trainprof_rules()),),
+        group_by=tuple(job_labels),
         timing=timing["subtree"],
         why="every trainprof alert, grouped per job",
         routes=(
-            Route(ACTIONS, (_any_of("rule", rules),), timing=timing[ACTIONS], continue_=True,
-                  why="every rule alert also reaches the StopTraining receiver, which acts "
-                      "only on the rules its configuration opts into"),
-            Route(INFO, (Matcher("rule", "=", STATE_RULE),), timing=timing[INFO],
-                  why="a job's state (not started yet) only exists to inhibit; it "
-                      "never pages and never reaches StopTraining"),
-            Route(NOTIFY, (Matcher("rule", "=", HEALTH_RULE),), group_by=("alertname",),
-                  timing=timing["health"],
-                  why="trainprof's own health explains why a rule is silent; one "
-                      "notification per problem lists every job it affects"),
+            Route(
+                ACTIONS,
+                (_any_of("rule", rules),),
+                timing=timing[ACTIONS],
+                continue_=True,
+                why="every rule alert also reaches the StopTraining receiver, which acts "
+                "only on the rules its configuration opts into",
+            ),
+            Route(
+                INFO,
+                (Matcher("rule", "=", STATE_RULE),),
+                timing=timing[INFO],
+                why="a job's state (not started yet) only exists to inhibit; it "
+                "never pages and never reaches StopTraining",
+            ),
+            Route(
+                NOTIFY,
+                (Matcher("rule", "=", HEALTH_RULE),),
+                group_by=("alertname",),
+                timing=timing["health"],
+                why="trainprof's own health explains why a rule is silent; one "
+                "notification per problem lists every job it affects",
+            ),
             *by_severity,
             # The actions route above matched with `continue`, so Alertmanager no longer
             # falls back to this subtree's own receiver: catch the rest explicitly.
             Route(NOTIFY, why="a trainprof alert without a known severity gets a ticket"),
-        ))
+        ),
+    )
 
 
 def family_members(family: str) -> tuple[str, ...]:
@@ -128,25 +149,38 @@ def inhibit_rules(job_labels: Sequence[str] = DEFAULT_JOB_LABELS) -> list[Inhibi
             sources_by_targets.setdefault(targets, []).append(spec.name)
     out = []
     for targets, sources in sources_by_targets.items():
-        out.append(InhibitRule(
-            (_any_of("rule", sources),), (_any_of("rule", targets),), job_labels,
-            why=f"{' or '.join(sources)} firing for a job silences {', '.join(targets)} "
-                "of the same job"))
+        out.append(
+            InhibitRule(
+                (_any_of("rule", sources),),
+                (_any_of("rule", targets),),
+                job_labels,
+                why=f"{' or '.join(sources)} firing for a job silences {', '.join(targets)} "
+                "of the same job",
+            )
+        )
     held = tuple(r.name for r in alerting_rules() if r.family in ("bottleneck", "gpu"))
-    out.append(InhibitRule(
-        (Matcher("rule", "=", STATE_RULE), Matcher("alertname", "=", "TrainingNotStarted")),
-        (_any_of("rule", held),), job_labels,
-        why=f"a job that has not completed its first step is initializing: its "
-            f"{', '.join(held)} alerts wait (MaxInitializationTime judges the wait)"))
+    out.append(
+        InhibitRule(
+            (Matcher("rule", "=", STATE_RULE), Matcher("alertname", "=", "TrainingNotStarted")),
+            (_any_of("rule", held),),
+            job_labels,
+            why=f"a job that has not completed its first step is initializing: its "
+            f"{', '.join(held)} alerts wait (MaxInitializationTime judges the wait)",
+        )
+    )
     rules = _any_of("rule", [r.name for r in alerting_rules()])
-    ranked = list(reversed(SEVERITIES))            # critical, warning, info
+    ranked = list(reversed(SEVERITIES))  # critical, warning, info
     for i, higher in enumerate(ranked[:-1]):
-        lower = ranked[i + 1:]
-        out.append(InhibitRule(
-            (rules, Matcher("severity", "=", higher)), (rules, _any_of("severity", lower)),
-            ("rule",) + job_labels,
-            why=f"a `{higher}` alert silences `{'`/`'.join(lower)}` alerts of the same rule "
-                "and job (tiered thresholds compiled twice)"))
+        lower = ranked[i + 1 :]
+        out.append(
+            InhibitRule(
+                (rules, Matcher("severity", "=", higher)),
+                (rules, _any_of("severity", lower)),
+                ("rule",) + job_labels,
+                why=f"a `{higher}` alert silences `{'`/`'.join(lower)}` alerts of the same rule "
+                "and job (tiered thresholds compiled twice)",
+            )
+        )
     return out
 
 
@@ -183,8 +217,11 @@ def route_cases(compiled_alerts: Iterable[dict]) -> list[RouteCase]:
             cases.append(RouteCase(labels, (INFO,)))
             continue
         for severity in reversed(SEVERITIES):
-            cases.append(RouteCase({**labels, "severity": severity},
-                                   (ACTIONS, RECEIVER_BY_SEVERITY[severity])))
+            cases.append(
+                RouteCase(
+                    {**labels, "severity": severity}, (ACTIONS, RECEIVER_BY_SEVERITY[severity])
+                )
+            )
         unlabelled = {k: v for k, v in labels.items() if k != "severity"}
         cases.append(RouteCase(unlabelled, (ACTIONS, NOTIFY)))
     return cases

@@ -48,5 +48,8 @@ def iter_panels(data: dict):
 
 def panel_queries(data: dict) -> list[tuple[str, str, str]]:
     """(panel title, refId, expr) of every query of a dashboard's JSON."""
-    return [(p["title"], t.get("refId", ""), t["expr"])
-            for p in iter_panels(data) for t in p.get("targets", [])]
+    return [
+        (p["title"], t.get("refId", ""), t["expr"])
+        for p in iter_panels(data)
+        for t in p.get("targets", [])
+    ]

@@ -18,15 +18,16 @@ from trainprof.durations import format_duration
 from trainprof.rules.config import RuleInstance
 from trainprof.rules.promql import Matcher, quote
 
-FIRING, PENDING, OK = 2, 1, 0      # state_now's values
+FIRING, PENDING, OK = 2, 1, 0  # state_now's values
 
 
 def _rules_regex(instances: Sequence[RuleInstance]) -> str:
     return "|".join(i.spec.name for i in instances)
 
 
-def times_triggered(scope: Scope, instances: Sequence[RuleInstance], over: str = RANGE,
-                    by: str = "rule") -> str:
+def times_triggered(
+    scope: Scope, instances: Sequence[RuleInstance], over: str = RANGE, by: str = "rule"
+) -> str:
     """Per rule (`by`), the rising edges of its firing alerts within `over`; 0 for rules
     that never fired."""
     parts = []
@@ -35,8 +36,10 @@ def times_triggered(scope: Scope, instances: Sequence[RuleInstance], over: str =
         rules = _rules_regex(list(group))
         step = format_duration(seconds)
         firing = scope.sel("ALERTS", Matcher("rule", "=~", rules), alertstate="firing")
-        parts.append(f"sum by ({by}) (count_over_time(({firing} unless {firing} offset {step})"
-                     f"[{over}:{step}]))")
+        parts.append(
+            f"sum by ({by}) (count_over_time(({firing} unless {firing} offset {step})"
+            f"[{over}:{step}]))"
+        )
     return "\nor\n".join(parts + [zeros(instances, by)])
 
 
@@ -45,16 +48,19 @@ def state_now(scope: Scope, instances: Sequence[RuleInstance], by: str = "rule")
     rules = Matcher("rule", "=~", _rules_regex(instances))
     firing = scope.sel("ALERTS", rules, alertstate="firing")
     pending = scope.sel("ALERTS", rules, alertstate="pending")
-    return (f"max by ({by}) ({FIRING} * {firing}\nor\n{PENDING} * {pending})\n"
-            f"or\n{zeros(instances, by)}")
+    return (
+        f"max by ({by}) ({FIRING} * {firing}\nor\n{PENDING} * {pending})\n"
+        f"or\n{zeros(instances, by)}"
+    )
 
 
 def zeros(instances: Sequence[RuleInstance], by: str = "rule") -> str:
     """A 0 per rule, so that rules without alerts still get a row."""
     if by != "rule":
         return "vector(0)"
-    return "\nor\n".join(f'label_replace(vector(0), "rule", {quote(i.spec.name)}, "", "")'
-                         for i in instances)
+    return "\nor\n".join(
+        f'label_replace(vector(0), "rule", {quote(i.spec.name)}, "", "")' for i in instances
+    )
 
 
 def catalog_rows(instances: Sequence[RuleInstance]) -> str:
@@ -63,9 +69,12 @@ def catalog_rows(instances: Sequence[RuleInstance]) -> str:
     rows = []
     for i in instances:
         expr = "vector(1)"
-        for label, text in (("rule", i.spec.name), ("severity", i.severity),
-                            ("description", i.spec.detects),
-                            ("recommendation", i.spec.recommendation)):
+        for label, text in (
+            ("rule", i.spec.name),
+            ("severity", i.severity),
+            ("description", i.spec.detects),
+            ("recommendation", i.spec.recommendation),
+        ):
             if "$" in text:
                 # Grafana would read it as a variable, label_replace as a group reference.
                 raise ValueError(f"rule {i.spec.name}: {label} must not contain '$'")

@@ -35,13 +35,16 @@ def mean(scope: Scope, histogram: str, by: str = "", over: str = RATE_INTERVAL) 
 
 # --- training job summary --------------------------------------------------------------------
 
+
 def start_ms(scope: Scope) -> str:
     return f"min({scope.sel('trainprof_training_start_timestamp_seconds')}) * 1000"
 
 
 def initialization(scope: Scope, config: RulesConfig) -> str:
-    rec = recording(summary_recordings(config, "OverallFrameworkMetrics"),
-                    "trainprof_training_initialization_seconds")
+    rec = recording(
+        summary_recordings(config, "OverallFrameworkMetrics"),
+        "trainprof_training_initialization_seconds",
+    )
     return scope.sel(rec.record)
 
 
@@ -50,8 +53,10 @@ def elapsed(scope: Scope) -> str:
     have sampled."""
     s = scope.sel
     start = s("trainprof_training_start_timestamp_seconds")
-    sampled = (f"max(\n  {s('trainprof_samples_total')}\n  * on (instance, job)\n  "
-               f"{s('trainprof_sampler_interval_seconds')}\n)")
+    sampled = (
+        f"max(\n  {s('trainprof_samples_total')}\n  * on (instance, job)\n  "
+        f"{s('trainprof_sampler_interval_seconds')}\n)"
+    )
     return f"(max(timestamp({start})) - min({start}))\nor\n{sampled}"
 
 
@@ -70,8 +75,10 @@ def firing_alerts(scope: Scope) -> str:
 
 def node_count(scope: Scope) -> str:
     s = scope.sel
-    return (f"count(count by (node) ({s('trainprof_samples_total')} or "
-            f"{s('trainprof_training_steps_total')}))")
+    return (
+        f"count(count by (node) ({s('trainprof_samples_total')} or "
+        f"{s('trainprof_training_steps_total')}))"
+    )
 
 
 def gpu_count(scope: Scope) -> str:
@@ -83,6 +90,7 @@ def rank_count(scope: Scope) -> str:
 
 
 # --- system usage ----------------------------------------------------------------------------
+
 
 def network(scope: Scope, config: RulesConfig, direction: str) -> str:
     usage = summary_recordings(config, "OverallSystemUsage")
@@ -96,27 +104,33 @@ def system_usage_quantile(scope: Scope, config: RulesConfig, q: str) -> str:
     parts = []
     for histogram, name in SYSTEM_USAGE_NAMES.items():
         rec = recording(usage, histogram, quantile=q)
-        parts.append(f'label_replace({scope.sel(rec.record, quantile=q)}, "resource", '
-                     f'"{name}", "", "")')
+        parts.append(
+            f'label_replace({scope.sel(rec.record, quantile=q)}, "resource", "{name}", "", "")'
+        )
     return "\nor\n".join(parts)
 
 
 def gpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
     """Seconds a kernel ran on each GPU: utilization summed over the samples x interval."""
     s = scope.sel
-    return (f"increase({s('trainprof_gpu_utilization_sampled_ratio_sum')}[{over}])\n"
-            f"* ignoring (gpu, uuid) group_left\n{s('trainprof_sampler_interval_seconds')}")
+    return (
+        f"increase({s('trainprof_gpu_utilization_sampled_ratio_sum')}[{over}])\n"
+        f"* ignoring (gpu, uuid) group_left\n{s('trainprof_sampler_interval_seconds')}"
+    )
 
 
 def cpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
     """Core-seconds the CPUs were busy."""
     s = scope.sel
     # The three series come from one exporter with the same labels: plain one-to-one `*`.
-    return (f"increase({s('trainprof_cpu_utilization_sampled_ratio_sum')}[{over}])\n"
-            f"* {s('trainprof_sampler_interval_seconds')}\n* {s('trainprof_cpu_cores')}")
+    return (
+        f"increase({s('trainprof_cpu_utilization_sampled_ratio_sum')}[{over}])\n"
+        f"* {s('trainprof_sampler_interval_seconds')}\n* {s('trainprof_cpu_cores')}"
+    )
 
 
 # --- framework metrics -----------------------------------------------------------------------
+
 
 def step_buckets(scope: Scope, over: str) -> str:
     buckets = scope.sel("trainprof_training_step_duration_seconds_bucket")
@@ -141,15 +155,18 @@ def rank_phase_share(scope: Scope, config: RulesConfig) -> str:
 
 
 def job_mode_share(scope: Scope, config: RulesConfig) -> str:
-    return scope.sel(_framework(config, "training_job_mode",
-                                "trainprof_training_step_duration_seconds"))
+    return scope.sel(
+        _framework(config, "training_job_mode", "trainprof_training_step_duration_seconds")
+    )
 
 
 def dataloader_share(scope: Scope, by: str = "rank") -> str:
     phase = scope.sel("trainprof_training_phase_seconds_total")
     dataloader = scope.sel("trainprof_training_phase_seconds_total", phase="dataloader")
-    return (f"sum by ({by}) (rate({dataloader}[{RATE_INTERVAL}]))\n/\n"
-            f"sum by ({by}) (rate({phase}[{RATE_INTERVAL}]))")
+    return (
+        f"sum by ({by}) (rate({dataloader}[{RATE_INTERVAL}]))\n/\n"
+        f"sum by ({by}) (rate({phase}[{RATE_INTERVAL}]))"
+    )
 
 
 def phase_seconds(scope: Scope, over: str = RANGE) -> str:
@@ -159,5 +176,7 @@ def phase_seconds(scope: Scope, over: str = RANGE) -> str:
 
 def phase_seconds_per_step(scope: Scope, over: str = RANGE) -> str:
     steps = scope.sel("trainprof_training_steps_total")
-    return (f"{phase_seconds(scope, over)}\n/ ignoring (phase) group_left\n"
-            f"sum(increase({steps}[{over}]))")
+    return (
+        f"{phase_seconds(scope, over)}\n/ ignoring (phase) group_left\n"
+        f"sum(increase({steps}[{over}]))"
+    )

@@ -30,10 +30,18 @@ def idle_bound(config: RulesConfig) -> float:
 def _job_link(field: str = "training_job") -> list[dict]:
     from trainprof.dashboards import job
 
-    url = (f"/d/{job.UID}/{job.SLUG}?var-training_job=${{__data.fields.training_job}}"
-           "&var-namespace=${__data.fields.namespace}&${__url_time_range}")
-    return [{"matcher": {"id": "byName", "options": field}, "properties": [
-        {"id": "links", "value": [{"title": "Open the job's dashboard", "url": url}]}]}]
+    url = (
+        f"/d/{job.UID}/{job.SLUG}?var-training_job=${{__data.fields.training_job}}"
+        "&var-namespace=${__data.fields.namespace}&${__url_time_range}"
+    )
+    return [
+        {
+            "matcher": {"id": "byName", "options": field},
+            "properties": [
+                {"id": "links", "value": [{"title": "Open the job's dashboard", "url": url}]}
+            ],
+        }
+    ]
 
 
 def dashboard(config: RulesConfig) -> core.Dashboard:
@@ -44,11 +52,15 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
     bound = idle_bound(config)
     interval = s("trainprof_sampler_interval_seconds")
     idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
-    idle_hours = (f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
-                  f"  * ignoring (gpu, uuid, le) group_left\n  {interval}\n) / 3600")
+    idle_hours = (
+        f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
+        f"  * ignoring (gpu, uuid, le) group_left\n  {interval}\n) / 3600"
+    )
     gpus = f"count {by_job} ({s(_UTIL + '_count')})"
-    util = (f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RANGE}]))\n/\n"
-            f"sum {by_job} (rate({s(_UTIL + '_count')}[{RANGE}]))")
+    util = (
+        f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RANGE}]))\n/\n"
+        f"sum {by_job} (rate({s(_UTIL + '_count')}[{RANGE}]))"
+    )
     steps = s("trainprof_training_steps_total")
     step_rate = f"sum {by_job} (rate({steps}[{RATE_INTERVAL}]))"
     firing = s("ALERTS", alertstate="firing")
@@ -58,8 +70,10 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
     durations = s("trainprof_training_step_duration_seconds_sum")
     counts = s("trainprof_training_step_duration_seconds_count")
     mean_step = f"rate({durations}[{RANGE}]) / rate({counts}[{RANGE}])"
-    stragglers = (f"topk(10,\n  {mean_step}\n  / on ({jl}, mode) group_left\n"
-                  f"  quantile by ({jl}, mode) (0.5, {mean_step})\n)")
+    stragglers = (
+        f"topk(10,\n  {mean_step}\n  / on ({jl}, mode) group_left\n"
+        f"  quantile by ({jl}, mode) (0.5, {mean_step})\n)"
+    )
     jobs = [
         target(nodes, instant=True, fmt="table", ref="nodes"),
         target(gpus, instant=True, fmt="table", ref="gpus"),
@@ -70,64 +84,147 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         target(idle_hours, instant=True, fmt="table", ref="idle"),
     ]
     rows = [
-        ui.row("Fleet", [
-            ui.stat("Running jobs", [target(
-                f"count(count {by_job} ({s('trainprof_samples_total')} or {steps}))")], w=6,
-                    description="Jobs with an exporter or a training process scraped now."),
-            ui.stat("GPUs", [target(f"count({s(_UTIL + '_count')})")], w=6),
-            ui.stat("Alerts firing", [target(f"count({firing}) or vector(0)")], threshold=1,
-                    w=6),
-            ui.stat(f"Idle GPU-hours (below {bound:.0%})", [target(f"sum({idle_hours})")],
-                    decimals=1, w=6,
+        ui.row(
+            "Fleet",
+            [
+                ui.stat(
+                    "Running jobs",
+                    [target(f"count(count {by_job} ({s('trainprof_samples_total')} or {steps}))")],
+                    w=6,
+                    description="Jobs with an exporter or a training process scraped now.",
+                ),
+                ui.stat("GPUs", [target(f"count({s(_UTIL + '_count')})")], w=6),
+                ui.stat(
+                    "Alerts firing", [target(f"count({firing}) or vector(0)")], threshold=1, w=6
+                ),
+                ui.stat(
+                    f"Idle GPU-hours (below {bound:.0%})",
+                    [target(f"sum({idle_hours})")],
+                    decimals=1,
+                    w=6,
                     description="GPU time spent at or below the idle threshold over the "
-                                "range: CPUBottleneck's gpu_threshold."),
-            ui.table("Jobs", jobs, h=10, sort_by="Idle GPU-hours",
-                     transformations=[
-                         {"id": "merge", "options": {}},
-                         {"id": "organize", "options": {
-                             "excludeByName": {"Time": True},
-                             "renameByName": {
-                                 "Value #nodes": "Nodes", "Value #gpus": "GPUs",
-                                 "Value #ranks": "Ranks", "Value #step_rate": "Steps/s",
-                                 "Value #gpu_util": "Mean GPU utilization",
-                                 "Value #alerts": "Alerts firing",
-                                 "Value #idle": "Idle GPU-hours"}}}],
-                     overrides=_job_link() + [
-                         {"matcher": {"id": "byName", "options": "Mean GPU utilization"},
-                          "properties": [{"id": "unit", "value": ui.RATIO}]}]),
-        ]),
-        ui.row("Rules and waste", [
-            ui.table("Rules firing per job", [target(
-                f"count by ({jl}, rule, severity) ({firing})", instant=True, fmt="table")],
-                w=12, sort_by="Alerts firing", overrides=_job_link(),
-                transformations=[{"id": "organize", "options": {
-                    "excludeByName": {"Time": True},
-                    "renameByName": {"Value": "Alerts firing"}}}]),
-            ui.bargauge("Idle GPU-hours per job", [target(idle_hours, "{{training_job}}",
-                                                          instant=True)], w=12),
-            ui.table("Worst stragglers (mean step time / the job's median rank)", [target(
-                stragglers, instant=True, fmt="table")], w=12, sort_by="Slower than the median by",
-                overrides=_job_link(),
-                description="Ranks whose mean step time over the range is furthest above "
-                            "their job's median rank: 1.5 means 50 % slower.",
-                transformations=[{"id": "organize", "options": {
-                    "excludeByName": {"Time": True, "instance": True, "job": True,
-                                      "local_rank": True},
-                    "renameByName": {"Value": "Slower than the median by"}}}]),
-            ui.timeseries("GPU utilization per job", [target(
-                f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RATE_INTERVAL}]))\n/\n"
-                f"sum {by_job} (rate({s(_UTIL + '_count')}[{RATE_INTERVAL}]))",
-                "{{training_job}}")], unit=ui.RATIO, min_value=0, max_value=1, w=12),
-        ]),
+                    "range: CPUBottleneck's gpu_threshold.",
+                ),
+                ui.table(
+                    "Jobs",
+                    jobs,
+                    h=10,
+                    sort_by="Idle GPU-hours",
+                    transformations=[
+                        {"id": "merge", "options": {}},
+                        {
+                            "id": "organize",
+                            "options": {
+                                "excludeByName": {"Time": True},
+                                "renameByName": {
+                                    "Value #nodes": "Nodes",
+                                    "Value #gpus": "GPUs",
+                                    "Value #ranks": "Ranks",
+                                    "Value #step_rate": "Steps/s",
+                                    "Value #gpu_util": "Mean GPU utilization",
+                                    "Value #alerts": "Alerts firing",
+                                    "Value #idle": "Idle GPU-hours",
+                                },
+                            },
+                        },
+                    ],
+                    overrides=_job_link()
+                    + [
+                        {
+                            "matcher": {"id": "byName", "options": "Mean GPU utilization"},
+                            "properties": [{"id": "unit", "value": ui.RATIO}],
+                        }
+                    ],
+                ),
+            ],
+        ),
+        ui.row(
+            "Rules and waste",
+            [
+                ui.table(
+                    "Rules firing per job",
+                    [
+                        target(
+                            f"count by ({jl}, rule, severity) ({firing})", instant=True, fmt="table"
+                        )
+                    ],
+                    w=12,
+                    sort_by="Alerts firing",
+                    overrides=_job_link(),
+                    transformations=[
+                        {
+                            "id": "organize",
+                            "options": {
+                                "excludeByName": {"Time": True},
+                                "renameByName": {"Value": "Alerts firing"},
+                            },
+                        }
+                    ],
+                ),
+                ui.bargauge(
+                    "Idle GPU-hours per job",
+                    [target(idle_hours, "{{training_job}}", instant=True)],
+                    w=12,
+                ),
+                ui.table(
+                    "Worst stragglers (mean step time / the job's median rank)",
+                    [target(stragglers, instant=True, fmt="table")],
+                    w=12,
+                    sort_by="Slower than the median by",
+                    overrides=_job_link(),
+                    description="Ranks whose mean step time over the range is furthest above "
+                    "their job's median rank: 1.5 means 50 % slower.",
+                    transformations=[
+                        {
+                            "id": "organize",
+                            "options": {
+                                "excludeByName": {
+                                    "Time": True,
+                                    "instance": True,
+                                    "job": True,
+                                    "local_rank": True,
+                                },
+                                "renameByName": {"Value": "Slower than the median by"},
+                            },
+                        }
+                    ],
+                ),
+                ui.timeseries(
+                    "GPU utilization per job",
+                    [
+                        target(
+                            f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RATE_INTERVAL}]))\n/\n"
+                            f"sum {by_job} (rate({s(_UTIL + '_count')}[{RATE_INTERVAL}]))",
+                            "{{training_job}}",
+                        )
+                    ],
+                    unit=ui.RATIO,
+                    min_value=0,
+                    max_value=1,
+                    w=12,
+                ),
+            ],
+        ),
     ]
-    variables = [ui.datasource_variable(),
-                 ui.query_variable("namespace", f"label_values({presence()}, namespace)",
-                                   label="Namespace", multi=True, include_all=True)]
+    variables = [
+        ui.datasource_variable(),
+        ui.query_variable(
+            "namespace",
+            f"label_values({presence()}, namespace)",
+            label="Namespace",
+            multi=True,
+            include_all=True,
+        ),
+    ]
     from trainprof.dashboards import job
 
     return ui.dashboard(
-        TITLE, UID,
+        TITLE,
+        UID,
         f"Code generated by make generate. DO NOT EDIT. Edit {SOURCE}.\n"
         "Every training job Prometheus sees: rules firing, idle GPU-hours, stragglers.",
-        rows, variables, tags=["trainprof"],
-        links=[ui.link_to("Job dashboard", job.UID, job.SLUG, "One job in detail")])
+        rows,
+        variables,
+        tags=["trainprof"],
+        links=[ui.link_to("Job dashboard", job.UID, job.SLUG, "One job in detail")],
+    )

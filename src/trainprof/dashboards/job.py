@@ -20,156 +20,319 @@ from trainprof.rules.compiler import JOB_DASHBOARD_UID
 from trainprof.rules.config import RuleInstance, RulesConfig
 
 UID = JOB_DASHBOARD_UID
-TITLE = "Trainprof job"          # slug trainprof-job, as in the alerts' dashboard_url
+TITLE = "Trainprof job"  # slug trainprof-job, as in the alerts' dashboard_url
 SLUG = "trainprof-job"
 SOURCE = "src/trainprof/dashboards/job.py"
 
 
 # --- rows ------------------------------------------------------------------------------------
 
+
 def summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    return ui.row("Training job summary", [
-        ui.stat("Start", [target(x.start_ms(scope))], unit=ui.TIMESTAMP_MS, w=6,
-                description="When the job's first training process started."),
-        ui.stat("Time to first step", [target(x.initialization(scope, config))],
+    return ui.row(
+        "Training job summary",
+        [
+            ui.stat(
+                "Start",
+                [target(x.start_ms(scope))],
+                unit=ui.TIMESTAMP_MS,
+                w=6,
+                description="When the job's first training process started.",
+            ),
+            ui.stat(
+                "Time to first step",
+                [target(x.initialization(scope, config))],
                 unit=ui.DURATION,
                 description="From the first process start to the first training step "
-                            "(MaxInitializationTime watches it)."),
-        ui.stat("Elapsed", [target(x.elapsed(scope))], unit=ui.DURATION,
+                "(MaxInitializationTime watches it).",
+            ),
+            ui.stat(
+                "Elapsed",
+                [target(x.elapsed(scope))],
+                unit=ui.DURATION,
                 description="From start to the latest scrape; without the training API, "
-                            "how long the exporters have sampled."),
-        ui.stat("Steps", [target(x.steps_by_mode(scope), "{{mode}}")], w=4),
-        ui.stat("Step rate", [target(x.step_rate(scope))], unit=ui.STEPS_PER_SECOND,
-                graph=True, decimals=2, w=3),
-        ui.stat("Rules firing", [target(f"count({x.firing_alerts(scope)}) or vector(0)")],
-                threshold=1, w=3,
-                description="Alerts of this job firing now (see Rules summary)."),
-        ui.stat("Nodes", [target(x.node_count(scope))], w=3),
-        ui.stat("GPUs", [target(x.gpu_count(scope))], w=3),
-        ui.stat("Ranks", [target(x.rank_count(scope))], w=3),
-        ui.timeseries("Step rate per rank", [target(x.step_rate(scope, by="rank, mode"),
-                                                    "rank {{rank}} {{mode}}")],
-                      unit=ui.STEPS_PER_SECOND, w=15, h=6),
-    ])
+                "how long the exporters have sampled.",
+            ),
+            ui.stat("Steps", [target(x.steps_by_mode(scope), "{{mode}}")], w=4),
+            ui.stat(
+                "Step rate",
+                [target(x.step_rate(scope))],
+                unit=ui.STEPS_PER_SECOND,
+                graph=True,
+                decimals=2,
+                w=3,
+            ),
+            ui.stat(
+                "Rules firing",
+                [target(f"count({x.firing_alerts(scope)}) or vector(0)")],
+                threshold=1,
+                w=3,
+                description="Alerts of this job firing now (see Rules summary).",
+            ),
+            ui.stat("Nodes", [target(x.node_count(scope))], w=3),
+            ui.stat("GPUs", [target(x.gpu_count(scope))], w=3),
+            ui.stat("Ranks", [target(x.rank_count(scope))], w=3),
+            ui.timeseries(
+                "Step rate per rank",
+                [target(x.step_rate(scope, by="rank, mode"), "rank {{rank}} {{mode}}")],
+                unit=ui.STEPS_PER_SECOND,
+                w=15,
+                h=6,
+            ),
+        ],
+    )
 
 
 def system_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    network = [target(x.network(scope, config, d), f"{{{{node}}}} {d}")
-               for d in ("receive", "transmit")]
+    network = [
+        target(x.network(scope, config, d), f"{{{{node}}}} {d}") for d in ("receive", "transmit")
+    ]
     gpu = x.GPU_LEGEND
-    return ui.row("System usage statistics", [
-        ui.timeseries("CPU utilization (average of the cores)", [target(
-            x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "{{node}}")],
-            unit=ui.RATIO, min_value=0, max_value=1, w=8),
-        ui.timeseries("GPU utilization", [target(
-            x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), gpu)],
-            unit=ui.RATIO, min_value=0, max_value=1, w=8),
-        ui.timeseries("GPU memory used", [target(
-            x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), gpu)],
-            unit=ui.RATIO, min_value=0, max_value=1, w=8),
-        ui.timeseries("I/O wait (average of the cores)", [target(
-            x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), "{{node}}")],
-            unit=ui.RATIO, min_value=0, w=8),
-        ui.timeseries("Host memory used", [target(
-            x.mean(scope, "trainprof_memory_used_sampled_ratio"), "{{node}}")],
-            unit=ui.RATIO, min_value=0, max_value=1, w=8),
-        ui.timeseries("Network", network, unit=ui.BYTES_PER_SECOND, w=8),
-        system_usage_table(scope, config),
-    ])
+    return ui.row(
+        "System usage statistics",
+        [
+            ui.timeseries(
+                "CPU utilization (average of the cores)",
+                [target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "{{node}}")],
+                unit=ui.RATIO,
+                min_value=0,
+                max_value=1,
+                w=8,
+            ),
+            ui.timeseries(
+                "GPU utilization",
+                [target(x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), gpu)],
+                unit=ui.RATIO,
+                min_value=0,
+                max_value=1,
+                w=8,
+            ),
+            ui.timeseries(
+                "GPU memory used",
+                [target(x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), gpu)],
+                unit=ui.RATIO,
+                min_value=0,
+                max_value=1,
+                w=8,
+            ),
+            ui.timeseries(
+                "I/O wait (average of the cores)",
+                [target(x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), "{{node}}")],
+                unit=ui.RATIO,
+                min_value=0,
+                w=8,
+            ),
+            ui.timeseries(
+                "Host memory used",
+                [target(x.mean(scope, "trainprof_memory_used_sampled_ratio"), "{{node}}")],
+                unit=ui.RATIO,
+                min_value=0,
+                max_value=1,
+                w=8,
+            ),
+            ui.timeseries("Network", network, unit=ui.BYTES_PER_SECOND, w=8),
+            system_usage_table(scope, config),
+        ],
+    )
 
 
 def system_usage_table(scope: Scope, config: RulesConfig) -> core.Table:
     """OverallSystemUsage: per node and resource, p50/p95/p99 since the job started."""
-    queries = [target(x.system_usage_quantile(scope, config, q), instant=True, fmt="table",
-                      ref=f"p{float(q) * 100:g}") for q in x.QUANTILES]
+    queries = [
+        target(
+            x.system_usage_quantile(scope, config, q),
+            instant=True,
+            fmt="table",
+            ref=f"p{float(q) * 100:g}",
+        )
+        for q in x.QUANTILES
+    ]
     return ui.table(
-        "Overall system usage (p50 / p95 / p99 since the job started)", queries,
-        unit=ui.RATIO, h=9, sort_by="node", descending=False,
+        "Overall system usage (p50 / p95 / p99 since the job started)",
+        queries,
+        unit=ui.RATIO,
+        h=9,
+        sort_by="node",
+        descending=False,
         description="SageMaker's OverallSystemUsage: percentiles of every sample since the "
-                    "exporter started (GPU percentiles pool the node's GPUs).",
+        "exporter started (GPU percentiles pool the node's GPUs).",
         transformations=[
             {"id": "merge", "options": {}},
-            {"id": "organize", "options": {
-                "excludeByName": {"Time": True, "quantile": True, "__name__": True,
-                                  "instance": True, "job": True, "training_job": True,
-                                  "namespace": True},
-                "indexByName": {"node": 0, "resource": 1, "Value #p50": 2, "Value #p95": 3,
-                                "Value #p99": 4},
-                "renameByName": {"Value #p50": "p50", "Value #p95": "p95",
-                                 "Value #p99": "p99"}}},
-        ])
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {
+                        "Time": True,
+                        "quantile": True,
+                        "__name__": True,
+                        "instance": True,
+                        "job": True,
+                        "training_job": True,
+                        "namespace": True,
+                    },
+                    "indexByName": {
+                        "node": 0,
+                        "resource": 1,
+                        "Value #p50": 2,
+                        "Value #p95": 3,
+                        "Value #p99": 4,
+                    },
+                    "renameByName": {"Value #p50": "p50", "Value #p95": "p95", "Value #p99": "p99"},
+                },
+            },
+        ],
+    )
 
 
 def framework_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    return ui.row("Framework metrics summary", [
-        ui.heatmap("Step duration", target(x.step_buckets(scope, RATE_INTERVAL), "{{le}}",
-                                           fmt="heatmap"), w=12),
-        ui.bargauge("Step duration histogram (whole range)", [target(
-            x.step_buckets(scope, RANGE), "{{le}}", instant=True, fmt="heatmap")], w=12,
-            vertical=True,
-            description="Steps per duration bucket (upper bound) over the dashboard's range."),
-        ui.timeseries("Step duration percentiles", [
-            target(x.step_quantile(scope, q), f"p{float(q) * 100:g} {{{{mode}}}}")
-            for q in x.STEP_QUANTILES], unit=ui.SECONDS, w=12),
-        ui.piechart("Phase breakdown (since start)", [target(
-            x.job_phase_share(scope, config), "{{phase}}", instant=True)], w=6,
-            description="SageMaker's OverallFrameworkMetrics: each phase's share of the "
-                        "training loop, all ranks together."),
-        ui.piechart("Step time per mode", [target(x.job_mode_share(scope, config), "{{mode}}",
-                                                  instant=True)], w=6),
-        ui.timeseries("Dataloader share per rank", [target(
-            x.dataloader_share(scope), "rank {{rank}}")],
-            unit=ui.RATIO, min_value=0, max_value=1, w=12,
-            description="Time waiting for the next batch as a share of the loop: high means "
-                        "the input pipeline holds the GPUs back (see CPUBottleneck)."),
-        ui.table("Phase share per rank (since start)", [target(
-            x.rank_phase_share(scope, config), instant=True, fmt="table")], unit=ui.RATIO,
-            w=12, transformations=[{"id": "groupingToMatrix", "options": {
-                "columnField": "phase", "rowField": "rank", "valueField": "Value"}}]),
-    ])
+    return ui.row(
+        "Framework metrics summary",
+        [
+            ui.heatmap(
+                "Step duration",
+                target(x.step_buckets(scope, RATE_INTERVAL), "{{le}}", fmt="heatmap"),
+                w=12,
+            ),
+            ui.bargauge(
+                "Step duration histogram (whole range)",
+                [target(x.step_buckets(scope, RANGE), "{{le}}", instant=True, fmt="heatmap")],
+                w=12,
+                vertical=True,
+                description="Steps per duration bucket (upper bound) over the dashboard's range.",
+            ),
+            ui.timeseries(
+                "Step duration percentiles",
+                [
+                    target(x.step_quantile(scope, q), f"p{float(q) * 100:g} {{{{mode}}}}")
+                    for q in x.STEP_QUANTILES
+                ],
+                unit=ui.SECONDS,
+                w=12,
+            ),
+            ui.piechart(
+                "Phase breakdown (since start)",
+                [target(x.job_phase_share(scope, config), "{{phase}}", instant=True)],
+                w=6,
+                description="SageMaker's OverallFrameworkMetrics: each phase's share of the "
+                "training loop, all ranks together.",
+            ),
+            ui.piechart(
+                "Step time per mode",
+                [target(x.job_mode_share(scope, config), "{{mode}}", instant=True)],
+                w=6,
+            ),
+            ui.timeseries(
+                "Dataloader share per rank",
+                [target(x.dataloader_share(scope), "rank {{rank}}")],
+                unit=ui.RATIO,
+                min_value=0,
+                max_value=1,
+                w=12,
+                description="Time waiting for the next batch as a share of the loop: high means "
+                "the input pipeline holds the GPUs back (see CPUBottleneck).",
+            ),
+            ui.table(
+                "Phase share per rank (since start)",
+                [target(x.rank_phase_share(scope, config), instant=True, fmt="table")],
+                unit=ui.RATIO,
+                w=12,
+                transformations=[
+                    {
+                        "id": "groupingToMatrix",
+                        "options": {
+                            "columnField": "phase",
+                            "rowField": "rank",
+                            "valueField": "Value",
+                        },
+                    }
+                ],
+            ),
+        ],
+    )
 
 
 def rules_summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     rules = alerting(config)
     firing_by_rule = f"count by (rule) ({x.firing_alerts(scope)})"
-    return ui.row("Rules summary", [
-        ui.table("Rules summary", [
-            target(catalog_rows(rules), instant=True, fmt="table", ref="catalog"),
-            target(times_triggered(scope, rules), instant=True, fmt="table", ref="triggered"),
-            target(state_now(scope, rules), instant=True, fmt="table", ref="state"),
-        ], h=14, sort_by="Times triggered",
-            description="Every profiler rule: what it detects, what to do, how often its alert "
-                        "started firing in the dashboard's range, and its state now.",
-            transformations=[
-                {"id": "joinByField", "options": {"byField": "rule", "mode": "outer"}},
-                {"id": "organize", "options": {
-                    "excludeByName": {"Time": True, "Time 1": True, "Time 2": True,
-                                      "Time 3": True, "Value #catalog": True},
-                    "indexByName": {"rule": 0, "severity": 1, "description": 2,
-                                    "recommendation": 3, "Value #triggered": 4,
-                                    "Value #state": 5},
-                    "renameByName": {"rule": "Rule", "severity": "Severity",
-                                     "description": "Description",
-                                     "recommendation": "Recommendation",
-                                     "Value #triggered": "Times triggered",
-                                     "Value #state": "State now"}}},
-            ],
-            overrides=[
-                _override("State now", [{"id": "mappings", "value": ui.STATE_MAPPINGS},
-                                        {"id": "custom.cellOptions",
-                                         "value": {"type": "color-background"}},
-                                        {"id": "custom.width", "value": 100}]),
-                _override("Times triggered", [{"id": "custom.width", "value": 130}]),
-                _override("Rule", [{"id": "custom.width", "value": 190}]),
-                _override("Severity", [{"id": "custom.width", "value": 90}]),
-                _override("Description", [{"id": "custom.cellOptions",
-                                           "value": {"type": "auto", "wrapText": True}}]),
-                _override("Recommendation", [{"id": "custom.cellOptions",
-                                              "value": {"type": "auto", "wrapText": True}}]),
-            ]),
-        ui.timeseries("Alerts firing per rule", [target(firing_by_rule, "{{rule}}")],
-                      bars=True, stacked=True, w=24, h=6),
-    ])
+    return ui.row(
+        "Rules summary",
+        [
+            ui.table(
+                "Rules summary",
+                [
+                    target(catalog_rows(rules), instant=True, fmt="table", ref="catalog"),
+                    target(
+                        times_triggered(scope, rules), instant=True, fmt="table", ref="triggered"
+                    ),
+                    target(state_now(scope, rules), instant=True, fmt="table", ref="state"),
+                ],
+                h=14,
+                sort_by="Times triggered",
+                description="Every profiler rule: what it detects, what to do, how often its alert "
+                "started firing in the dashboard's range, and its state now.",
+                transformations=[
+                    {"id": "joinByField", "options": {"byField": "rule", "mode": "outer"}},
+                    {
+                        "id": "organize",
+                        "options": {
+                            "excludeByName": {
+                                "Time": True,
+                                "Time 1": True,
+                                "Time 2": True,
+                                "Time 3": True,
+                                "Value #catalog": True,
+                            },
+                            "indexByName": {
+                                "rule": 0,
+                                "severity": 1,
+                                "description": 2,
+                                "recommendation": 3,
+                                "Value #triggered": 4,
+                                "Value #state": 5,
+                            },
+                            "renameByName": {
+                                "rule": "Rule",
+                                "severity": "Severity",
+                                "description": "Description",
+                                "recommendation": "Recommendation",
+                                "Value #triggered": "Times triggered",
+                                "Value #state": "State now",
+                            },
+                        },
+                    },
+                ],
+                overrides=[
+                    _override(
+                        "State now",
+                        [
+                            {"id": "mappings", "value": ui.STATE_MAPPINGS},
+                            {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+                            {"id": "custom.width", "value": 100},
+                        ],
+                    ),
+                    _override("Times triggered", [{"id": "custom.width", "value": 130}]),
+                    _override("Rule", [{"id": "custom.width", "value": 190}]),
+                    _override("Severity", [{"id": "custom.width", "value": 90}]),
+                    _override(
+                        "Description",
+                        [{"id": "custom.cellOptions", "value": {"type": "auto", "wrapText": True}}],
+                    ),
+                    _override(
+                        "Recommendation",
+                        [{"id": "custom.cellOptions", "value": {"type": "auto", "wrapText": True}}],
+                    ),
+                ],
+            ),
+            ui.timeseries(
+                "Alerts firing per rule",
+                [target(firing_by_rule, "{{rule}}")],
+                bars=True,
+                stacked=True,
+                w=24,
+                h=6,
+            ),
+        ],
+    )
 
 
 def _override(field: str, properties: list[dict]) -> dict:
@@ -179,37 +342,82 @@ def _override(field: str, properties: list[dict]) -> dict:
 def profiler_views_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     """The SageMaker Profiler UI's views: active time, utilization per node, step time
     distribution per rank, per-annotation durations."""
-    return ui.row("Profiler views", collapsed=True, panels=[
-        ui.bargauge("GPU active time", [target(x.gpu_busy_seconds(scope), x.GPU_LEGEND,
-                                                      instant=True)],
-                    unit=ui.DURATION, w=12,
-                    description="Seconds a kernel ran on each GPU over the range (utilization "
-                                "summed over every sample x the sampling interval)."),
-        ui.bargauge("CPU active time", [target(x.cpu_busy_seconds(scope), "{{node}}",
-                                                      instant=True)],
-                    unit=ui.DURATION, w=12,
-                    description="Core-seconds the CPUs were busy over the range."),
-        ui.timeseries("Utilization on $node", [
-            target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "CPU"),
-            target(x.mean(scope, "trainprof_gpu_utilization_sampled_ratio", by="gpu"),
-                   "GPU {{gpu}}")], unit=ui.RATIO, min_value=0, max_value=1, w=12,
-            repeat="node"),
-        ui.timeseries("Step time per rank (p50 and p99)", [
-            target(x.step_quantile(scope, q, by="rank"), f"rank {{{{rank}}}} p{float(q) * 100:g}")
-            for q in ("0.5", "0.99")], unit=ui.SECONDS, w=12),
-        ui.table("Per-annotation durations", [
-            target(x.phase_seconds(scope), instant=True, fmt="table", ref="total"),
-            target(x.phase_seconds_per_step(scope), instant=True, fmt="table", ref="per_step"),
-        ], unit=ui.SECONDS, w=12, sort_by="Total",
-            description="Time in each phase (trainprof.phase annotations) over the range, in "
-                        "total and per step.",
-            transformations=[
-                {"id": "merge", "options": {}},
-                {"id": "organize", "options": {
-                    "excludeByName": {"Time": True},
-                    "renameByName": {"phase": "Phase", "Value #total": "Total",
-                                     "Value #per_step": "Per step"}}}]),
-    ])
+    return ui.row(
+        "Profiler views",
+        collapsed=True,
+        panels=[
+            ui.bargauge(
+                "GPU active time",
+                [target(x.gpu_busy_seconds(scope), x.GPU_LEGEND, instant=True)],
+                unit=ui.DURATION,
+                w=12,
+                description="Seconds a kernel ran on each GPU over the range (utilization "
+                "summed over every sample x the sampling interval).",
+            ),
+            ui.bargauge(
+                "CPU active time",
+                [target(x.cpu_busy_seconds(scope), "{{node}}", instant=True)],
+                unit=ui.DURATION,
+                w=12,
+                description="Core-seconds the CPUs were busy over the range.",
+            ),
+            ui.timeseries(
+                "Utilization on $node",
+                [
+                    target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "CPU"),
+                    target(
+                        x.mean(scope, "trainprof_gpu_utilization_sampled_ratio", by="gpu"),
+                        "GPU {{gpu}}",
+                    ),
+                ],
+                unit=ui.RATIO,
+                min_value=0,
+                max_value=1,
+                w=12,
+                repeat="node",
+            ),
+            ui.timeseries(
+                "Step time per rank (p50 and p99)",
+                [
+                    target(
+                        x.step_quantile(scope, q, by="rank"),
+                        f"rank {{{{rank}}}} p{float(q) * 100:g}",
+                    )
+                    for q in ("0.5", "0.99")
+                ],
+                unit=ui.SECONDS,
+                w=12,
+            ),
+            ui.table(
+                "Per-annotation durations",
+                [
+                    target(x.phase_seconds(scope), instant=True, fmt="table", ref="total"),
+                    target(
+                        x.phase_seconds_per_step(scope), instant=True, fmt="table", ref="per_step"
+                    ),
+                ],
+                unit=ui.SECONDS,
+                w=12,
+                sort_by="Total",
+                description="Time in each phase (trainprof.phase annotations) over the range, in "
+                "total and per step.",
+                transformations=[
+                    {"id": "merge", "options": {}},
+                    {
+                        "id": "organize",
+                        "options": {
+                            "excludeByName": {"Time": True},
+                            "renameByName": {
+                                "phase": "Phase",
+                                "Value #total": "Total",
+                                "Value #per_step": "Per step",
+                            },
+                        },
+                    },
+                ],
+            ),
+        ],
+    )
 
 
 def rule_row(scope: Scope, config: RulesConfig, instance: RuleInstance) -> core.RowPanel:
@@ -221,59 +429,110 @@ def rule_row(scope: Scope, config: RulesConfig, instance: RuleInstance) -> core.
     signals = rule_signals(config, instance, scope)
     width = 16 if len(signals) == 1 else 8
     panels = [
-        ui.stat("State now", [target(state_now(scope, [instance], by=""))],
-                mappings=ui.STATE_MAPPINGS, w=4, h=4, description=described),
-        ui.stat("Times triggered", [target(times_triggered(scope, [instance], by=""))],
-                w=4, h=4, threshold=1,
-                description="Times the alert started firing in the dashboard's range."),
+        ui.stat(
+            "State now",
+            [target(state_now(scope, [instance], by=""))],
+            mappings=ui.STATE_MAPPINGS,
+            w=4,
+            h=4,
+            description=described,
+        ),
+        ui.stat(
+            "Times triggered",
+            [target(times_triggered(scope, [instance], by=""))],
+            w=4,
+            h=4,
+            threshold=1,
+            description="Times the alert started firing in the dashboard's range.",
+        ),
     ]
     for signal in signals:
         t = signal.threshold
-        panels.append(ui.timeseries(
-            signal.title, [target(signal.expr, signal.legend)], unit=signal.unit,
-            threshold=t.value, fires=t.fires, w=width, h=8, links=[runbook],
-            description=f"{described}\n\nThe dashed line is {t.text}; the rule fires "
-                        f"{t.fires} it."))
+        panels.append(
+            ui.timeseries(
+                signal.title,
+                [target(signal.expr, signal.legend)],
+                unit=signal.unit,
+                threshold=t.value,
+                fires=t.fires,
+                w=width,
+                h=8,
+                links=[runbook],
+                description=f"{described}\n\nThe dashed line is {t.text}; the rule fires "
+                f"{t.fires} it.",
+            )
+        )
     return ui.row(f"{spec.name}: {spec.summary}", panels, collapsed=True)
 
 
 # --- the dashboard ---------------------------------------------------------------------------
+
 
 def variables() -> list[core.Template]:
     job = presence()
     in_job = 'training_job="$training_job", namespace=~"$namespace"'
     return [
         ui.datasource_variable(),
-        ui.query_variable("namespace", f"label_values({job}, namespace)", label="Namespace",
-                          include_all=True),
-        ui.query_variable("training_job",
-                          f'label_values({job[:-1]}, namespace=~"$namespace"}}, training_job)',
-                          label="Training job"),
-        ui.query_variable("node", f"label_values({job[:-1]}, {in_job}}}, node)", label="Node",
-                          multi=True, include_all=True),
-        ui.query_variable("gpu", "label_values(trainprof_gpu_utilization_sampled_ratio_count"
-                                 f'{{{in_job}, node=~"$node"}}, gpu)', label="GPU",
-                          multi=True, include_all=True),
-        ui.query_variable("rank", "label_values(trainprof_training_steps_total"
-                                  f'{{{in_job}, node=~"$node"}}, rank)', label="Rank",
-                          multi=True, include_all=True),
+        ui.query_variable(
+            "namespace", f"label_values({job}, namespace)", label="Namespace", include_all=True
+        ),
+        ui.query_variable(
+            "training_job",
+            f'label_values({job[:-1]}, namespace=~"$namespace"}}, training_job)',
+            label="Training job",
+        ),
+        ui.query_variable(
+            "node",
+            f"label_values({job[:-1]}, {in_job}}}, node)",
+            label="Node",
+            multi=True,
+            include_all=True,
+        ),
+        ui.query_variable(
+            "gpu",
+            "label_values(trainprof_gpu_utilization_sampled_ratio_count"
+            f'{{{in_job}, node=~"$node"}}, gpu)',
+            label="GPU",
+            multi=True,
+            include_all=True,
+        ),
+        ui.query_variable(
+            "rank",
+            f'label_values(trainprof_training_steps_total{{{in_job}, node=~"$node"}}, rank)',
+            label="Rank",
+            multi=True,
+            include_all=True,
+        ),
     ]
 
 
 def dashboard(config: RulesConfig) -> core.Dashboard:
     scope = Scope(config, JOB_VARIABLES)
-    rows = [summary_row(scope, config), system_row(scope, config),
-            framework_row(scope, config), rules_summary_row(scope, config),
-            profiler_views_row(scope, config)]
+    rows = [
+        summary_row(scope, config),
+        system_row(scope, config),
+        framework_row(scope, config),
+        rules_summary_row(scope, config),
+        profiler_views_row(scope, config),
+    ]
     rows += [rule_row(scope, config, i) for i in alerting(config)]
     from trainprof.dashboards import fleet
 
     return ui.dashboard(
-        TITLE, UID,
+        TITLE,
+        UID,
         f"Code generated by make generate. DO NOT EDIT. Edit {SOURCE}.\n"
         "One training job as SageMaker Debugger's profiling report: job summary, system "
         "usage, framework metrics, the profiler rules and what each one watches.",
-        rows, variables(), tags=["trainprof"],
-        links=[ui.link_to("Fleet overview", fleet.UID, fleet.SLUG,
-                          "Every running job, rules firing, idle GPU-hours")])
-
+        rows,
+        variables(),
+        tags=["trainprof"],
+        links=[
+            ui.link_to(
+                "Fleet overview",
+                fleet.UID,
+                fleet.SLUG,
+                "Every running job, rules firing, idle GPU-hours",
+            )
+        ],
+    )

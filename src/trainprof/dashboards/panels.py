@@ -45,11 +45,16 @@ COUNT = "none"
 STEPS_PER_SECOND = "suffix: steps/s"
 
 # How a rule's state (dashboards.alerts.state_now: 2, 1, 0) is shown.
-STATE_MAPPINGS = [{"type": "value", "options": {
-    str(OK): {"text": "OK", "color": "green", "index": 0},
-    str(PENDING): {"text": "pending", "color": "yellow", "index": 1},
-    str(FIRING): {"text": "FIRING", "color": "red", "index": 2},
-}}]
+STATE_MAPPINGS = [
+    {
+        "type": "value",
+        "options": {
+            str(OK): {"text": "OK", "color": "green", "index": 0},
+            str(PENDING): {"text": "pending", "color": "yellow", "index": 1},
+            str(FIRING): {"text": "FIRING", "color": "red", "index": 2},
+        },
+    }
+]
 
 
 @attr.s
@@ -62,17 +67,26 @@ class _CurrentPanel(core.Panel):
     fieldConfig = attr.ib(factory=dict)
 
     def to_json_data(self):
-        return self.panel_json({"type": self.type, "options": self.options,
-                                "fieldConfig": self.fieldConfig})
+        return self.panel_json(
+            {"type": self.type, "options": self.options, "fieldConfig": self.fieldConfig}
+        )
 
 
 # --- queries and thresholds ------------------------------------------------------------------
 
-def target(expr: str, legend: str = "", *, instant: bool = False, fmt: str = "time_series",
-           ref: str = "") -> core.Target:
+
+def target(
+    expr: str, legend: str = "", *, instant: bool = False, fmt: str = "time_series", ref: str = ""
+) -> core.Target:
     """One Prometheus query of a panel. `fmt` is time_series, table or heatmap."""
-    return core.Target(expr=expr, legendFormat=legend, instant=instant, format=fmt, refId=ref,
-                       datasource=DATASOURCE)
+    return core.Target(
+        expr=expr,
+        legendFormat=legend,
+        instant=instant,
+        format=fmt,
+        refId=ref,
+        datasource=DATASOURCE,
+    )
 
 
 def threshold_steps(value: float | None = None, fires: str = "above") -> list[dict[str, Any]]:
@@ -88,6 +102,7 @@ def threshold_steps(value: float | None = None, fires: str = "above") -> list[di
 
 # --- panels ----------------------------------------------------------------------------------
 
+
 def _grid(w: int, h: int) -> core.GridPos:
     if not 0 < w <= GRID_WIDTH:
         raise ValueError(f"panel width {w} is not between 1 and {GRID_WIDTH}")
@@ -95,80 +110,184 @@ def _grid(w: int, h: int) -> core.GridPos:
 
 
 def _links(links: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
-    return [{"title": title, "url": url, "type": "link", "icon": "doc", "tooltip": "",
-             "targetBlank": True, "includeVars": False, "keepTime": False,
-             "asDropdown": False, "tags": []} for title, url in links]
+    return [
+        {
+            "title": title,
+            "url": url,
+            "type": "link",
+            "icon": "doc",
+            "tooltip": "",
+            "targetBlank": True,
+            "includeVars": False,
+            "keepTime": False,
+            "asDropdown": False,
+            "tags": [],
+        }
+        for title, url in links
+    ]
 
 
-def timeseries(title: str, targets: Sequence[core.Target], *, unit: str = COUNT,
-               description: str = "", threshold: float | None = None, fires: str = "above",
-               min_value: int | None = None, max_value: int | None = None, w: int = 12,
-               h: int = 8, bars: bool = False, stacked: bool = False,
-               links: Iterable[tuple[str, str]] = (), repeat: str | None = None
-               ) -> core.TimeSeries:
+def timeseries(
+    title: str,
+    targets: Sequence[core.Target],
+    *,
+    unit: str = COUNT,
+    description: str = "",
+    threshold: float | None = None,
+    fires: str = "above",
+    min_value: int | None = None,
+    max_value: int | None = None,
+    w: int = 12,
+    h: int = 8,
+    bars: bool = False,
+    stacked: bool = False,
+    links: Iterable[tuple[str, str]] = (),
+    repeat: str | None = None,
+) -> core.TimeSeries:
     """A time series; `threshold` draws the rule's threshold as a dashed line, with the
     firing side shaded."""
     return core.TimeSeries(
-        title=title, description=description, targets=list(targets), unit=unit,
-        gridPos=_grid(w, h), valueMin=min_value, valueMax=max_value,
+        title=title,
+        description=description,
+        targets=list(targets),
+        unit=unit,
+        gridPos=_grid(w, h),
+        valueMin=min_value,
+        valueMax=max_value,
         thresholds=threshold_steps(threshold, fires),
         thresholdsStyleMode="dashed+area" if threshold is not None else "off",
-        drawStyle="bars" if bars else "line", fillOpacity=60 if bars else 10,
+        drawStyle="bars" if bars else "line",
+        fillOpacity=60 if bars else 10,
         stacking={"mode": "normal", "group": "A"} if stacked else {"mode": "none"},
-        showPoints="never", lineWidth=1, spanNulls=False,
+        showPoints="never",
+        lineWidth=1,
+        spanNulls=False,
         legendDisplayMode="table" if len(targets) > 1 else "list",
-        legendCalcs=["mean", "max", "lastNotNull"], tooltipMode="multi", tooltipSort="desc",
-        links=_links(links), repeat=core.Repeat(direction="h", variable=repeat, maxPerRow=4)
-        if repeat else core.Repeat())
+        legendCalcs=["mean", "max", "lastNotNull"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        links=_links(links),
+        repeat=core.Repeat(direction="h", variable=repeat, maxPerRow=4)
+        if repeat
+        else core.Repeat(),
+    )
 
 
-def stat(title: str, targets: Sequence[core.Target], *, unit: str = COUNT,
-         description: str = "", mappings: list | None = None, threshold: float | None = None,
-         fires: str = "above", w: int = 4, h: int = 4, calc: str = "lastNotNull",
-         graph: bool = False, decimals: int | None = None, no_value: str = "no data"
-         ) -> core.Stat:
+def stat(
+    title: str,
+    targets: Sequence[core.Target],
+    *,
+    unit: str = COUNT,
+    description: str = "",
+    mappings: list | None = None,
+    threshold: float | None = None,
+    fires: str = "above",
+    w: int = 4,
+    h: int = 4,
+    calc: str = "lastNotNull",
+    graph: bool = False,
+    decimals: int | None = None,
+    no_value: str = "no data",
+) -> core.Stat:
     """A single number (or one per series)."""
     return core.Stat(
-        title=title, description=description, targets=list(targets), format=unit,
-        gridPos=_grid(w, h), mappings=mappings or [], reduceCalc=calc,
-        graphMode="area" if graph else "none", colorMode="value", decimals=decimals,
+        title=title,
+        description=description,
+        targets=list(targets),
+        format=unit,
+        gridPos=_grid(w, h),
+        mappings=mappings or [],
+        reduceCalc=calc,
+        graphMode="area" if graph else "none",
+        colorMode="value",
+        decimals=decimals,
         textMode="value_and_name" if any(t.legendFormat for t in targets) else "value",
-        thresholds=threshold_steps(threshold, fires), noValue=no_value,
-        color={"mode": "thresholds"})
+        thresholds=threshold_steps(threshold, fires),
+        noValue=no_value,
+        color={"mode": "thresholds"},
+    )
 
 
-def table(title: str, targets: Sequence[core.Target], *, description: str = "",
-          transformations: list[dict] | None = None, overrides: list[dict] | None = None,
-          unit: str = "", w: int = 24, h: int = 8, sort_by: str | None = None,
-          descending: bool = True) -> core.Table:
+def table(
+    title: str,
+    targets: Sequence[core.Target],
+    *,
+    description: str = "",
+    transformations: list[dict] | None = None,
+    overrides: list[dict] | None = None,
+    unit: str = "",
+    w: int = 24,
+    h: int = 8,
+    sort_by: str | None = None,
+    descending: bool = True,
+) -> core.Table:
     """A table of instant queries, usually joined by `transformations`."""
     sort = [core.TableSortByField(displayName=sort_by, desc=descending)] if sort_by else []
     return core.Table(
-        title=title, description=description, targets=list(targets), unit=unit,
-        gridPos=_grid(w, h), transformations=transformations or [],
-        overrides=overrides or [], sortBy=sort, filterable=False)
+        title=title,
+        description=description,
+        targets=list(targets),
+        unit=unit,
+        gridPos=_grid(w, h),
+        transformations=transformations or [],
+        overrides=overrides or [],
+        sortBy=sort,
+        filterable=False,
+    )
 
 
-def piechart(title: str, targets: Sequence[core.Target], *, unit: str = RATIO,
-             description: str = "", w: int = 8, h: int = 8) -> core.PieChartv2:
+def piechart(
+    title: str,
+    targets: Sequence[core.Target],
+    *,
+    unit: str = RATIO,
+    description: str = "",
+    w: int = 8,
+    h: int = 8,
+) -> core.PieChartv2:
     return core.PieChartv2(
-        title=title, description=description, targets=list(targets), unit=unit,
-        gridPos=_grid(w, h), pieType="donut", legendDisplayMode="table",
-        legendPlacement="right", legendValues=["percent"], tooltipMode="single",
-        reduceOptionsCalcs=["lastNotNull"])
+        title=title,
+        description=description,
+        targets=list(targets),
+        unit=unit,
+        gridPos=_grid(w, h),
+        pieType="donut",
+        legendDisplayMode="table",
+        legendPlacement="right",
+        legendValues=["percent"],
+        tooltipMode="single",
+        reduceOptionsCalcs=["lastNotNull"],
+    )
 
 
-def heatmap(title: str, query: core.Target, *, unit: str = SECONDS, description: str = "",
-            w: int = 12, h: int = 8) -> _CurrentPanel:
+def heatmap(
+    title: str,
+    query: core.Target,
+    *,
+    unit: str = SECONDS,
+    description: str = "",
+    w: int = 12,
+    h: int = 8,
+) -> _CurrentPanel:
     """A heatmap of a Prometheus histogram's buckets (`query` in heatmap format)."""
     return _CurrentPanel(
-        type="heatmap", title=title, description=description, targets=[query],
+        type="heatmap",
+        title=title,
+        description=description,
+        targets=[query],
         gridPos=_grid(w, h),
         options={
             "calculate": False,
             "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential",
-                      "exponent": 0.5, "steps": 64, "reverse": False, "fill": "dark-orange"},
+            "color": {
+                "mode": "scheme",
+                "scheme": "Oranges",
+                "scale": "exponential",
+                "exponent": 0.5,
+                "steps": 64,
+                "reverse": False,
+                "fill": "dark-orange",
+            },
             "yAxis": {"unit": unit, "axisPlacement": "left", "reverse": False},
             "rowsFrame": {"layout": "auto"},
             "cellValues": {"unit": "short"},
@@ -176,54 +295,97 @@ def heatmap(title: str, query: core.Target, *, unit: str = SECONDS, description:
             "legend": {"show": True},
             "filterValues": {"le": 1e-9},
         },
-        fieldConfig={"defaults": {"custom": {"scaleDistribution": {"type": "linear"}}},
-                     "overrides": []})
+        fieldConfig={
+            "defaults": {"custom": {"scaleDistribution": {"type": "linear"}}},
+            "overrides": [],
+        },
+    )
 
 
-def bargauge(title: str, targets: Sequence[core.Target], *, unit: str = COUNT,
-             description: str = "", w: int = 12, h: int = 8, vertical: bool = False
-             ) -> _CurrentPanel:
+def bargauge(
+    title: str,
+    targets: Sequence[core.Target],
+    *,
+    unit: str = COUNT,
+    description: str = "",
+    w: int = 12,
+    h: int = 8,
+    vertical: bool = False,
+) -> _CurrentPanel:
     """Bars, one per series (or per bucket of a histogram in heatmap format)."""
-    defaults: dict[str, Any] = {"unit": unit, "min": 0, "color": {"mode": "continuous-BlYlRd"},
-                                "thresholds": {"mode": "absolute",
-                                               "steps": threshold_steps(None)}}
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "min": 0,
+        "color": {"mode": "continuous-BlYlRd"},
+        "thresholds": {"mode": "absolute", "steps": threshold_steps(None)},
+    }
     return _CurrentPanel(
-        type="bargauge", title=title, description=description, targets=list(targets),
+        type="bargauge",
+        title=title,
+        description=description,
+        targets=list(targets),
         gridPos=_grid(w, h),
-        options={"displayMode": "gradient", "orientation": "vertical" if vertical
-                 else "horizontal", "showUnfilled": True, "valueMode": "color",
-                 "namePlacement": "auto", "sizing": "auto", "minVizHeight": 16,
-                 "minVizWidth": 8, "maxVizHeight": 300,
-                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                 "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom",
-                            "calcs": []}},
-        fieldConfig={"defaults": defaults, "overrides": []})
+        options={
+            "displayMode": "gradient",
+            "orientation": "vertical" if vertical else "horizontal",
+            "showUnfilled": True,
+            "valueMode": "color",
+            "namePlacement": "auto",
+            "sizing": "auto",
+            "minVizHeight": 16,
+            "minVizWidth": 8,
+            "maxVizHeight": 300,
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "legend": {
+                "showLegend": False,
+                "displayMode": "list",
+                "placement": "bottom",
+                "calcs": [],
+            },
+        },
+        fieldConfig={"defaults": defaults, "overrides": []},
+    )
 
 
 def row(title: str, panels: Sequence[core.Panel], collapsed: bool = False) -> core.RowPanel:
     """A dashboard row. Collapsed rows hold their panels (their queries run when opened)."""
-    return core.RowPanel(title=title, panels=list(panels), collapsed=collapsed,
-                         gridPos=core.GridPos(h=1, w=GRID_WIDTH, x=0, y=0))
+    return core.RowPanel(
+        title=title,
+        panels=list(panels),
+        collapsed=collapsed,
+        gridPos=core.GridPos(h=1, w=GRID_WIDTH, x=0, y=0),
+    )
 
 
 # --- variables -------------------------------------------------------------------------------
 
+
 def datasource_variable() -> core.Template:
-    return core.Template(name="datasource", label="Data source", query="prometheus",
-                         type="datasource")
+    return core.Template(
+        name="datasource", label="Data source", query="prometheus", type="datasource"
+    )
 
 
-def query_variable(name: str, query: str, *, label: str, multi: bool = False,
-                   include_all: bool = False) -> core.Template:
+def query_variable(
+    name: str, query: str, *, label: str, multi: bool = False, include_all: bool = False
+) -> core.Template:
     """A variable filled from `label_values(...)`. With include_all, "All" means the regex
     `.*`, which also matches series without the label (a job without namespaces)."""
-    return core.Template(name=name, label=label, query=query, dataSource=DATASOURCE,
-                         multi=multi, includeAll=include_all,
-                         allValue=".*" if include_all else None,
-                         refresh=core.REFRESH_ON_TIME_RANGE_CHANGE, sort=1)
+    return core.Template(
+        name=name,
+        label=label,
+        query=query,
+        dataSource=DATASOURCE,
+        multi=multi,
+        includeAll=include_all,
+        allValue=".*" if include_all else None,
+        refresh=core.REFRESH_ON_TIME_RANGE_CHANGE,
+        sort=1,
+    )
 
 
 # --- the dashboard ---------------------------------------------------------------------------
+
 
 def layout(rows: Sequence[core.RowPanel]) -> list[core.Panel]:
     """Place rows and their panels left to right, top to bottom, on Grafana's 24 columns.
@@ -257,22 +419,48 @@ def _place(panels: Sequence[core.Panel], top: int) -> tuple[list[core.Panel], in
     return placed, y + line_height
 
 
-def dashboard(title: str, uid: str, description: str, rows: Sequence[core.RowPanel],
-              variables: Sequence[core.Template], *, tags: Sequence[str] = (),
-              links: Sequence[dict[str, Any]] = (), time_from: str = "now-3h",
-              refresh: str = "1m") -> core.Dashboard:
+def dashboard(
+    title: str,
+    uid: str,
+    description: str,
+    rows: Sequence[core.RowPanel],
+    variables: Sequence[core.Template],
+    *,
+    tags: Sequence[str] = (),
+    links: Sequence[dict[str, Any]] = (),
+    time_from: str = "now-3h",
+    refresh: str = "1m",
+) -> core.Dashboard:
     return core.Dashboard(
-        title=title, uid=uid, description=description, panels=layout(rows),
-        templating=core.Templating(list=list(variables)), tags=list(tags), links=list(links),
-        time=core.Time(time_from, "now"), refresh=refresh, timezone="browser",
-        graphTooltip=1, editable=True).auto_panel_ids()
+        title=title,
+        uid=uid,
+        description=description,
+        panels=layout(rows),
+        templating=core.Templating(list=list(variables)),
+        tags=list(tags),
+        links=list(links),
+        time=core.Time(time_from, "now"),
+        refresh=refresh,
+        timezone="browser",
+        graphTooltip=1,
+        editable=True,
+    ).auto_panel_ids()
 
 
 def link_to(title: str, uid: str, slug: str, tooltip: str = "") -> dict[str, Any]:
     """A dashboard link that carries the variables and the time range along."""
-    return {"title": title, "type": "link", "url": f"/d/{uid}/{slug}", "icon": "dashboard",
-            "tooltip": tooltip, "includeVars": True, "keepTime": True, "asDropdown": False,
-            "targetBlank": False, "tags": []}
+    return {
+        "title": title,
+        "type": "link",
+        "url": f"/d/{uid}/{slug}",
+        "icon": "dashboard",
+        "tooltip": tooltip,
+        "includeVars": True,
+        "keepTime": True,
+        "asDropdown": False,
+        "targetBlank": False,
+        "tags": [],
+    }
 
 
 def grafanalib_json(d: core.Dashboard) -> dict[str, Any]:
@@ -292,8 +480,7 @@ _LEGACY_ROOT = ("__inputs", "rows", "hideControls", "sharedCrosshair", "style", 
 _LEGACY_PANEL = ("editable", "error", "height", "minSpan", "span")
 _LEGACY_TABLE = ("color", "columns", "fontSize", "mappings")
 _LEGACY_TARGET = ("query", "target", "metric", "step", "intervalFactor", "hide")
-_LEGACY_VARIABLE = ("auto", "auto_count", "auto_min", "useTags", "tagsQuery",
-                    "tagValuesQuery")
+_LEGACY_VARIABLE = ("auto", "auto_count", "auto_min", "useTags", "tagsQuery", "tagValuesQuery")
 _ROW_KEYS = ("collapsed", "gridPos", "id", "panels", "title", "type")
 
 
@@ -321,8 +508,14 @@ def _panel(p: dict[str, Any]) -> dict[str, Any]:
             p.pop(key, None)
     # grafanalib caps every panel at 100 points; Grafana's default follows the panel width.
     p.pop("maxDataPoints", None)
-    for key, empty in (("links", []), ("transformations", []), ("transparent", False),
-                       ("hideTimeOverride", False), ("description", ""), ("interval", "")):
+    for key, empty in (
+        ("links", []),
+        ("transformations", []),
+        ("transparent", False),
+        ("hideTimeOverride", False),
+        ("description", ""),
+        ("interval", ""),
+    ):
         if p.get(key) == empty:
             p.pop(key)
     p["datasource"] = DATASOURCE
@@ -332,8 +525,10 @@ def _panel(p: dict[str, Any]) -> dict[str, Any]:
     field_config.setdefault("overrides", [])
     steps = field_config["defaults"].get("thresholds", {}).get("steps")
     if not steps:
-        field_config["defaults"]["thresholds"] = {"mode": "absolute",
-                                                  "steps": threshold_steps(None)}
+        field_config["defaults"]["thresholds"] = {
+            "mode": "absolute",
+            "steps": threshold_steps(None),
+        }
     return p
 
 

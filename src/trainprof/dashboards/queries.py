@@ -53,12 +53,18 @@ def series_labels(name: str, job_labels: Sequence[str]) -> frozenset[str]:
         return job
     if RECORD_NAME.match(name):
         level = name.split(":", 1)[0]
-        for prefix, extra in (("gpu", {"node", "gpu"}), ("node", {"node"}),
-                              ("rank", {"node", "rank"}), ("training_job", set())):
+        for prefix, extra in (
+            ("gpu", {"node", "gpu"}),
+            ("node", {"node"}),
+            ("rank", {"node", "rank"}),
+            ("training_job", set()),
+        ):
             if level == prefix or level.startswith(prefix + "_"):
                 return job | extra
-        raise ValueError(f"recording {name}: unknown level {level!r}; say in "
-                         "dashboards/queries.py which variables narrow it")
+        raise ValueError(
+            f"recording {name}: unknown level {level!r}; say in "
+            "dashboards/queries.py which variables narrow it"
+        )
     base = re.sub(r"_(bucket|sum|count)$", "", name)
     metric = contract.BY_NAME.get(name) or contract.BY_NAME.get(base)
     if metric is None or name not in contract.series_names(metric):
@@ -101,14 +107,18 @@ def regex_escape(value: str) -> str:
     return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", value)
 
 
-def interpolate(expr: str, values: Mapping[str, str | Sequence[str] | None],
-                builtins: Mapping[str, str] | None = None) -> str:
+def interpolate(
+    expr: str,
+    values: Mapping[str, str | Sequence[str] | None],
+    builtins: Mapping[str, str] | None = None,
+) -> str:
     """`expr` with `$name` replaced as Grafana's Prometheus data source does.
 
     A value of None means "All" (`.*`); a list of values becomes `(a|b)`; single-valued
     variables are inserted as they are, the others regex-escaped. Text inserted into a
     double-quoted PromQL string is escaped for it too.
     """
+
     def one(name: str) -> str:
         value = values.get(name)
         if name in SINGLE_VALUED:

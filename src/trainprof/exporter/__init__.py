@@ -31,7 +31,7 @@ __all__ = ["DEFAULT_PORT", "DEFAULT_INTERVAL", "Exporter", "start", "rules_input
 
 log = logging.getLogger("trainprof.exporter")
 
-DEFAULT_INTERVAL = 0.5   # seconds: SageMaker's default system_monitor_interval_millis
+DEFAULT_INTERVAL = 0.5  # seconds: SageMaker's default system_monitor_interval_millis
 
 
 class Exporter:
@@ -92,18 +92,30 @@ def rules_inputs(path: str) -> tuple[Any, float]:
     from trainprof.sampling import BottleneckGrid
 
     needs = required_inputs(read_config(path))
-    grid = BottleneckGrid.default().including(cpu=needs["cpu_bottleneck"],
-                                              io=needs["io_bottleneck"])
+    grid = BottleneckGrid.default().including(
+        cpu=needs["cpu_bottleneck"], io=needs["io_bottleneck"]
+    )
     return grid, float(needs["datapoint_interval"])
 
 
-def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any = None,
-          sources: Sequence[Any] | None = None, collectors: Iterable[str] | None = None,
-          nvml: Any = None, datapoint_interval: float | None = None,
-          identity: Mapping[str, str] | None = None, rules_config: str | None = None,
-          grid: Any = None, record: str | None = None, web: Any = None,
-          procfs: str | None = None, telemetry_path: str = "/metrics",
-          max_connections: int = 64) -> Exporter:
+def start(
+    port: int | None = DEFAULT_PORT,
+    *,
+    address: str = "",
+    registry: Any = None,
+    sources: Sequence[Any] | None = None,
+    collectors: Iterable[str] | None = None,
+    nvml: Any = None,
+    datapoint_interval: float | None = None,
+    identity: Mapping[str, str] | None = None,
+    rules_config: str | None = None,
+    grid: Any = None,
+    record: str | None = None,
+    web: Any = None,
+    procfs: str | None = None,
+    telemetry_path: str = "/metrics",
+    max_connections: int = 64,
+) -> Exporter:
     """Start sampling every `datapoint_interval` seconds and serve the result.
 
     port, address   where to serve /metrics (`address=""`: every interface; port 0: any free
@@ -140,9 +152,11 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
         rules_grid, rules_interval = rules_inputs(rules_config)
         grid = grid.including(rules_grid.cpu, rules_grid.io) if grid else rules_grid
         if interval is not None and abs(interval - rules_interval) > 1e-9:
-            raise ValueError(f"datapoint interval {interval:g}s disagrees with "
-                             f"{rules_config}'s datapoint_interval {rules_interval:g}s; the "
-                             "rules would measure windows and patience wrongly")
+            raise ValueError(
+                f"datapoint interval {interval:g}s disagrees with "
+                f"{rules_config}'s datapoint_interval {rules_interval:g}s; the "
+                "rules would measure windows and patience wrongly"
+            )
         interval = rules_interval
     interval = DEFAULT_INTERVAL if interval is None else float(interval)
     if not interval > 0:
@@ -152,12 +166,15 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
     labels = dict(identity) if identity is not None else identities.resolve()
     unknown = sorted(set(labels) - set(contract.EXPORTER_IDENTITY))
     if unknown:
-        raise ValueError(f"identity label {', '.join(unknown)} is not one of "
-                         f"{', '.join(contract.EXPORTER_IDENTITY)} (job, instance, namespace "
-                         "and pod belong to the scrape target)")
+        raise ValueError(
+            f"identity label {', '.join(unknown)} is not one of "
+            f"{', '.join(contract.EXPORTER_IDENTITY)} (job, instance, namespace "
+            "and pod belong to the scrape target)"
+        )
     if sources is None:
         sources = sources_module.default_sources(
-            sources_module.COLLECTORS if collectors is None else collectors, nvml=nvml)
+            sources_module.COLLECTORS if collectors is None else collectors, nvml=nvml
+        )
 
     sock = None
     if port is not None:
@@ -166,8 +183,11 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
             sock = listen(address, port)
         except OSError as e:
             # create_server appends the address to strerror; gaierror's errno is not errno.
-            why = e.strerror if isinstance(e, socket.gaierror) or not e.errno \
+            why = (
+                e.strerror
+                if isinstance(e, socket.gaierror) or not e.errno
                 else os.strerror(e.errno)
+            )
             raise OSError(e.errno, f"cannot listen on {where}: {why}") from None
     recorder = None
     try:
@@ -175,8 +195,9 @@ def start(port: int | None = DEFAULT_PORT, *, address: str = "", registry: Any =
             try:
                 recorder = Recorder(record, interval, labels.get("node") or socket.gethostname())
             except OSError as e:
-                raise OSError(e.errno, f"cannot write the recording {record}: "
-                                       f"{e.strerror or e}") from None
+                raise OSError(
+                    e.errno, f"cannot write the recording {record}: {e.strerror or e}"
+                ) from None
         accumulator = SampleAccumulator(interval, labels, grid)
         sampler = Sampler(SourceRunner(sources), accumulator, on_sample=recorder)
         server = None

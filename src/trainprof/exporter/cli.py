@@ -21,63 +21,111 @@ import threading
 from trainprof.exporter.sources import COLLECTORS, DISK_EXCLUDE, NETWORK_EXCLUDE
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-           "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
 log = logging.getLogger("trainprof.exporter")
 
 
 def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
     """The exporter's flags; `duration` parses a DURATION argument."""
     web = parser.add_argument_group("web")
-    web.add_argument("--web.listen-address", dest="listen_address", default=":9945",
-                     metavar="[HOST]:PORT",
-                     help="where to serve metrics (default :9945, every interface; port 0 "
-                          "picks a free one)")
-    web.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics",
-                     metavar="PATH", help="path of the metrics (default /metrics)")
-    web.add_argument("--web.config.file", dest="web_config", metavar="FILE",
-                     help="TLS and basic auth, in the Prometheus exporter-toolkit format")
-    web.add_argument("--web.max-connections", dest="max_connections", type=_positive_int,
-                     default=64, metavar="N",
-                     help="refuse new connections (503) beyond N open ones (default 64)")
+    web.add_argument(
+        "--web.listen-address",
+        dest="listen_address",
+        default=":9945",
+        metavar="[HOST]:PORT",
+        help="where to serve metrics (default :9945, every interface; port 0 picks a free one)",
+    )
+    web.add_argument(
+        "--web.telemetry-path",
+        dest="telemetry_path",
+        default="/metrics",
+        metavar="PATH",
+        help="path of the metrics (default /metrics)",
+    )
+    web.add_argument(
+        "--web.config.file",
+        dest="web_config",
+        metavar="FILE",
+        help="TLS and basic auth, in the Prometheus exporter-toolkit format",
+    )
+    web.add_argument(
+        "--web.max-connections",
+        dest="max_connections",
+        type=_positive_int,
+        default=64,
+        metavar="N",
+        help="refuse new connections (503) beyond N open ones (default 64)",
+    )
 
     collectors = parser.add_argument_group("collectors")
     for name in COLLECTORS:
-        collectors.add_argument(f"--collector.{name}", dest=f"collector_{name}", default=True,
-                                action=argparse.BooleanOptionalAction,
-                                help=f"sample {name} (default: on)")
-    collectors.add_argument("--collector.disk.device-exclude", dest="disk_exclude",
-                            default=DISK_EXCLUDE, metavar="REGEX",
-                            help="block devices to leave out (default: loop, RAM and "
-                                 "partition devices)")
-    collectors.add_argument("--collector.network.device-exclude", dest="network_exclude",
-                            default=NETWORK_EXCLUDE, metavar="REGEX",
-                            help="network interfaces to leave out (default: ^lo$)")
-    collectors.add_argument("--path.procfs", dest="procfs", metavar="PATH",
-                            help="proc filesystem to read (a DaemonSet mounts the host's at "
-                                 "/host/proc; default /proc)")
+        collectors.add_argument(
+            f"--collector.{name}",
+            dest=f"collector_{name}",
+            default=True,
+            action=argparse.BooleanOptionalAction,
+            help=f"sample {name} (default: on)",
+        )
+    collectors.add_argument(
+        "--collector.disk.device-exclude",
+        dest="disk_exclude",
+        default=DISK_EXCLUDE,
+        metavar="REGEX",
+        help="block devices to leave out (default: loop, RAM and partition devices)",
+    )
+    collectors.add_argument(
+        "--collector.network.device-exclude",
+        dest="network_exclude",
+        default=NETWORK_EXCLUDE,
+        metavar="REGEX",
+        help="network interfaces to leave out (default: ^lo$)",
+    )
+    collectors.add_argument(
+        "--path.procfs",
+        dest="procfs",
+        metavar="PATH",
+        help="proc filesystem to read (a DaemonSet mounts the host's at /host/proc; default /proc)",
+    )
 
     sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--datapoint-interval", dest="datapoint_interval", type=duration,
-                          metavar="DURATION",
-                          help="time between two samples, SageMaker's datapoint (default "
-                               "0.5s, or the --rules.config's datapoint_interval)")
-    sampling.add_argument("--rules.config", dest="rules_config", metavar="FILE",
-                          help="the rule configuration the rules were compiled from: its "
-                               "bottleneck thresholds are counted even off the default grid")
-    sampling.add_argument("--record", metavar="FILE",
-                          help="also write every sample to FILE for trainprof replay "
-                               "(.gz: compressed)")
+    sampling.add_argument(
+        "--datapoint-interval",
+        dest="datapoint_interval",
+        type=duration,
+        metavar="DURATION",
+        help="time between two samples, SageMaker's datapoint (default "
+        "0.5s, or the --rules.config's datapoint_interval)",
+    )
+    sampling.add_argument(
+        "--rules.config",
+        dest="rules_config",
+        metavar="FILE",
+        help="the rule configuration the rules were compiled from: its "
+        "bottleneck thresholds are counted even off the default grid",
+    )
+    sampling.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also write every sample to FILE for trainprof replay (.gz: compressed)",
+    )
 
     identity = parser.add_argument_group(
-        "identity", "Labels on every series. Flags win over TRAINPROF_NODE / TRAINPROF_JOB; "
-                    "outside Kubernetes node defaults to the hostname, inside it neither is "
-                    "emitted unless set (scrape relabelling attaches them). An empty value "
-                    "emits nothing.")
+        "identity",
+        "Labels on every series. Flags win over TRAINPROF_NODE / TRAINPROF_JOB; "
+        "outside Kubernetes node defaults to the hostname, inside it neither is "
+        "emitted unless set (scrape relabelling attaches them). An empty value "
+        "emits nothing.",
+    )
     identity.add_argument("--identity.node", dest="node", metavar="NAME")
     identity.add_argument("--identity.training-job", dest="training_job", metavar="NAME")
-    parser.add_argument("--log.level", dest="log_level", choices=tuple(_LEVELS),
-                        default="info", help="default info")
+    parser.add_argument(
+        "--log.level", dest="log_level", choices=tuple(_LEVELS), default="info", help="default info"
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -105,8 +153,10 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         return _bad(f"--web.listen-address {e}")
     if not args.telemetry_path.startswith("/"):
         return _bad(f"--web.telemetry-path {args.telemetry_path!r} must start with /")
-    for flag, text in (("--collector.disk.device-exclude", args.disk_exclude),
-                       ("--collector.network.device-exclude", args.network_exclude)):
+    for flag, text in (
+        ("--collector.disk.device-exclude", args.disk_exclude),
+        ("--collector.network.device-exclude", args.network_exclude),
+    ):
         try:
             re.compile(text)
         except re.error as e:
@@ -128,15 +178,24 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     enabled = [name for name in COLLECTORS if getattr(args, f"collector_{name}")]
     if not enabled:
         return _bad("every collector is off; enable at least one (--collector.cpu, ...)")
-    sources = default_sources(enabled, disk_exclude=args.disk_exclude,
-                              network_exclude=args.network_exclude)
+    sources = default_sources(
+        enabled, disk_exclude=args.disk_exclude, network_exclude=args.network_exclude
+    )
     labels = identity.resolve(args.node, args.training_job)
     log.info(identity.describe(labels))
     try:
         running = exporter.start(
-            port, address=host, sources=sources, datapoint_interval=args.datapoint_interval,
-            identity=labels, rules_config=args.rules_config, record=args.record, web=web,
-            telemetry_path=args.telemetry_path, max_connections=args.max_connections)
+            port,
+            address=host,
+            sources=sources,
+            datapoint_interval=args.datapoint_interval,
+            identity=labels,
+            rules_config=args.rules_config,
+            record=args.record,
+            web=web,
+            telemetry_path=args.telemetry_path,
+            max_connections=args.max_connections,
+        )
     except ConfigError as e:
         return _bad(f"--rules.config {e}")
     except ValueError as e:
@@ -147,8 +206,9 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     log.info("collectors: %s", ", ".join(enabled))
 
     stop = stop or threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
     try:
         while not stop.wait(1.0):
             pass
@@ -181,7 +241,8 @@ def _configure_logging(level: str) -> None:
     logger = logging.getLogger("trainprof")
     if not any(isinstance(h, _Stderr) for h in logger.handlers):
         handler = _Stderr()
-        handler.setFormatter(logging.Formatter(
-            "%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s level=%(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S")
+        )
         logger.addHandler(handler)
     logger.setLevel(_LEVELS[level])

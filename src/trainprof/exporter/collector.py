@@ -32,9 +32,12 @@ log = logging.getLogger("trainprof.exporter")
 class SourceRunner:
     """Reads all sources into a sample; `health` maps collector -> (success, seconds)."""
 
-    def __init__(self, sources: Sequence[Source],
-                 clock: Callable[[], float] = time.perf_counter,
-                 wall_clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+    ):
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"two sources share a collector name: {', '.join(names)}")
@@ -52,13 +55,17 @@ class SourceRunner:
                 complete = bool(source.read(sample))
             except Exception as e:  # noqa: BLE001 - reported as collector_success 0
                 complete = False
-                self._once.start(source.name, "collector %s failed: %s: %s; its series are "
-                                 "left out until it recovers", source.name, type(e).__name__,
-                                 e, exc_info=e)
+                self._once.start(
+                    source.name,
+                    "collector %s failed: %s: %s; its series are left out until it recovers",
+                    source.name,
+                    type(e).__name__,
+                    e,
+                    exc_info=e,
+                )
             else:
                 self._once.end(source.name, "collector %s works again", source.name)
-            self.health[source.name] = (1.0 if complete else 0.0,
-                                        max(self._clock() - start, 0.0))
+            self.health[source.name] = (1.0 if complete else 0.0, max(self._clock() - start, 0.0))
         return sample
 
     def close(self) -> None:
@@ -69,8 +76,9 @@ class SourceRunner:
                 log.warning("collector %s did not close cleanly: %s", source.name, e)
 
 
-def health_families(health: Mapping[str, tuple[float, float]],
-                    identity: Mapping[str, str]) -> list[MetricFamily]:
+def health_families(
+    health: Mapping[str, tuple[float, float]], identity: Mapping[str, str]
+) -> list[MetricFamily]:
     """Collector health and build info, with the identity labels every series carries."""
     names, values = list(identity), list(identity.values())
     build = _gauge("trainprof_exporter_build_info", names + ["version"])
@@ -101,5 +109,6 @@ class ExporterCollector:
         return self._families()
 
     def describe(self) -> list[MetricFamily]:
-        return [MetricFamily(m.base, m.help, m.type) for m in contract.METRICS
-                if m.source == "exporter"]
+        return [
+            MetricFamily(m.base, m.help, m.type) for m in contract.METRICS if m.source == "exporter"
+        ]

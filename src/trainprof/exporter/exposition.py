@@ -24,10 +24,15 @@ from prometheus_client.utils import floatToGoString
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-GZIP_LEVEL = 1   # scrape bodies compress about 10:1 at level 1; higher levels cost 5x the CPU
+GZIP_LEVEL = 1  # scrape bodies compress about 10:1 at level 1; higher levels cost 5x the CPU
 
-_TEXT_TYPES = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
-               "summary": "summary", "unknown": "untyped"}
+_TEXT_TYPES = {
+    "counter": "counter",
+    "gauge": "gauge",
+    "histogram": "histogram",
+    "summary": "summary",
+    "unknown": "untyped",
+}
 
 
 def wants_openmetrics(accept: str | None) -> bool:
@@ -74,8 +79,11 @@ class Renderer:
                 out.append(_library_render(family, openmetrics))
                 continue
             if openmetrics:
-                doc = family.documentation.replace("\\", r"\\").replace("\n", r"\n") \
-                    .replace('"', r'\"')
+                doc = (
+                    family.documentation.replace("\\", r"\\")
+                    .replace("\n", r"\n")
+                    .replace('"', r"\"")
+                )
                 out.append(f"# HELP {family.name} {doc}\n# TYPE {family.name} {family.type}\n")
                 if family.unit:
                     out.append(f"# UNIT {family.name} {family.unit}\n")
@@ -108,7 +116,7 @@ def _prefix(name: str, labels: dict[str, str]) -> str:
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
 def _plain(family: MetricFamily, openmetrics: bool) -> bool:
@@ -142,8 +150,9 @@ class ScrapeBodies:
     number without locking.
     """
 
-    def __init__(self, snapshot: Callable[[], tuple[int, list[MetricFamily]]],
-                 current: Callable[[], int]):
+    def __init__(
+        self, snapshot: Callable[[], tuple[int, list[MetricFamily]]], current: Callable[[], int]
+    ):
         self._snapshot = snapshot
         self._current = current
         self._renderer = Renderer()
@@ -166,7 +175,8 @@ class ScrapeBodies:
                 if self._families is None:
                     self._sample, self._families = self._snapshot()
                 plain = self._bodies[(openmetrics, False)] = self._renderer.render(
-                    self._families, openmetrics)
+                    self._families, openmetrics
+                )
             if not compressed:
                 return plain
             body = self._bodies[key] = gzip.compress(plain, GZIP_LEVEL, mtime=0)

@@ -26,9 +26,12 @@ def in_kubernetes(env: Mapping[str, str]) -> bool:
     return bool(env.get("KUBERNETES_SERVICE_HOST"))
 
 
-def resolve(node: str | None = None, training_job: str | None = None,
-            env: Mapping[str, str] | None = None,
-            hostname: str | None = None) -> dict[str, str]:
+def resolve(
+    node: str | None = None,
+    training_job: str | None = None,
+    env: Mapping[str, str] | None = None,
+    hostname: str | None = None,
+) -> dict[str, str]:
     """The identity labels, in the order the contract lists them (training_job, node)."""
     env = os.environ if env is None else env
     if training_job is None:
@@ -49,6 +52,9 @@ def describe(labels: Mapping[str, str], env: Mapping[str, str] | None = None) ->
     """One log line saying which identity labels are emitted and why."""
     env = os.environ if env is None else env
     shown = ", ".join(f"{k}={v!r}" for k, v in labels.items()) or "none"
-    where = ("inside Kubernetes: relabelling attaches the others"
-             if in_kubernetes(env) else "outside Kubernetes")
+    where = (
+        "inside Kubernetes: relabelling attaches the others"
+        if in_kubernetes(env)
+        else "outside Kubernetes"
+    )
     return f"identity labels: {shown} ({where})"

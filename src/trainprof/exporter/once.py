@@ -19,8 +19,14 @@ class Once:
         self._log = log
         self._active: set[str] = set()
 
-    def start(self, key: str, message: str, *args: object, level: int = logging.WARNING,
-              exc_info: BaseException | None = None) -> bool:
+    def start(
+        self,
+        key: str,
+        message: str,
+        *args: object,
+        level: int = logging.WARNING,
+        exc_info: BaseException | None = None,
+    ) -> bool:
         """Log `message` if condition `key` was not already in force; True if it logged."""
         if key in self._active:
             return False

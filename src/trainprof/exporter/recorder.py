@@ -21,8 +21,13 @@ FLUSH_SECONDS = 5.0
 
 
 class Recorder:
-    def __init__(self, path: str, datapoint_interval: float, node: str,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        path: str,
+        datapoint_interval: float,
+        node: str,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         """Opens (truncates) `path`; raises OSError when it cannot be written."""
         self.path = path
         self._node = node
@@ -44,8 +49,13 @@ class Recorder:
                 self._stream.flush()
                 self._flushed = self._clock()
         except OSError as e:
-            log.error("cannot write the recording %s (%s); recording stopped after %d "
-                      "samples, the exporter keeps serving", self.path, e, self.records)
+            log.error(
+                "cannot write the recording %s (%s); recording stopped after %d "
+                "samples, the exporter keeps serving",
+                self.path,
+                e,
+                self.records,
+            )
             self._abandon()
 
     def close(self) -> None:

@@ -28,10 +28,14 @@ log = logging.getLogger("trainprof.exporter")
 class Sampler:
     """Owns the accumulator; `snapshot()` is the only way scrapes read it."""
 
-    def __init__(self, runner: SourceRunner, accumulator: SampleAccumulator,
-                 on_sample: Callable[[HostSample], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] | None = None):
+    def __init__(
+        self,
+        runner: SourceRunner,
+        accumulator: SampleAccumulator,
+        on_sample: Callable[[HostSample], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,
+    ):
         """`clock` and `sleep` replace the monotonic clock and waiting (tests)."""
         self.runner = runner
         self.accumulator = accumulator
@@ -63,22 +67,33 @@ class Sampler:
         self.runner.close()
 
     def _run(self) -> None:
-        self.runner.sample()   # primes the sources; not a datapoint
+        self.runner.sample()  # primes the sources; not a datapoint
         next_tick = self._clock() + self.interval
         while not self._wait(max(next_tick - self._clock(), 0.0)):
             try:
                 self.sample_once()
             except Exception as e:  # noqa: BLE001 - the thread must outlive a bad sample
-                self._once.start("sample", "a sample failed: %s: %s", type(e).__name__, e,
-                                 level=logging.ERROR, exc_info=e)
+                self._once.start(
+                    "sample",
+                    "a sample failed: %s: %s",
+                    type(e).__name__,
+                    e,
+                    level=logging.ERROR,
+                    exc_info=e,
+                )
             next_tick += self.interval
             late = self._clock() - next_tick
             if late > 0:
                 skipped = int(late // self.interval) + 1
                 next_tick += skipped * self.interval
-                self._once.start("overrun", "a sample took longer than the %gs datapoint "
-                                 "interval; skipped %d tick(s) (collector durations: %s)",
-                                 self.interval, skipped, self._durations())
+                self._once.start(
+                    "overrun",
+                    "a sample took longer than the %gs datapoint "
+                    "interval; skipped %d tick(s) (collector durations: %s)",
+                    self.interval,
+                    skipped,
+                    self._durations(),
+                )
             else:
                 self._once.end("overrun", "sampling keeps up with the datapoint interval again")
 
@@ -101,8 +116,9 @@ class Sampler:
         return sample
 
     def _durations(self) -> str:
-        return ", ".join(f"{name} {seconds:.3f}s"
-                         for name, (_, seconds) in sorted(self.runner.health.items()))
+        return ", ".join(
+            f"{name} {seconds:.3f}s" for name, (_, seconds) in sorted(self.runner.health.items())
+        )
 
     # --- what scrapes read ---------------------------------------------------------------
 

@@ -42,8 +42,9 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     """
     host, sep, port_text = text.rpartition(":")
     if not sep:
-        raise ValueError(f"{text!r} is not HOST:PORT (e.g. :{DEFAULT_PORT} or "
-                         f"127.0.0.1:{DEFAULT_PORT})")
+        raise ValueError(
+            f"{text!r} is not HOST:PORT (e.g. :{DEFAULT_PORT} or 127.0.0.1:{DEFAULT_PORT})"
+        )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
@@ -57,8 +58,9 @@ def listen(host: str, port: int) -> socket.socket:
     """A listening socket; raises OSError (e.g. EADDRINUSE) as the OS reports it."""
     if not host:
         if socket.has_dualstack_ipv6():
-            return socket.create_server(("", port), family=socket.AF_INET6,
-                                        dualstack_ipv6=True, backlog=128)
+            return socket.create_server(
+                ("", port), family=socket.AF_INET6, dualstack_ipv6=True, backlog=128
+            )
         return socket.create_server(("0.0.0.0", port), backlog=128)
     # A name such as localhost may resolve to ::1 first; prefer IPv4, as Go exporters do, so
     # a Prometheus configured with 127.0.0.1 finds it.
@@ -70,14 +72,26 @@ def listen(host: str, port: int) -> socket.socket:
 class MetricsServer:
     """Serves `bodies` on a socket that is already listening."""
 
-    def __init__(self, sock: socket.socket, bodies: ScrapeBodies, web: WebConfig | None = None,
-                 telemetry_path: str = "/metrics", max_connections: int = 64,
-                 timeout: float = 30.0):
-        handler = type("Handler", (_Handler,), {
-            "bodies": bodies, "web": web or WebConfig(), "telemetry_path": telemetry_path,
-            "timeout": timeout})
-        self._server = _Server(sock, handler, max_connections,
-                               web.ssl_context if web else None)
+    def __init__(
+        self,
+        sock: socket.socket,
+        bodies: ScrapeBodies,
+        web: WebConfig | None = None,
+        telemetry_path: str = "/metrics",
+        max_connections: int = 64,
+        timeout: float = 30.0,
+    ):
+        handler = type(
+            "Handler",
+            (_Handler,),
+            {
+                "bodies": bodies,
+                "web": web or WebConfig(),
+                "telemetry_path": telemetry_path,
+                "timeout": timeout,
+            },
+        )
+        self._server = _Server(sock, handler, max_connections, web.ssl_context if web else None)
         self._thread: threading.Thread | None = None
         self.tls = bool(web and web.ssl_context)
 
@@ -96,9 +110,12 @@ class MetricsServer:
         return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.5},
-                                        name="trainprof-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.5},
+            name="trainprof-http",
+            daemon=True,
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -119,10 +136,11 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, sock: socket.socket, handler, max_connections: int,
-                 ssl_context: ssl.SSLContext | None):
+    def __init__(
+        self, sock: socket.socket, handler, max_connections: int, ssl_context: ssl.SSLContext | None
+    ):
         super().__init__(sock.getsockname()[:2], handler, bind_and_activate=False)
-        self.socket.close()   # TCPServer made one of its own; serve the given one instead
+        self.socket.close()  # TCPServer made one of its own; serve the given one instead
         self.socket = sock
         self.server_name, self.server_port = sock.getsockname()[:2]
         self._ssl_context = ssl_context
@@ -135,15 +153,19 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         if self._ssl_context is not None:
             # The handshake happens in the connection's own thread (see _Handler.setup), so
             # a client that connects and never speaks TLS cannot stall the accept loop.
-            conn = self._ssl_context.wrap_socket(conn, server_side=True,
-                                                 do_handshake_on_connect=False)
+            conn = self._ssl_context.wrap_socket(
+                conn, server_side=True, do_handshake_on_connect=False
+            )
         return conn, address
 
     def process_request(self, request, client_address):
         if not self._slots.acquire(blocking=False):
-            self._once.start("connections", "%d connections are open, the configured "
-                             "maximum; refusing new ones until some close",
-                             self._max_connections)
+            self._once.start(
+                "connections",
+                "%d connections are open, the configured "
+                "maximum; refusing new ones until some close",
+                self._max_connections,
+            )
             _refuse(request)
             return
         self._once.end("connections", "connections are below the maximum again")
@@ -168,9 +190,11 @@ def _refuse(request: socket.socket) -> None:
     try:
         if not isinstance(request, ssl.SSLSocket):
             request.setblocking(False)
-            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                         b"Content-Length: 21\r\nConnection: close\r\n\r\n"
-                         b"too many connections\n")
+            request.send(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                b"Content-Length: 21\r\nConnection: close\r\n\r\n"
+                b"too many connections\n"
+            )
     except OSError:
         pass
     finally:
@@ -209,8 +233,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _respond(self, send_body: bool) -> None:
         if self.web.users and not self._authorized():
-            self._send(401, b"Unauthorized\n", "text/plain; charset=utf-8", send_body,
-                       {"WWW-Authenticate": 'Basic realm="trainprof exporter"'})
+            self._send(
+                401,
+                b"Unauthorized\n",
+                "text/plain; charset=utf-8",
+                send_body,
+                {"WWW-Authenticate": 'Basic realm="trainprof exporter"'},
+            )
             return
         path = urlsplit(self.path).path
         if path == self.telemetry_path:
@@ -220,8 +249,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 body = self.bodies.body(openmetrics, compressed)
             except Exception:  # noqa: BLE001 - a rendering bug must not kill the connection
                 log.exception("rendering the scrape failed")
-                self._send(500, b"rendering the metrics failed; see the exporter's log\n",
-                           "text/plain; charset=utf-8", send_body)
+                self._send(
+                    500,
+                    b"rendering the metrics failed; see the exporter's log\n",
+                    "text/plain; charset=utf-8",
+                    send_body,
+                )
                 return
             extra = {"Content-Encoding": "gzip"} if compressed else {}
             self._send(200, body, OPENMETRICS if openmetrics else TEXT, send_body, extra)
@@ -241,8 +274,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return False
         return bool(sep) and self.web.authorized(user, password)
 
-    def _send(self, status: int, body: bytes, content_type: str, send_body: bool,
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        send_body: bool,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

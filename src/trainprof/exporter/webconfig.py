@@ -30,10 +30,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 _TOP = ("tls_server_config", "http_server_config", "basic_auth_users")
-_TLS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version",
-        "max_version")
-_TLS_NOT_IMPLEMENTED = ("cert", "key", "client_ca", "cipher_suites", "curve_preferences",
-                        "prefer_server_cipher_suites", "client_allowed_sans")
+_TLS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")
+_TLS_NOT_IMPLEMENTED = (
+    "cert",
+    "key",
+    "client_ca",
+    "cipher_suites",
+    "curve_preferences",
+    "prefer_server_cipher_suites",
+    "client_allowed_sans",
+)
 _HTTP = ("headers", "http2")
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
@@ -41,8 +47,12 @@ _CLIENT_AUTH = {
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
 _CLIENT_AUTH_NOT_IMPLEMENTED = ("RequestClientCert", "RequireAnyClientCert")
-_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
-             "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
 _BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 
 
@@ -99,13 +109,17 @@ def load(path: str) -> WebConfig:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise WebConfigError(f"{path}: not valid YAML{where}: "
-                             f"{getattr(e, 'problem', None) or e}") from None
+        raise WebConfigError(
+            f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}"
+        ) from None
     return parse(data if data is not None else {}, path)
 
 
-def parse(data: Any, path: str = "web config",
-          check_password: Callable[[bytes, bytes], bool] | None = None) -> WebConfig:
+def parse(
+    data: Any,
+    path: str = "web config",
+    check_password: Callable[[bytes, bytes], bool] | None = None,
+) -> WebConfig:
     """Check a parsed configuration. `check_password` replaces bcrypt.checkpw (tests)."""
     problems: list[str] = []
     base = os.path.dirname(os.path.abspath(path)) if os.path.exists(path) else os.getcwd()
@@ -134,14 +148,20 @@ def parse(data: Any, path: str = "web config",
                 raise BcryptMissing(
                     f"{path}: basic_auth_users needs the bcrypt module, which is not "
                     "installed (pip install bcrypt); refusing to start without the "
-                    "authentication the file asks for") from None
+                    "authentication the file asks for"
+                ) from None
             check_password = bcrypt.checkpw
         config.check_password = check_password
     return config
 
 
-def _unknown(section: dict, known: tuple[str, ...], where: str, problems: list[str],
-             not_implemented: tuple[str, ...] = ()) -> None:
+def _unknown(
+    section: dict,
+    known: tuple[str, ...],
+    where: str,
+    problems: list[str],
+    not_implemented: tuple[str, ...] = (),
+) -> None:
     for key in section:
         path = f"{where}{key}"
         if key in known:
@@ -165,13 +185,11 @@ def _tls(tls: Any, base: str, problems: list[str]) -> ssl.SSLContext | None:
         problems.append(f"{where}{key}: required for TLS")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    for key, attribute in (("min_version", "minimum_version"),
-                           ("max_version", "maximum_version")):
+    for key, attribute in (("min_version", "minimum_version"), ("max_version", "maximum_version")):
         if key in tls:
             version = _VERSIONS.get(str(tls[key]))
             if version is None:
-                problems.append(f"{where}{key}: {tls[key]!r} is not one of "
-                                f"{', '.join(_VERSIONS)}")
+                problems.append(f"{where}{key}: {tls[key]!r} is not one of {', '.join(_VERSIONS)}")
             else:
                 setattr(context, attribute, version)
     if not missing:
@@ -179,15 +197,20 @@ def _tls(tls: Any, base: str, problems: list[str]) -> ssl.SSLContext | None:
         try:
             context.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as e:
-            problems.append(f"{where}cert_file/key_file: cannot load {cert} and {key}: "
-                            f"{getattr(e, 'strerror', None) or e}")
+            problems.append(
+                f"{where}cert_file/key_file: cannot load {cert} and {key}: "
+                f"{getattr(e, 'strerror', None) or e}"
+            )
     auth = str(tls.get("client_auth_type", "NoClientCert"))
     if auth in _CLIENT_AUTH_NOT_IMPLEMENTED:
-        problems.append(f"{where}client_auth_type: {auth} is not implemented by trainprof "
-                        "exporter; use RequireAndVerifyClientCert or VerifyClientCertIfGiven")
+        problems.append(
+            f"{where}client_auth_type: {auth} is not implemented by trainprof "
+            "exporter; use RequireAndVerifyClientCert or VerifyClientCertIfGiven"
+        )
     elif auth not in _CLIENT_AUTH:
-        problems.append(f"{where}client_auth_type: {auth!r} is not one of "
-                        f"{', '.join(_CLIENT_AUTH)}")
+        problems.append(
+            f"{where}client_auth_type: {auth!r} is not one of {', '.join(_CLIENT_AUTH)}"
+        )
     else:
         context.verify_mode = _CLIENT_AUTH[auth]
         ca = tls.get("client_ca_file")
@@ -197,8 +220,10 @@ def _tls(tls: Any, base: str, problems: list[str]) -> ssl.SSLContext | None:
             try:
                 context.load_verify_locations(_path(base, ca))
             except (OSError, ssl.SSLError) as e:
-                problems.append(f"{where}client_ca_file: cannot load {_path(base, ca)}: "
-                                f"{getattr(e, 'strerror', None) or e}")
+                problems.append(
+                    f"{where}client_ca_file: cannot load {_path(base, ca)}: "
+                    f"{getattr(e, 'strerror', None) or e}"
+                )
     return context
 
 
@@ -229,9 +254,11 @@ def _users(users: Any, problems: list[str]) -> dict[str, str]:
     out = {}
     for user, hashed in users.items():
         if not isinstance(hashed, str) or not hashed.startswith(_BCRYPT_PREFIXES):
-            problems.append(f"basic_auth_users.{user}: not a bcrypt hash (expected $2y$...; "
-                            "make one with htpasswd -nBC 10 USER); plaintext passwords are "
-                            "not accepted")
+            problems.append(
+                f"basic_auth_users.{user}: not a bcrypt hash (expected $2y$...; "
+                "make one with htpasswd -nBC 10 USER); plaintext passwords are "
+                "not accepted"
+            )
         else:
             out[str(user)] = hashed
     return out

@@ -52,14 +52,16 @@ class TrainprofCallback(transformers.TrainerCallback):
         self._training_step = False
 
     @guarded
-    def on_init_end(self, args: Any, state: Any, control: Any, model: Any = None,
-                    **kwargs: Any) -> None:
+    def on_init_end(
+        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+    ) -> None:
         ensure_started("transformers", transformers.__version__, dict(self._start_kwargs))
         self._hook(model)
 
     @guarded
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
-                       **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any
+    ) -> None:
         ensure_started("transformers", transformers.__version__, dict(self._start_kwargs))
         self._hook(model)
 
@@ -67,8 +69,10 @@ class TrainprofCallback(transformers.TrainerCallback):
         if model is None or model is self._hooked:
             return
         self._remove_hooks()
-        self._hooks = [model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
-                       model.register_forward_hook(self._after_forward)]
+        self._hooks = [
+            model.register_forward_pre_hook(self._before_forward, with_kwargs=True),
+            model.register_forward_hook(self._after_forward),
+        ]
         self._hooked = model
 
     @guarded
@@ -129,10 +133,12 @@ class TrainprofCallback(transformers.TrainerCallback):
         if self._training_step:
             self._timeline.switch_phase("forward")
             input_ids = kwargs.get("input_ids")
-            api.add(samples=batch_size((args, kwargs)) or 0,
-                    tokens=input_ids.numel() if hasattr(input_ids, "numel") else 0)
+            api.add(
+                samples=batch_size((args, kwargs)) or 0,
+                tokens=input_ids.numel() if hasattr(input_ids, "numel") else 0,
+            )
         elif not module.training:
-            self._eval.cancel_step()          # a forward that never reached a prediction step
+            self._eval.cancel_step()  # a forward that never reached a prediction step
             self._eval.begin_step("eval")
         return None
 
@@ -141,4 +147,3 @@ class TrainprofCallback(transformers.TrainerCallback):
         if self._training_step:
             self._timeline.switch_phase("backward")
         return None
-

@@ -55,8 +55,9 @@ class TrainprofCallback(pl.Callback):
     # --- training -------------------------------------------------------------------------
 
     @guarded
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._time_fetches(trainer)
         self._timeline.begin_step("train", samples=batch_size(batch))
         self._timeline.switch_phase("forward")
@@ -76,8 +77,9 @@ class TrainprofCallback(pl.Callback):
             self._timeline.switch_phase("optimizer")
 
     @guarded
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._timeline.end_step()
 
     @guarded
@@ -126,31 +128,55 @@ class TrainprofCallback(pl.Callback):
             self._eval.begin_step(mode)
 
     @guarded
-    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
-                                  batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._begin_eval(trainer, "eval", batch)
 
     @guarded
-    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                                batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self._eval.end_step()
 
     @guarded
-    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
-                            dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._begin_eval(trainer, "eval", batch)
 
     @guarded
-    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                          batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self._eval.end_step()
 
     @guarded
-    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
-                               batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         self._begin_eval(trainer, "predict", batch)
 
     @guarded
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                             batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(
+        self,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self._eval.end_step()

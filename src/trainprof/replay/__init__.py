@@ -94,11 +94,18 @@ class ReplayResult:
     def as_json(self) -> dict:
         """Exactly the documented contract:
         {"rules": {"<Rule>": {"fired", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
-        return {"rules": {name: {
-            "fired": v.fired,
-            "first_fired_at": _number(v.first_fired_at),
-            "alerts": [{"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts],
-        } for name, v in self.rules.items()}}
+        return {
+            "rules": {
+                name: {
+                    "fired": v.fired,
+                    "first_fired_at": _number(v.first_fired_at),
+                    "alerts": [
+                        {"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts
+                    ],
+                }
+                for name, v in self.rules.items()
+            }
+        }
 
 
 def _number(value: float | None):
@@ -112,11 +119,14 @@ def detect_format(source: str) -> str:
         return "trainprof"
     if sagemaker.looks_like_sagemaker(source):
         return "sagemaker"
-    if os.path.isdir(source) and any(n.endswith((".jsonl", ".jsonl.gz"))
-                                     for n in os.listdir(source)):
+    if os.path.isdir(source) and any(
+        n.endswith((".jsonl", ".jsonl.gz")) for n in os.listdir(source)
+    ):
         return "trainprof"
-    raise ReplayError(f"{source}: neither SageMaker profiler output (system/incremental, "
-                      "framework/pevents) nor a trainprof recording (.jsonl)")
+    raise ReplayError(
+        f"{source}: neither SageMaker profiler output (system/incremental, "
+        "framework/pevents) nor a trainprof recording (.jsonl)"
+    )
 
 
 def load_timeline(source: str, fmt: str, training_job: str | None) -> tuple[Timeline, list[str]]:
@@ -137,28 +147,37 @@ def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline
         raise ReplayError(str(e)) from None
     notes = []
     if found.ignored:
-        notes.append(f"ignored {len(found.ignored)} file(s) not named like SageMaker's: "
-                     + ", ".join(os.path.basename(p) for p in found.ignored[:5]))
+        notes.append(
+            f"ignored {len(found.ignored)} file(s) not named like SageMaker's: "
+            + ", ".join(os.path.basename(p) for p in found.ignored[:5])
+        )
     if system.unknown:
-        notes.append("ignored unknown dimensions: " + ", ".join(
-            f"{k} ({n} lines)" for k, n in sorted(system.unknown.items())))
+        notes.append(
+            "ignored unknown dimensions: "
+            + ", ".join(f"{k} ({n} lines)" for k, n in sorted(system.unknown.items()))
+        )
     try:
         steps = sagemaker.read_steps(found)
     except sagemaker.SourceError as e:
         raise ReplayError(str(e)) from None
     if not any(system.by_node.values()):
         if not steps:
-            raise ReplayError(f"{found.root}: no system metrics (system/incremental/"
-                              "*.algo-N.json holds no CPU, GPU or memory lines) and no steps")
-        notes.append("no system metrics (system/incremental): only StepOutlier and "
-                     "MaxInitializationTime had input")
+            raise ReplayError(
+                f"{found.root}: no system metrics (system/incremental/"
+                "*.algo-N.json holds no CPU, GPU or memory lines) and no steps"
+            )
+        notes.append(
+            "no system metrics (system/incremental): only StepOutlier and "
+            "MaxInitializationTime had input"
+        )
     ranks = sorted({(node, rank) for _, node, rank, _ in found.trace_files})
     if not ranks:
-        notes.append("no framework traces (framework/pevents): MaxInitializationTime and "
-                     "StepOutlier had no input")
+        notes.append(
+            "no framework traces (framework/pevents): MaxInitializationTime and "
+            "StepOutlier had no input"
+        )
     job = training_job or _job_name(found.root)
-    return Timeline(system.by_node, job, _sampling_interval(system.by_node), steps,
-                    ranks), notes
+    return Timeline(system.by_node, job, _sampling_interval(system.by_node), steps, ranks), notes
 
 
 def _job_name(root: str) -> str:
@@ -173,8 +192,11 @@ def _job_name(root: str) -> str:
 
 
 def _sampling_interval(by_node) -> float:
-    gaps = [b.timestamp - a.timestamp for samples in by_node.values()
-            for a, b in zip(samples, samples[1:])]
+    gaps = [
+        b.timestamp - a.timestamp
+        for samples in by_node.values()
+        for a, b in zip(samples, samples[1:])
+    ]
     if not gaps:
         return 0.5
     median = statistics.median(gaps)
@@ -182,8 +204,15 @@ def _sampling_interval(by_node) -> float:
 
 
 def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
-    paths = [source] if os.path.isfile(source) else sorted(
-        os.path.join(source, n) for n in os.listdir(source) if n.endswith((".jsonl", ".jsonl.gz")))
+    paths = (
+        [source]
+        if os.path.isfile(source)
+        else sorted(
+            os.path.join(source, n)
+            for n in os.listdir(source)
+            if n.endswith((".jsonl", ".jsonl.gz"))
+        )
+    )
     hosts: dict[str, list] = {}
     steps: list[Step] = []
     starts: dict[tuple[str, int], float] = {}
@@ -198,8 +227,7 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
                     try:
                         sample = recording.host_sample(record)
                     except (KeyError, TypeError, ValueError) as e:
-                        raise ReplayError(f"{path}:{number}: malformed host record: "
-                                          f"{e}") from None
+                        raise ReplayError(f"{path}:{number}: malformed host record: {e}") from None
                     hosts.setdefault(str(record.get("node", "node")), []).append(sample)
                 elif kind in ("step", "process"):
                     try:
@@ -207,11 +235,19 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
                         if kind == "process":
                             starts[key] = float(record["start"])
                         else:
-                            steps.append(Step(key[0], key[1], canonical_mode(record["mode"]),
-                                              float(record["start"]), float(record["end"])))
+                            steps.append(
+                                Step(
+                                    key[0],
+                                    key[1],
+                                    canonical_mode(record["mode"]),
+                                    float(record["start"]),
+                                    float(record["end"]),
+                                )
+                            )
                     except (KeyError, TypeError, ValueError) as e:
-                        raise ReplayError(f"{path}:{number}: malformed {kind} record: "
-                                          f"{e}") from None
+                        raise ReplayError(
+                            f"{path}:{number}: malformed {kind} record: {e}"
+                        ) from None
                 else:
                     skipped += 1
         except recording.RecordingError as e:
@@ -224,46 +260,77 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
         samples.sort(key=lambda s: s.timestamp)
     interval = float(interval) if interval else _sampling_interval(hosts)
     ranks = sorted(set(starts) | {(s.node, s.rank) for s in steps})
-    return Timeline(hosts, training_job or "recorded-job", interval, steps, ranks,
-                    starts), notes
+    return Timeline(hosts, training_job or "recorded-job", interval, steps, ranks, starts), notes
 
 
-def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float = 15.0,
-           datapoint_interval: float | None = None, fmt: str = "auto",
-           training_job: str | None = None, promtool: str | None = None,
-           progress: bool = False, workdir: str | None = None,
-           queries: QueryBuilder | None = None, query_points: int = 200) -> ReplayResult:
+def replay(
+    source: str,
+    rules: str | RulesConfig | None,
+    scrape_interval: float = 15.0,
+    datapoint_interval: float | None = None,
+    fmt: str = "auto",
+    training_job: str | None = None,
+    promtool: str | None = None,
+    progress: bool = False,
+    workdir: str | None = None,
+    queries: QueryBuilder | None = None,
+    query_points: int = 200,
+) -> ReplayResult:
     """Replay `source` through the compiled rules. `queries`, given the resolved
     configuration, the job's name and the seconds replayed, names extra PromQL to evaluate
     over the same series and rules: at the end, or at about `query_points` times."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
         timeline.datapoint_interval = datapoint_interval
-    config = rules if isinstance(rules, RulesConfig) else read_config(
-        rules, scrape_interval=scrape_interval,
-        datapoint_interval=f"{timeline.datapoint_interval}s")
+    config = (
+        rules
+        if isinstance(rules, RulesConfig)
+        else read_config(
+            rules,
+            scrape_interval=scrape_interval,
+            datapoint_interval=f"{timeline.datapoint_interval}s",
+        )
+    )
     compiled = compile_rules(config)
     notes += list(compiled.warnings)
 
     # Replay stands for exporters started with --rules.config: they count every threshold
     # the configuration needs.
     needed = required_inputs(config)
-    grid = BottleneckGrid.default().including(cpu=needed["cpu_bottleneck"],
-                                              io=needed["io_bottleneck"])
-    scraped = scrape(timeline, config.scrape_interval, grid, progress,
-                     stddevs=needed["step_outlier_stddevs"])
-    shift_timestamps(scraped.series, scraped.start, ("trainprof_training_start_timestamp_seconds",
-                                                     "trainprof_training_first_step_timestamp_seconds",
-                                                     "trainprof_training_last_step_timestamp_seconds"))
+    grid = BottleneckGrid.default().including(
+        cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"]
+    )
+    scraped = scrape(
+        timeline, config.scrape_interval, grid, progress, stddevs=needed["step_outlier_stddevs"]
+    )
+    shift_timestamps(
+        scraped.series,
+        scraped.start,
+        (
+            "trainprof_training_start_timestamp_seconds",
+            "trainprof_training_first_step_timestamp_seconds",
+            "trainprof_training_last_step_timestamp_seconds",
+        ),
+    )
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
     asked = {}
     if queries is not None:
         times = _query_times(scraped.end, config.scrape_interval, query_points)
-        asked = {name: (q.expr, times if q.over_time else [scraped.end])
-                 for name, q in queries(config, timeline.training_job, scraped.end).items()}
+        asked = {
+            name: (q.expr, times if q.over_time else [scraped.end])
+            for name, q in queries(config, timeline.training_job, scraped.end).items()
+        }
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        run = run_rules(compiled.groups, scraped.series, config.scrape_interval, evaluation,
-                        scraped.end, Path(tmp), promtool, queries=asked)
+        run = run_rules(
+            compiled.groups,
+            scraped.series,
+            config.scrape_interval,
+            evaluation,
+            scraped.end,
+            Path(tmp),
+            promtool,
+            queries=asked,
+        )
     firing = run.firing
 
     verdicts = {i.spec.name: Verdict() for i in config.rules}
@@ -277,16 +344,28 @@ def replay(source: str, rules: str | RulesConfig | None, scrape_interval: float 
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
     return ReplayResult(
-        rules=verdicts, health=health, source=source, nodes=len(timeline.hosts),
-        gpus=sum(len({g.index for s in samples for g in s.gpus})
-                 for samples in timeline.hosts.values()),
-        samples=sum(len(s) for s in timeline.hosts.values()), steps=len(timeline.steps),
-        start=scraped.start, end=scraped.start + scraped.end,
+        rules=verdicts,
+        health=health,
+        source=source,
+        nodes=len(timeline.hosts),
+        gpus=sum(
+            len({g.index for s in samples for g in s.gpus}) for samples in timeline.hosts.values()
+        ),
+        samples=sum(len(s) for s in timeline.hosts.values()),
+        steps=len(timeline.steps),
+        start=scraped.start,
+        end=scraped.start + scraped.end,
         datapoint_interval=timeline.datapoint_interval,
-        scrape_interval=config.scrape_interval, evaluation_interval=evaluation, notes=notes,
-        training_job=timeline.training_job, config=config,
-        queries={name: {scraped.start + t: samples for t, samples in by_time.items()}
-                 for name, by_time in run.queries.items()})
+        scrape_interval=config.scrape_interval,
+        evaluation_interval=evaluation,
+        notes=notes,
+        training_job=timeline.training_job,
+        config=config,
+        queries={
+            name: {scraped.start + t: samples for t, samples in by_time.items()}
+            for name, by_time in run.queries.items()
+        },
+    )
 
 
 def query_step(seconds: float, scrape_interval: float, points: int) -> float:

@@ -16,9 +16,15 @@ EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 def main(args: argparse.Namespace) -> int:
     try:
-        result = replay(args.source, args.rules, scrape_interval=args.scrape_interval,
-                        datapoint_interval=args.datapoint_interval, fmt=args.format,
-                        training_job=args.job, progress=args.json != "-")
+        result = replay(
+            args.source,
+            args.rules,
+            scrape_interval=args.scrape_interval,
+            datapoint_interval=args.datapoint_interval,
+            fmt=args.format,
+            training_job=args.job,
+            progress=args.json != "-",
+        )
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -51,16 +57,25 @@ def _when(t: float | None) -> str:
 
 def print_table(result: ReplayResult, out=sys.stdout) -> None:
     minutes = (result.end - result.start) / 60
-    print(f"Replayed {result.source}\n  {result.nodes} node(s), {result.gpus} GPU(s), "
-          f"{result.samples} samples, {result.steps} steps over {minutes:.1f} min from "
-          f"{_when(result.start)} UTC; "
-          f"datapoint {result.datapoint_interval:g}s, scraped every "
-          f"{result.scrape_interval:g}s, rules evaluated every "
-          f"{result.evaluation_interval:g}s\n", file=out)
+    print(
+        f"Replayed {result.source}\n  {result.nodes} node(s), {result.gpus} GPU(s), "
+        f"{result.samples} samples, {result.steps} steps over {minutes:.1f} min from "
+        f"{_when(result.start)} UTC; "
+        f"datapoint {result.datapoint_interval:g}s, scraped every "
+        f"{result.scrape_interval:g}s, rules evaluated every "
+        f"{result.evaluation_interval:g}s\n",
+        file=out,
+    )
     print(f"  {'rule':<24} {'fired':<6} {'first fired (UTC)':<20} alerts", file=out)
     for name, verdict in result.rules.items():
-        print(f"  {name:<24} {'yes' if verdict.fired else 'no':<6} "
-              f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts)}", file=out)
+        print(
+            f"  {name:<24} {'yes' if verdict.fired else 'no':<6} "
+            f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts)}",
+            file=out,
+        )
     for alert in result.health:
-        print(f"\n  health: {alert.labels.get('alertname')} ({alert.labels.get('affects')}) "
-              f"at {_when(alert.fired_at)}", file=out)
+        print(
+            f"\n  health: {alert.labels.get('alertname')} ({alert.labels.get('affects')}) "
+            f"at {_when(alert.fired_at)}",
+            file=out,
+        )

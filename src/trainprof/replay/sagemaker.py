@@ -1,19 +1,19 @@
 """Read SageMaker Debugger profiler output: system metrics and framework step traces.
 
-    profiler-output/system/incremental/[<YYYYMMDDHH>/]<minute>.algo-<N>.json
-        JSON lines {"Type","Name","Dimension","Value","NodeId","Timestamp"}, one per metric
-        per sample; CPUUtilization and I/OWaitPercentage per core (cpu<i>), GPUUtilization and
-        GPUMemoryUtilization per GPU (gpu<j>), MemoryUsedPercent per node, all in percent.
-    profiler-output/framework/pevents/<YYYYMMDDHH>/<end_us>_<rank>-<node>_pythontimeline.json
-        Chrome traces; a step is an "X" event whose name contains "Step:ModeKeys"; event times
-        are microseconds after the trace's start_time_since_epoch_in_micros.
+profiler-output/system/incremental/[<YYYYMMDDHH>/]<minute>.algo-<N>.json
+    JSON lines {"Type","Name","Dimension","Value","NodeId","Timestamp"}, one per metric
+    per sample; CPUUtilization and I/OWaitPercentage per core (cpu<i>), GPUUtilization and
+    GPUMemoryUtilization per GPU (gpu<j>), MemoryUsedPercent per node, all in percent.
+profiler-output/framework/pevents/<YYYYMMDDHH>/<end_us>_<rank>-<node>_pythontimeline.json
+    Chrome traces; a step is an "X" event whose name contains "Step:ModeKeys"; event times
+    are microseconds after the trace's start_time_since_epoch_in_micros.
 
-    >>> found = find_profiler_output("/path/to/job")        # doctest: +SKIP
-    >>> samples = read_system(found)                         # doctest: +SKIP
-    >>> samples.by_node["algo-1"][0].cpu_utilization[:2]     # doctest: +SKIP
-    [1.0, 0.9787]
-    >>> read_steps(found)[0]                                 # doctest: +SKIP
-    Step(node='algo-1', rank=0, mode='train', start=1594662608.09, end=1594662617.11)
+>>> found = find_profiler_output("/path/to/job")        # doctest: +SKIP
+>>> samples = read_system(found)                         # doctest: +SKIP
+>>> samples.by_node["algo-1"][0].cpu_utilization[:2]     # doctest: +SKIP
+[1.0, 0.9787]
+>>> read_steps(found)[0]                                 # doctest: +SKIP
+Step(node='algo-1', rank=0, mode='train', start=1594662608.09, end=1594662617.11)
 """
 
 from __future__ import annotations
@@ -47,10 +47,9 @@ class SourceError(ValueError):
 @dataclasses.dataclass
 class ProfilerOutput:
     root: str
-    system_files: list[tuple[int, str, str]]       # (minute, node, path), in time order
-    trace_files: list[tuple[int, str, int, str]]   # (end_us, node, rank, path)
+    system_files: list[tuple[int, str, str]]  # (minute, node, path), in time order
+    trace_files: list[tuple[int, str, int, str]]  # (end_us, node, rank, path)
     ignored: list[str]
-
 
 
 @dataclasses.dataclass
@@ -65,8 +64,9 @@ def looks_like_sagemaker(path: str) -> bool:
     if not os.path.isdir(path):
         return False
     for dirpath, dirnames, _ in os.walk(path):
-        if dirpath.endswith(os.path.join("system", "incremental")) or \
-                dirpath.endswith(os.path.join("framework", "pevents")):
+        if dirpath.endswith(os.path.join("system", "incremental")) or dirpath.endswith(
+            os.path.join("framework", "pevents")
+        ):
             return True
         if dirpath.count(os.sep) - path.count(os.sep) > 6:
             dirnames[:] = []
@@ -80,16 +80,19 @@ def find_profiler_output(source: str) -> ProfilerOutput:
         raise SourceError(f"{source}: not a directory")
     roots = set()
     for dirpath, _, _ in os.walk(source):
-        for marker in (os.path.join("system", "incremental"),
-                       os.path.join("framework", "pevents")):
+        for marker in (os.path.join("system", "incremental"), os.path.join("framework", "pevents")):
             if dirpath.endswith(os.sep + marker) or dirpath == marker:
                 roots.add(dirpath[: -len(marker)].rstrip(os.sep) or ".")
     if not roots:
-        raise SourceError(f"{source}: no SageMaker profiler output here (looked for "
-                          "system/incremental and framework/pevents)")
+        raise SourceError(
+            f"{source}: no SageMaker profiler output here (looked for "
+            "system/incremental and framework/pevents)"
+        )
     if len(roots) > 1:
-        raise SourceError(f"{source}: holds the profiler output of several jobs; replay one "
-                          "of: " + ", ".join(sorted(roots)))
+        raise SourceError(
+            f"{source}: holds the profiler output of several jobs; replay one "
+            "of: " + ", ".join(sorted(roots))
+        )
     root = roots.pop()
     system, traces, ignored = [], [], []
     for dirpath, _, names in os.walk(os.path.join(root, "system", "incremental")):
@@ -103,8 +106,14 @@ def find_profiler_output(source: str) -> ProfilerOutput:
         for name in names:
             match = TRACE_FILE.match(name)
             if match:
-                traces.append((int(match.group(1)), match.group(3), int(match.group(2)),
-                               os.path.join(dirpath, name)))
+                traces.append(
+                    (
+                        int(match.group(1)),
+                        match.group(3),
+                        int(match.group(2)),
+                        os.path.join(dirpath, name),
+                    )
+                )
             elif name.endswith("_pythontimeline.json"):
                 ignored.append(os.path.join(dirpath, name))
     system.sort(key=lambda f: (f[0], f[1], f[2]))
@@ -148,8 +157,12 @@ class _SnapshotBuilder:
             self.flush()
         if self._start is None:
             self._start = ts
-        target = {"cpu": self._cpu, "iowait": self._iowait, "util": self._util,
-                  "mem": self._mem}.get(kind)
+        target = {
+            "cpu": self._cpu,
+            "iowait": self._iowait,
+            "util": self._util,
+            "mem": self._mem,
+        }.get(kind)
         if target is None:
             self._memory = value
         else:
@@ -158,14 +171,21 @@ class _SnapshotBuilder:
     def flush(self) -> None:
         if self._start is None:
             return
-        gpus = [GpuSample(i, f"gpu{i}", utilization=self._util.get(i),
-                          memory_used_ratio=self._mem.get(i))
-                for i in sorted(set(self._util) | set(self._mem))]
-        self.samples.append(HostSample(
-            timestamp=self._start,
-            cpu_utilization=[self._cpu[i] for i in sorted(self._cpu)],
-            cpu_iowait=[self._iowait[i] for i in sorted(self._iowait)],
-            memory_used_ratio=self._memory, gpus=gpus))
+        gpus = [
+            GpuSample(
+                i, f"gpu{i}", utilization=self._util.get(i), memory_used_ratio=self._mem.get(i)
+            )
+            for i in sorted(set(self._util) | set(self._mem))
+        ]
+        self.samples.append(
+            HostSample(
+                timestamp=self._start,
+                cpu_utilization=[self._cpu[i] for i in sorted(self._cpu)],
+                cpu_iowait=[self._iowait[i] for i in sorted(self._iowait)],
+                memory_used_ratio=self._memory,
+                gpus=gpus,
+            )
+        )
         self._start, self._memory = None, None
         self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
 
@@ -183,8 +203,9 @@ def read_system(found: ProfilerOutput) -> SystemSamples:
                 name, dimension = str(e["Name"]), str(e.get("Dimension", ""))
                 node = str(e.get("NodeId") or file_node)
             except (KeyError, TypeError, ValueError):
-                raise SourceError(f"{path}:{number}: expected Name, Dimension, Value and "
-                                  "Timestamp") from None
+                raise SourceError(
+                    f"{path}:{number}: expected Name, Dimension, Value and Timestamp"
+                ) from None
             kind, index = _classify(e.get("Type"), dimension, name)
             if kind is None:
                 (out.unused if index == -1 else out.unknown)[f"{dimension or name}"] += 1
@@ -236,8 +257,9 @@ def read_steps(found: ProfilerOutput) -> list[Step]:
                 start = (base + float(e["ts"])) / 1e6
                 end = start + float(e.get("dur", 0)) / 1e6
             except (KeyError, TypeError, ValueError):
-                raise SourceError(f"{path}: step event without numeric ts/dur: "
-                                  f"{json.dumps(e)[:120]}") from None
+                raise SourceError(
+                    f"{path}: step event without numeric ts/dur: {json.dumps(e)[:120]}"
+                ) from None
             try:
                 mode = canonical_mode(name)
             except ValueError:

@@ -49,12 +49,15 @@ def segment_at(timeline: list[Mapping[str, Any]], t: float) -> dict[str, Any]:
 
 
 def _line(kind: str, name: str, dimension: str, value: float, node: str, ts: float) -> str:
-    return (f'{{"Type":"{kind}","Name":"{name}","Dimension":"{dimension}",'
-            f'"Value":{value * 100:.2f},"NodeId":"{node}","Timestamp":{ts:.6f}}}\n')
+    return (
+        f'{{"Type":"{kind}","Name":"{name}","Dimension":"{dimension}",'
+        f'"Value":{value * 100:.2f},"NodeId":"{node}","Timestamp":{ts:.6f}}}\n'
+    )
 
 
-def write_system(out: str, start: float, duration: float, interval: float,
-                 hosts: Mapping[str, Mapping[str, Any]]) -> int:
+def write_system(
+    out: str, start: float, duration: float, interval: float, hosts: Mapping[str, Mapping[str, Any]]
+) -> int:
     """Write system/incremental minute files under `out`; return the number of lines."""
     lines = 0
     samples = int(math.floor(duration / interval + 1e-9))
@@ -83,15 +86,25 @@ def write_system(out: str, start: float, duration: float, interval: float,
                 for j in range(gpus):
                     chunk.append(_line("gpu", f"gpu{j}", "GPUUtilization", util[j], node, ts))
                     chunk.append(_line("gpu", f"gpu{j}", "GPUMemoryUtilization", mem[j], node, ts))
-                chunk.append(_line("memory", "MemoryUsedPercent", "",
-                                   values_at(seg["mem"], 1, k)[0], node, ts + 0.0006))
+                chunk.append(
+                    _line(
+                        "memory",
+                        "MemoryUsedPercent",
+                        "",
+                        values_at(seg["mem"], 1, k)[0],
+                        node,
+                        ts + 0.0006,
+                    )
+                )
                 cpu = values_at(seg["cpu"], cores, k)
                 iowait = values_at(seg["iowait"], cores, k)
                 for i in range(cores):
-                    chunk.append(_line("cpu", f"cpu{i}", "CPUUtilization", cpu[i], node,
-                                       ts + 0.0009))
-                    chunk.append(_line("cpu", f"cpu{i}", "I/OWaitPercentage", iowait[i], node,
-                                       ts + 0.0009))
+                    chunk.append(
+                        _line("cpu", f"cpu{i}", "CPUUtilization", cpu[i], node, ts + 0.0009)
+                    )
+                    chunk.append(
+                        _line("cpu", f"cpu{i}", "I/OWaitPercentage", iowait[i], node, ts + 0.0009)
+                    )
                 stream.write("".join(chunk))
                 lines += len(chunk)
         finally:
@@ -106,12 +119,26 @@ def write_steps(out: str, node: str, rank: int, steps: list[tuple[str, float, fl
     trace, relative to a start_time_since_epoch_in_micros as SageMaker's hook did."""
     base = int(min(s[1] for s in steps) * 1e6) - 1_000_000 if steps else 0
     end_us = int(max(s[2] for s in steps) * 1e6) if steps else base
-    events = [{"name": "process_name", "ph": "M", "pid": 0,
-               "args": {"start_time_since_epoch_in_micros": base}}]
+    events = [
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": 0,
+            "args": {"start_time_since_epoch_in_micros": base},
+        }
+    ]
     for number, (mode, begin, end) in enumerate(steps):
         name = f"Step:ModeKeys.{mode.upper()}"
-        events.append({"name": name, "pid": 1, "ph": "X", "ts": int(begin * 1e6) - base,
-                       "dur": int((end - begin) * 1e6), "args": {"step_num": str(number)}})
+        events.append(
+            {
+                "name": name,
+                "pid": 1,
+                "ph": "X",
+                "ts": int(begin * 1e6) - base,
+                "dur": int((end - begin) * 1e6),
+                "args": {"step_num": str(number)},
+            }
+        )
     folder = os.path.join(out, "framework", "pevents", _hour(base / 1e6))
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{end_us}_{rank}-{node}_pythontimeline.json")

@@ -30,8 +30,8 @@ TRAINING_PORT = 9946
 class Step:
     node: str
     rank: int
-    mode: str          # a contract mode: train, eval, predict, global
-    start: float       # Unix seconds
+    mode: str  # a contract mode: train, eval, predict, global
+    start: float  # Unix seconds
     end: float
 
 
@@ -52,13 +52,17 @@ class Timeline:
 
     @property
     def first(self) -> float:
-        return min([s[0].timestamp for s in self.hosts.values() if s]
-                   + [s.start for s in self.steps] + list(self.rank_starts.values()))
+        return min(
+            [s[0].timestamp for s in self.hosts.values() if s]
+            + [s.start for s in self.steps]
+            + list(self.rank_starts.values())
+        )
 
     @property
     def last(self) -> float:
-        return max([s[-1].timestamp for s in self.hosts.values() if s]
-                   + [s.end for s in self.steps])
+        return max(
+            [s[-1].timestamp for s in self.hosts.values() if s] + [s.end for s in self.steps]
+        )
 
     @property
     def start(self) -> float:
@@ -69,25 +73,39 @@ class Timeline:
 @dataclasses.dataclass
 class Scraped:
     series: dict[str, list[float | None]]
-    start: float            # t0, Unix seconds
-    end: float              # seconds after t0 of the last scrape
+    start: float  # t0, Unix seconds
+    end: float  # seconds after t0 of the last scrape
     scrapes: int
 
 
 def host_identity(node: str, training_job: str) -> dict[str, str]:
-    return {"job": EXPORTER_JOB, "instance": f"{node}:{EXPORTER_PORT}", "node": node,
-            "training_job": training_job}
+    return {
+        "job": EXPORTER_JOB,
+        "instance": f"{node}:{EXPORTER_PORT}",
+        "node": node,
+        "training_job": training_job,
+    }
 
 
 def rank_identity(node: str, rank: int, index: int, training_job: str) -> dict[str, str]:
     """Target labels of a rank's /metrics (one port per process on its node) plus the
     identity the training process itself exports."""
-    return {"job": TRAINING_JOB, "instance": f"{node}:{TRAINING_PORT + index}", "node": node,
-            "training_job": training_job, "rank": str(rank)}
+    return {
+        "job": TRAINING_JOB,
+        "instance": f"{node}:{TRAINING_PORT + index}",
+        "node": node,
+        "training_job": training_job,
+        "rank": str(rank),
+    }
 
 
-def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | None = None,
-           progress: bool = False, stddevs: Iterable[float] = ()) -> Scraped:
+def scrape(
+    timeline: Timeline,
+    scrape_interval: float,
+    grid: BottleneckGrid | None = None,
+    progress: bool = False,
+    stddevs: Iterable[float] = (),
+) -> Scraped:
     if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
         raise ValueError("the timeline holds no samples and no steps")
     t0 = timeline.start
@@ -96,8 +114,11 @@ def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | No
     series: dict[str, list[float | None]] = {}
     bar = _Progress(sum(len(s) for s in timeline.hosts.values()), progress)
     for node, samples in sorted(timeline.hosts.items()):
-        acc = SampleAccumulator(timeline.datapoint_interval,
-                                identity=host_identity(node, timeline.training_job), grid=grid)
+        acc = SampleAccumulator(
+            timeline.datapoint_interval,
+            identity=host_identity(node, timeline.training_job),
+            grid=grid,
+        )
         i = 0
         for k, instant in enumerate(instants):
             while i < len(samples) and samples[i].timestamp <= instant + 1e-9:
@@ -105,7 +126,7 @@ def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | No
                 i += 1
             bar.advance(i)
             if acc.samples == 0:
-                continue      # the exporter was not up yet
+                continue  # the exporter was not up yet
             for name, labels, value in samples_of(acc.families()):
                 series.setdefault(series_text(name, labels), [None] * count)[k] = value
         bar.done_with(len(samples))
@@ -114,8 +135,9 @@ def scrape(timeline: Timeline, scrape_interval: float, grid: BottleneckGrid | No
     return Scraped(series, t0, instants[-1] - t0, count)
 
 
-def _scrape_ranks(timeline: Timeline, instants: list[float], t0: float,
-                  stddevs: tuple[float, ...], series: dict) -> None:
+def _scrape_ranks(
+    timeline: Timeline, instants: list[float], t0: float, stddevs: tuple[float, ...], series: dict
+) -> None:
     """Every rank's training series: its steps, observed as they end, read at each instant."""
     by_rank: dict[tuple[str, int], list[Step]] = {r: [] for r in timeline.ranks}
     for step in timeline.steps:
@@ -126,8 +148,9 @@ def _scrape_ranks(timeline: Timeline, instants: list[float], t0: float,
         index = per_node[node] = per_node.get(node, -1) + 1
         labels = rank_identity(node, rank, index, timeline.training_job)
         target = {k: labels.pop(k) for k in ("job", "instance")}
-        state = TrainingState(labels, stddevs=stddevs,
-                              start_time=timeline.rank_starts.get((node, rank), t0))
+        state = TrainingState(
+            labels, stddevs=stddevs, start_time=timeline.rank_starts.get((node, rank), t0)
+        )
         steps.sort(key=lambda s: s.end)
         i = 0
         for k, instant in enumerate(instants):
@@ -139,8 +162,9 @@ def _scrape_ranks(timeline: Timeline, instants: list[float], t0: float,
                 series.setdefault(key, [None] * count)[k] = value
 
 
-def shift_timestamps(series: dict[str, list[float | None]], t0: float,
-                     names: Iterable[str]) -> None:
+def shift_timestamps(
+    series: dict[str, list[float | None]], t0: float, names: Iterable[str]
+) -> None:
     """Make timestamp-valued series relative to t0, as promtool's clock starts at 0."""
     prefixes = tuple(n + "{" for n in names)
     for key, values in series.items():

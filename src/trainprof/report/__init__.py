@@ -14,5 +14,12 @@ from trainprof.report.build import Report, build
 from trainprof.report.collect import Collected, ReportError, from_prometheus, from_replay
 from trainprof.report.page import render
 
-__all__ = ["Collected", "Report", "ReportError", "build", "from_prometheus", "from_replay",
-           "render"]
+__all__ = [
+    "Collected",
+    "Report",
+    "ReportError",
+    "build",
+    "from_prometheus",
+    "from_replay",
+    "render",
+]

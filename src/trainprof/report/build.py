@@ -21,7 +21,7 @@ from trainprof.report.collect import Collected, Points, Series
 from trainprof.report.queries import signals
 from trainprof.rules.config import RuleInstance
 
-MAX_LINES = 12          # series per chart; more would be unreadable
+MAX_LINES = 12  # series per chart; more would be unreadable
 MAX_ALERT_ROWS = 25
 
 
@@ -29,16 +29,16 @@ MAX_ALERT_ROWS = 25
 class Chart:
     title: str
     svg: str
-    legend: list[tuple[str, str]]        # (name, colour)
+    legend: list[tuple[str, str]]  # (name, colour)
     note: str = ""
-    wide: bool = False                   # across the page, not in a column of two
+    wide: bool = False  # across the page, not in a column of two
 
 
 @dataclasses.dataclass
 class Table:
     columns: list[str]
     rows: list[list[str]]
-    numeric: tuple[int, ...] = ()        # right-aligned columns
+    numeric: tuple[int, ...] = ()  # right-aligned columns
     caption: str = ""
 
 
@@ -50,7 +50,7 @@ class Section:
     facts: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     tables: list[Table] = dataclasses.field(default_factory=list)
     charts: list[Chart] = dataclasses.field(default_factory=list)
-    empty: str = ""                      # said instead when there is nothing to show
+    empty: str = ""  # said instead when there is nothing to show
 
 
 @dataclasses.dataclass
@@ -62,7 +62,7 @@ class RuleRow:
     parameters: str
     times_triggered: int
     first_fired_at: float | None
-    state: str                           # firing | pending | ok
+    state: str  # firing | pending | ok
 
 
 @dataclasses.dataclass
@@ -113,35 +113,53 @@ class _Numbers:
 
     def by_legend(self, name: str) -> list[tuple[str, float]]:
         legend = self._legend(name)
-        return sorted((legend_text(legend, labels), points[-1][1])
-                      for labels, points in self.series(name) if points)
+        return sorted(
+            (legend_text(legend, labels), points[-1][1])
+            for labels, points in self.series(name)
+            if points
+        )
 
     def lines(self, name: str) -> list[tuple[str, Points]]:
         legend = self._legend(name)
-        return sorted((legend_text(legend, labels), points)
-                      for labels, points in self.series(name) if points)
+        return sorted(
+            (legend_text(legend, labels), points) for labels, points in self.series(name) if points
+        )
 
 
-def _chart(c: Collected, title: str, lines: list[tuple[str, Points]], unit: str,
-           signal: Signal | None = None, firing=()) -> Chart | None:
+def _chart(
+    c: Collected,
+    title: str,
+    lines: list[tuple[str, Points]],
+    unit: str,
+    signal: Signal | None = None,
+    firing=(),
+) -> Chart | None:
     if not lines:
         return None
     note = ""
     if len(lines) > MAX_LINES:
-        note = (f"{MAX_LINES} of {len(lines)} series shown: those with the highest mean "
-                "(the lowest, for a rule that fires below its threshold).")
+        note = (
+            f"{MAX_LINES} of {len(lines)} series shown: those with the highest mean "
+            "(the lowest, for a rule that fires below its threshold)."
+        )
         below = signal is not None and signal.threshold.fires == "below"
-        lines = sorted(lines, key=lambda item: sum(v for _, v in item[1]) / len(item[1]),
-                       reverse=not below)[:MAX_LINES]
+        lines = sorted(
+            lines, key=lambda item: sum(v for _, v in item[1]) / len(item[1]), reverse=not below
+        )[:MAX_LINES]
         lines.sort()
     threshold = signal.threshold if signal else None
-    drawn = svg.line_chart(lines, unit=unit, start=c.start, end=c.end,
-                           threshold=threshold.value if threshold else None,
-                           fires=threshold.fires if threshold else "above",
-                           threshold_text=threshold.text if threshold else "",
-                           firing=firing, label=title)
-    return Chart(title, drawn, [(name, svg.color(i)) for i, (name, _) in enumerate(lines)],
-                 note)
+    drawn = svg.line_chart(
+        lines,
+        unit=unit,
+        start=c.start,
+        end=c.end,
+        threshold=threshold.value if threshold else None,
+        fires=threshold.fires if threshold else "above",
+        threshold_text=threshold.text if threshold else "",
+        firing=firing,
+        label=title,
+    )
+    return Chart(title, drawn, [(name, svg.color(i)) for i, (name, _) in enumerate(lines)], note)
 
 
 def _spans(points: Points, step: float) -> list[tuple[float, float]]:
@@ -159,6 +177,7 @@ def _spans(points: Points, step: float) -> list[tuple[float, float]]:
 
 # --- sections --------------------------------------------------------------------------------
 
+
 def _summary(c: Collected, n: _Numbers, rules: list[RuleRow]) -> Section:
     start_ms = n.scalar("summary.start")
     elapsed = n.scalar("summary.elapsed")
@@ -169,24 +188,35 @@ def _summary(c: Collected, n: _Numbers, rules: list[RuleRow]) -> Section:
     facts = [
         ("Training job", c.training_job),
         ("Source", c.source),
-        ("Start", fmt.when(start_ms / 1000) if start_ms is not None
-         else f"{fmt.when(c.start)} (first sample)"),
+        (
+            "Start",
+            fmt.when(start_ms / 1000)
+            if start_ms is not None
+            else f"{fmt.when(c.start)} (first sample)",
+        ),
         ("End", f"{fmt.when(c.end)} (last data)"),
         ("Duration", fmt.duration(elapsed if elapsed is not None else c.end - c.start)),
         ("Time to first step", fmt.duration(init) if init is not None else "-"),
-        ("Steps", ", ".join(f"{mode or 'all'}: {fmt.number(v)}" for mode, v in steps)
-         if steps else "-"),
+        (
+            "Steps",
+            ", ".join(f"{mode or 'all'}: {fmt.number(v)}" for mode, v in steps) if steps else "-",
+        ),
         ("Mean step rate", fmt.value(rate, "suffix: steps/s") if rate else "-"),
         ("Nodes", _count(n.scalar("summary.nodes"))),
         ("GPUs", _count(n.scalar("summary.gpus"))),
         ("Ranks", _count(n.scalar("summary.ranks"))),
-        ("Sampling", f"every {fmt.duration(c.config.datapoint_interval)}, scraped every "
-                     f"{fmt.duration(c.config.scrape_interval)}"),
+        (
+            "Sampling",
+            f"every {fmt.duration(c.config.datapoint_interval)}, scraped every "
+            f"{fmt.duration(c.config.scrape_interval)}",
+        ),
         ("Rules fired", f"{len(fired)} of {len(rules)}"),
     ]
     facts = [(k, v) for k, v in facts if v != "-"]
-    intro = (f"{c.training_job} ran for "
-             f"{fmt.duration(elapsed if elapsed is not None else c.end - c.start)}")
+    intro = (
+        f"{c.training_job} ran for "
+        f"{fmt.duration(elapsed if elapsed is not None else c.end - c.start)}"
+    )
     nodes, gpus = n.scalar("summary.nodes"), n.scalar("summary.gpus")
     if nodes:
         intro += f" on {_count(nodes)} node{'s' if nodes != 1 else ''}"
@@ -195,14 +225,17 @@ def _summary(c: Collected, n: _Numbers, rules: list[RuleRow]) -> Section:
     intro += ". "
     if fired:
         top = max(fired, key=lambda r: r.times_triggered)
-        intro += (f"{len(fired)} of {len(rules)} rules fired; {top.name} triggered most "
-                  f"often ({top.times_triggered} time{'s' if top.times_triggered != 1 else ''})"
-                  ".")
+        intro += (
+            f"{len(fired)} of {len(rules)} rules fired; {top.name} triggered most "
+            f"often ({top.times_triggered} time{'s' if top.times_triggered != 1 else ''})"
+            "."
+        )
     else:
         intro += f"None of the {len(rules)} rules fired."
     section = Section("training-job-summary", "Training job summary", intro, facts)
-    chart = _chart(c, "Step rate per rank", n.lines("summary.step_rate_per_rank"),
-                   "suffix: steps/s")
+    chart = _chart(
+        c, "Step rate per rank", n.lines("summary.step_rate_per_rank"), "suffix: steps/s"
+    )
     if chart:
         section.charts.append(chart)
     return section
@@ -213,10 +246,13 @@ def _count(x: float | None) -> str:
 
 
 def _system(c: Collected, n: _Numbers) -> Section:
-    section = Section("system-usage-statistics", "System usage statistics",
-                      "Percentiles of every sample since the exporter started "
-                      "(SageMaker's OverallSystemUsage); GPU percentiles pool the node's "
-                      "GPUs.")
+    section = Section(
+        "system-usage-statistics",
+        "System usage statistics",
+        "Percentiles of every sample since the exporter started "
+        "(SageMaker's OverallSystemUsage); GPU percentiles pool the node's "
+        "GPUs.",
+    )
     rows: dict[tuple[str, str], dict[str, float]] = {}
     order = list(SYSTEM_USAGE_NAMES.values())
     for q in ("p50", "p95", "p99"):
@@ -224,28 +260,45 @@ def _system(c: Collected, n: _Numbers) -> Section:
             key = (labels.get("node", ""), labels.get("resource", ""))
             rows.setdefault(key, {})[q] = points[-1][1]
     if rows:
-        section.tables.append(Table(
-            ["Node", "Resource", "p50", "p95", "p99"],
-            [[node, resource] + [fmt.value(v.get(q), "percentunit") for q in ("p50", "p95",
-                                                                           "p99")]
-             for (node, resource), v in sorted(rows.items(),
-                                               key=lambda kv: (kv[0][0], order.index(kv[0][1])
-                                                               if kv[0][1] in order else 99))],
-            numeric=(2, 3, 4), caption="Overall system usage"))
+        section.tables.append(
+            Table(
+                ["Node", "Resource", "p50", "p95", "p99"],
+                [
+                    [node, resource]
+                    + [fmt.value(v.get(q), "percentunit") for q in ("p50", "p95", "p99")]
+                    for (node, resource), v in sorted(
+                        rows.items(),
+                        key=lambda kv: (
+                            kv[0][0],
+                            order.index(kv[0][1]) if kv[0][1] in order else 99,
+                        ),
+                    )
+                ],
+                numeric=(2, 3, 4),
+                caption="Overall system usage",
+            )
+        )
     duration = c.end - c.start
     busy = n.by_legend("system.gpu_busy")
     if busy:
-        section.tables.append(Table(
-            ["GPU", "Active time", "Share of the job"],
-            [[name, fmt.duration(v), fmt.value(v / duration, "percentunit")]
-             for name, v in busy], numeric=(1, 2),
-            caption="GPU active time (a kernel running), as in SageMaker's Profiler UI"))
+        section.tables.append(
+            Table(
+                ["GPU", "Active time", "Share of the job"],
+                [
+                    [name, fmt.duration(v), fmt.value(v / duration, "percentunit")]
+                    for name, v in busy
+                ],
+                numeric=(1, 2),
+                caption="GPU active time (a kernel running), as in SageMaker's Profiler UI",
+            )
+        )
     for name, title, unit in (
-            ("system.cpu", "CPU utilization (average of the cores)", "percentunit"),
-            ("system.gpu", "GPU utilization", "percentunit"),
-            ("system.gpu_memory", "GPU memory used", "percentunit"),
-            ("system.iowait", "I/O wait (average of the cores)", "percentunit"),
-            ("system.memory", "Host memory used", "percentunit")):
+        ("system.cpu", "CPU utilization (average of the cores)", "percentunit"),
+        ("system.gpu", "GPU utilization", "percentunit"),
+        ("system.gpu_memory", "GPU memory used", "percentunit"),
+        ("system.iowait", "I/O wait (average of the cores)", "percentunit"),
+        ("system.memory", "Host memory used", "percentunit"),
+    ):
         chart = _chart(c, title, n.lines(name), unit)
         if chart:
             section.charts.append(chart)
@@ -259,24 +312,43 @@ def _system(c: Collected, n: _Numbers) -> Section:
 
 
 def _framework(c: Collected, n: _Numbers) -> Section:
-    section = Section("framework-metrics-summary", "Framework metrics summary",
-                      "Step durations and where the training loop spends its time "
-                      "(SageMaker's OverallFrameworkMetrics), from the training API's "
-                      "metrics.")
-    buckets = sorted(((float(labels["le"]), points[-1][1])
-                      for labels, points in n.series("framework.step_buckets")
-                      if points and "le" in labels), key=lambda b: b[0])
+    section = Section(
+        "framework-metrics-summary",
+        "Framework metrics summary",
+        "Step durations and where the training loop spends its time "
+        "(SageMaker's OverallFrameworkMetrics), from the training API's "
+        "metrics.",
+    )
+    buckets = sorted(
+        (
+            (float(labels["le"]), points[-1][1])
+            for labels, points in n.series("framework.step_buckets")
+            if points and "le" in labels
+        ),
+        key=lambda b: b[0],
+    )
     counts = [(le, v - (buckets[i - 1][1] if i else 0)) for i, (le, v) in enumerate(buckets)]
     if counts and sum(v for _, v in counts) > 0:
         while counts and counts[-1][1] <= 0:
             counts.pop()
         first = next(i for i, (_, v) in enumerate(counts) if v > 0)
-        bars = [(("> " + fmt.axis(counts[i - 1][0], "s")) if math.isinf(le)
-                 else ("≤ " + fmt.axis(le, "s")), v) for i, (le, v) in enumerate(counts)]
-        bars = bars[max(first - 1, 0):]
-        section.charts.append(Chart("Step duration histogram",
-                                    svg.bar_chart(bars, unit="none",
-                                                  label="Step duration histogram"), []))
+        bars = [
+            (
+                ("> " + fmt.axis(counts[i - 1][0], "s"))
+                if math.isinf(le)
+                else ("≤ " + fmt.axis(le, "s")),
+                v,
+            )
+            for i, (le, v) in enumerate(counts)
+        ]
+        bars = bars[max(first - 1, 0) :]
+        section.charts.append(
+            Chart(
+                "Step duration histogram",
+                svg.bar_chart(bars, unit="none", label="Step duration histogram"),
+                [],
+            )
+        )
     lines = []
     for q in ("p50", "p90", "p99"):
         lines += [(f"{q} {name}", points) for name, points in n.lines(f"framework.step_{q}")]
@@ -288,33 +360,56 @@ def _framework(c: Collected, n: _Numbers) -> Section:
         phases.sort(key=lambda p: -p[1])
         total = dict(n.by_legend("framework.phase_seconds"))
         per_step = dict(n.by_legend("framework.phase_per_step"))
-        section.charts.append(Chart("Phase breakdown (since start)",
-                                    svg.share_bar(phases, "Phase breakdown"),
-                                    [(name, svg.color(i)) for i, (name, _) in
-                                     enumerate(phases)], wide=True))
-        section.tables.append(Table(
-            ["Phase", "Share of the loop", "Time in the range", "Per step"],
-            [[name, fmt.value(share, "percentunit"), fmt.duration(total.get(name, math.nan)),
-              fmt.duration(per_step.get(name, math.nan))] for name, share in phases],
-            numeric=(1, 2, 3), caption="Per-annotation durations"))
+        section.charts.append(
+            Chart(
+                "Phase breakdown (since start)",
+                svg.share_bar(phases, "Phase breakdown"),
+                [(name, svg.color(i)) for i, (name, _) in enumerate(phases)],
+                wide=True,
+            )
+        )
+        section.tables.append(
+            Table(
+                ["Phase", "Share of the loop", "Time in the range", "Per step"],
+                [
+                    [
+                        name,
+                        fmt.value(share, "percentunit"),
+                        fmt.duration(total.get(name, math.nan)),
+                        fmt.duration(per_step.get(name, math.nan)),
+                    ]
+                    for name, share in phases
+                ],
+                numeric=(1, 2, 3),
+                caption="Per-annotation durations",
+            )
+        )
     modes = n.by_legend("framework.modes")
     if len(modes) > 1:
-        section.facts.append(("Step time per mode", ", ".join(
-            f"{m}: {fmt.value(v, 'percentunit')}" for m, v in modes)))
-    chart = _chart(c, "Dataloader share per rank", n.lines("framework.dataloader"),
-                   "percentunit")
+        section.facts.append(
+            (
+                "Step time per mode",
+                ", ".join(f"{m}: {fmt.value(v, 'percentunit')}" for m, v in modes),
+            )
+        )
+    chart = _chart(c, "Dataloader share per rank", n.lines("framework.dataloader"), "percentunit")
     if chart:
         section.charts.append(chart)
     if not section.charts and not section.tables:
-        section.empty = ("No training-step metrics for this job: the source holds no data "
-                         "from trainprof's training API (SageMaker's system metrics carry "
-                         "none either).")
+        section.empty = (
+            "No training-step metrics for this job: the source holds no data "
+            "from trainprof's training API (SageMaker's system metrics carry "
+            "none either)."
+        )
     return section
 
 
 def _parameters(instance: RuleInstance) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in instance.values.items() if v is not None)
+    return ", ".join(
+        f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in instance.values.items()
+        if v is not None
+    )
 
 
 def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
@@ -326,24 +421,35 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
         verdict = c.verdicts.get(name)
         alerts = verdict.alerts if verdict else []
         state = states.get(name, 0)
-        rows.append(RuleRow(
-            name, instance.severity, instance.spec.detects, instance.spec.recommendation,
-            _parameters(instance), len(alerts),
-            min((a.fired_at for a in alerts), default=None),
-            "firing" if state >= FIRING else "pending" if state >= PENDING else "ok"))
+        rows.append(
+            RuleRow(
+                name,
+                instance.severity,
+                instance.spec.detects,
+                instance.spec.recommendation,
+                _parameters(instance),
+                len(alerts),
+                min((a.fired_at for a in alerts), default=None),
+                "firing" if state >= FIRING else "pending" if state >= PENDING else "ok",
+            )
+        )
         spans[name] = _spans(firing.get(name, []), c.step)
     return rows, spans
 
 
 def _rules_section(rows: list[RuleRow]) -> Section:
     fired = sorted((r for r in rows if r.times_triggered), key=lambda r: -r.times_triggered)
-    intro = ("The profiler rules, sorted by how often each triggered (an alert that started "
-             "firing; one per GPU, node or rank it concerns).")
+    intro = (
+        "The profiler rules, sorted by how often each triggered (an alert that started "
+        "firing; one per GPU, node or rank it concerns)."
+    )
     if fired:
         top = fired[0]
-        intro += (f" {top.name} triggered most often: {top.times_triggered} "
-                  f"time{'s' if top.times_triggered != 1 else ''}, first at "
-                  f"{fmt.when(top.first_fired_at)}.")
+        intro += (
+            f" {top.name} triggered most often: {top.times_triggered} "
+            f"time{'s' if top.times_triggered != 1 else ''}, first at "
+            f"{fmt.when(top.first_fired_at)}."
+        )
     return Section("rules-summary", "Rules summary", intro)
 
 
@@ -356,21 +462,39 @@ def _details(c: Collected, rows: list[RuleRow], spans: dict[str, list]) -> list[
         instance = by_name[row.name]
         charts = []
         for i, signal in enumerate(signals(c.config, instance, scope)):
-            chart = _chart(c, signal.title, n.lines(f"rule.{row.name}.{i}"), signal.unit,
-                           signal, spans.get(row.name, []))
+            chart = _chart(
+                c,
+                signal.title,
+                n.lines(f"rule.{row.name}.{i}"),
+                signal.unit,
+                signal,
+                spans.get(row.name, []),
+            )
             if chart:
                 charts.append(chart)
         alerts = c.verdicts[row.name].alerts
         shown = alerts[:MAX_ALERT_ROWS]
-        keys = sorted({k for a in shown for k in a.labels} - {
-            "alertname", "rule", "severity", "trainprof_rule_version", "training_job",
-            "namespace", "job", "instance", "uuid", "peer_uuid"})
-        table = Table(["Fired at"] + keys, [[fmt.when(a.fired_at)] + [a.labels.get(k, "")
-                                                                     for k in keys]
-                                            for a in shown],
-                      caption=f"Alerts ({len(alerts)})" + (
-                          f", the first {MAX_ALERT_ROWS} shown" if len(alerts) > len(shown)
-                          else ""))
+        keys = sorted(
+            {k for a in shown for k in a.labels}
+            - {
+                "alertname",
+                "rule",
+                "severity",
+                "trainprof_rule_version",
+                "training_job",
+                "namespace",
+                "job",
+                "instance",
+                "uuid",
+                "peer_uuid",
+            }
+        )
+        table = Table(
+            ["Fired at"] + keys,
+            [[fmt.when(a.fired_at)] + [a.labels.get(k, "") for k in keys] for a in shown],
+            caption=f"Alerts ({len(alerts)})"
+            + (f", the first {MAX_ALERT_ROWS} shown" if len(alerts) > len(shown) else ""),
+        )
         details.append(RuleDetail(row, instance.spec.summary, charts, table))
     return details
 
@@ -380,10 +504,24 @@ def build(c: Collected) -> Report:
     rows, spans = _rules(c, n)
     timeline = None
     if any(spans.values()):
-        drawn = svg.timeline([(r.name, spans[r.name]) for r in rows], start=c.start, end=c.end,
-                             label="When each rule fired")
+        drawn = svg.timeline(
+            [(r.name, spans[r.name]) for r in rows],
+            start=c.start,
+            end=c.end,
+            label="When each rule fired",
+        )
         timeline = Chart("When each rule fired", drawn, [], wide=True)
     sections = [_summary(c, n, rows), _system(c, n), _framework(c, n), _rules_section(rows)]
     rows.sort(key=lambda r: -r.times_triggered)
-    return Report(c.training_job, c.source, c.start, c.end, f"trainprof {__version__}",
-                  sections, rows, timeline, _details(c, rows, spans), list(c.notes))
+    return Report(
+        c.training_job,
+        c.source,
+        c.start,
+        c.end,
+        f"trainprof {__version__}",
+        sections,
+        rows,
+        timeline,
+        _details(c, rows, spans),
+        list(c.notes),
+    )

@@ -18,34 +18,58 @@ def add_parser(commands) -> argparse.ArgumentParser:
     from trainprof.cli import _duration
 
     report = commands.add_parser(
-        "report", help="a self-contained HTML profiling report of one job",
+        "report",
+        help="a self-contained HTML profiling report of one job",
         description="Write SageMaker's profiling report (training job summary, system usage, "
-                    "framework metrics, rules summary, the rules that fired) for one job, as "
-                    "a single HTML file that needs no network to view.")
+        "framework metrics, rules summary, the rules that fired) for one job, as "
+        "a single HTML file that needs no network to view.",
+    )
     source = report.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL",
-                        help="Prometheus (or a compatible API) holding the job's series and "
-                             "the compiled rules' ALERTS")
-    source.add_argument("--replay", metavar="SOURCE",
-                        help="SageMaker profiler output or a trainprof recording, replayed "
-                             "through the rules as `trainprof replay` does")
-    report.add_argument("--job", metavar="NAME",
-                        help="training_job to report on (required with --prometheus; with "
-                             "--replay, the name to give the replayed job)")
+    source.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="Prometheus (or a compatible API) holding the job's series and "
+        "the compiled rules' ALERTS",
+    )
+    source.add_argument(
+        "--replay",
+        metavar="SOURCE",
+        help="SageMaker profiler output or a trainprof recording, replayed "
+        "through the rules as `trainprof replay` does",
+    )
+    report.add_argument(
+        "--job",
+        metavar="NAME",
+        help="training_job to report on (required with --prometheus; with "
+        "--replay, the name to give the replayed job)",
+    )
     report.add_argument("--namespace", metavar="NAME", help="namespace of the job, if any")
-    report.add_argument("--from", dest="start", metavar="TIME",
-                        help="start: now-6h, Unix seconds or RFC 3339 (default: the job's "
-                             "first sample in the last week)")
-    report.add_argument("--to", dest="end", metavar="TIME",
-                        help="end (default: the job's last sample)")
-    report.add_argument("--rules", metavar="FILE",
-                        help="rule configuration the job was watched with (default: "
-                             "ProfilerReport with SageMaker's defaults)")
-    report.add_argument("--scrape-interval", type=_duration, metavar="DURATION",
-                        help="scrape interval (replay: to replay at, default 15s; "
-                             "Prometheus: the server's, default the configuration's)")
-    report.add_argument("-o", "--output", required=True, metavar="FILE",
-                        help="HTML file to write, or - for stdout")
+    report.add_argument(
+        "--from",
+        dest="start",
+        metavar="TIME",
+        help="start: now-6h, Unix seconds or RFC 3339 (default: the job's "
+        "first sample in the last week)",
+    )
+    report.add_argument(
+        "--to", dest="end", metavar="TIME", help="end (default: the job's last sample)"
+    )
+    report.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="rule configuration the job was watched with (default: "
+        "ProfilerReport with SageMaker's defaults)",
+    )
+    report.add_argument(
+        "--scrape-interval",
+        type=_duration,
+        metavar="DURATION",
+        help="scrape interval (replay: to replay at, default 15s; "
+        "Prometheus: the server's, default the configuration's)",
+    )
+    report.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="HTML file to write, or - for stdout"
+    )
     return report
 
 
@@ -57,9 +81,12 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         if args.replay is not None:
-            collected = from_replay(args.replay, args.rules,
-                                    scrape_interval=args.scrape_interval or 15.0,
-                                    training_job=args.job)
+            collected = from_replay(
+                args.replay,
+                args.rules,
+                scrape_interval=args.scrape_interval or 15.0,
+                training_job=args.job,
+            )
         else:
             collected = _from_prometheus(args, from_prometheus)
     except (ReplayError, ConfigError) as e:
@@ -84,8 +111,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
     fired = sum(1 for v in collected.verdicts.values() if v.fired)
-    print(f"wrote {args.output} ({len(text) // 1024} KiB): {collected.training_job}, "
-          f"{fired} of {len(collected.verdicts)} rules fired", file=sys.stderr)
+    print(
+        f"wrote {args.output} ({len(text) // 1024} KiB): {collected.training_job}, "
+        f"{fired} of {len(collected.verdicts)} rules fired",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -103,6 +133,6 @@ def _from_prometheus(args, from_prometheus):
     except ValueError as e:
         raise ReportError(f"--from/--to: {e}") from None
     config = read_config(args.rules, scrape_interval=args.scrape_interval)
-    return from_prometheus(args.prometheus, args.job, config, start=start, end=end,
-                           namespace=args.namespace, now=now)
-
+    return from_prometheus(
+        args.prometheus, args.job, config, start=start, end=end, namespace=args.namespace, now=now
+    )

@@ -39,7 +39,7 @@ class ReportError(Exception):
 @dataclasses.dataclass
 class Collected:
     training_job: str
-    source: str                          # where the numbers come from, for people
+    source: str  # where the numbers come from, for people
     start: float
     end: float
     step: float
@@ -52,8 +52,14 @@ class Collected:
 
 # --- replay ----------------------------------------------------------------------------------
 
-def from_replay(source: str, rules: str | None, scrape_interval: float = 15.0,
-                training_job: str | None = None, promtool: str | None = None) -> Collected:
+
+def from_replay(
+    source: str,
+    rules: str | None,
+    scrape_interval: float = 15.0,
+    training_job: str | None = None,
+    promtool: str | None = None,
+) -> Collected:
     """Replay `source` (SageMaker profiler output or a trainprof recording) through the
     rules and evaluate the report's queries over it with promtool."""
     asked: dict[str, ReportQuery] = {}
@@ -63,8 +69,15 @@ def from_replay(source: str, rules: str | None, scrape_interval: float = 15.0,
         asked.update(resolved(config, job, None, seconds, step))
         return {name: Query(q.expr, q.over_time) for name, q in asked.items()}
 
-    result = replay(source, rules, scrape_interval=scrape_interval, training_job=training_job,
-                    promtool=promtool, queries=build, query_points=POINTS)
+    result = replay(
+        source,
+        rules,
+        scrape_interval=scrape_interval,
+        training_job=training_job,
+        promtool=promtool,
+        queries=build,
+        query_points=POINTS,
+    )
     results: dict[str, Series] = {}
     for name, by_time in result.queries.items():
         grouped: dict[tuple, Points] = {}
@@ -75,18 +88,27 @@ def from_replay(source: str, rules: str | None, scrape_interval: float = 15.0,
     seconds = result.end - result.start
     notes = list(result.notes)
     if result.health:
-        notes += [f"{a.labels.get('alertname')}: {a.labels.get('affects', '')}"
-                  for a in result.health]
+        notes += [
+            f"{a.labels.get('alertname')}: {a.labels.get('affects', '')}" for a in result.health
+        ]
     return Collected(
-        training_job=result.training_job, source=f"replay of {source}", start=result.start,
-        end=result.end, step=query_step(seconds, result.scrape_interval, POINTS),
-        config=result.config, queries=asked, results=results,
-        verdicts={i.spec.name: result.rules.get(i.spec.name, Verdict())
-                  for i in alerting(result.config)},
-        notes=notes)
+        training_job=result.training_job,
+        source=f"replay of {source}",
+        start=result.start,
+        end=result.end,
+        step=query_step(seconds, result.scrape_interval, POINTS),
+        config=result.config,
+        queries=asked,
+        results=results,
+        verdicts={
+            i.spec.name: result.rules.get(i.spec.name, Verdict()) for i in alerting(result.config)
+        },
+        notes=notes,
+    )
 
 
 # --- Prometheus ------------------------------------------------------------------------------
+
 
 class Prometheus:
     """The few calls of Prometheus' HTTP API the report makes."""
@@ -94,8 +116,9 @@ class Prometheus:
     def __init__(self, url: str, timeout: float = 60.0):
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ReportError(f"--prometheus {url!r} is not an http(s) URL "
-                              "(e.g. http://prometheus:9090)")
+            raise ReportError(
+                f"--prometheus {url!r} is not an http(s) URL (e.g. http://prometheus:9090)"
+            )
         self.url = url.rstrip("/")
         self.timeout = timeout
 
@@ -110,21 +133,26 @@ class Prometheus:
                 message = body["error"]
             except (ValueError, KeyError, TypeError):
                 # Prometheus explains a refused query in JSON; anything else is not it.
-                raise ReportError(f"{self.url} did not answer like Prometheus (HTTP {e.code} "
-                                  f"for {path}): is it the Prometheus URL?",
-                                  bad_input=False) from None
-            raise ReportError(f"Prometheus at {self.url} rejected a query: {message}\n"
-                              f"{params.get('query', '')}", bad_input=False) from None
+                raise ReportError(
+                    f"{self.url} did not answer like Prometheus (HTTP {e.code} "
+                    f"for {path}): is it the Prometheus URL?",
+                    bad_input=False,
+                ) from None
+            raise ReportError(
+                f"Prometheus at {self.url} rejected a query: {message}\n{params.get('query', '')}",
+                bad_input=False,
+            ) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise ReportError(f"cannot reach Prometheus at {self.url}: {reason}",
-                              bad_input=False) from None
+            raise ReportError(
+                f"cannot reach Prometheus at {self.url}: {reason}", bad_input=False
+            ) from None
         except ValueError:
-            raise ReportError(f"{self.url} did not answer like Prometheus (not JSON)",
-                              bad_input=False) from None
+            raise ReportError(
+                f"{self.url} did not answer like Prometheus (not JSON)", bad_input=False
+            ) from None
         if doc.get("status") != "success":
-            raise ReportError(f"Prometheus at {self.url}: {doc.get('error', doc)}",
-                              bad_input=False)
+            raise ReportError(f"Prometheus at {self.url}: {doc.get('error', doc)}", bad_input=False)
         return doc["data"]
 
     def instant(self, expr: str, at: float) -> Series:
@@ -137,10 +165,13 @@ class Prometheus:
         """Values at `end` and every `step` before it back to `start` (Prometheus counts
         steps from the start; counting from the end keeps the last value at `end`)."""
         start = end - math.ceil((end - start) / step - 1e-9) * step
-        data = self._get("/api/v1/query_range", {"query": expr, "start": f"{start:.3f}",
-                                                 "end": f"{end:.3f}", "step": f"{step:g}"})
-        return [(r["metric"], [(float(t), float(v)) for t, v in r["values"]])
-                for r in data["result"]]
+        data = self._get(
+            "/api/v1/query_range",
+            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
+        )
+        return [
+            (r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]
+        ]
 
     def label_values(self, label: str, match: str) -> list[str]:
         return self._get(f"/api/v1/label/{label}/values", {"match[]": match})
@@ -163,8 +194,9 @@ def parse_time(text: str, now: float) -> float:
     try:
         stamp = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{text!r} is not a time (examples: now-3h, 1783677636, "
-                         "2026-07-10T10:00:00Z)") from None
+        raise ValueError(
+            f"{text!r} is not a time (examples: now-3h, 1783677636, 2026-07-10T10:00:00Z)"
+        ) from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=datetime.timezone.utc)
     return stamp.timestamp()
@@ -180,8 +212,9 @@ def _presence(job: str, namespace: str | None) -> list[str]:
     return [f"{name}{{{inner}}}" for name in PRESENCE]
 
 
-def _extreme(api: Prometheus, op: str, selectors: list[str], seconds: float, at: float
-             ) -> float | None:
+def _extreme(
+    api: Prometheus, op: str, selectors: list[str], seconds: float, at: float
+) -> float | None:
     """The first (op=min) or last (op=max) time any of `selectors` had a sample within
     `seconds` before `at`: found coarsely (about 5000 steps), then to the second."""
     from trainprof.durations import format_duration
@@ -189,8 +222,10 @@ def _extreme(api: Prometheus, op: str, selectors: list[str], seconds: float, at:
     def search(window: float, resolution: float, when: float) -> float | None:
         found = []
         for sel in selectors:
-            expr = (f"{op}({op}_over_time(timestamp({sel})"
-                    f"[{format_duration(math.ceil(window))}:{format_duration(resolution)}]))")
+            expr = (
+                f"{op}({op}_over_time(timestamp({sel})"
+                f"[{format_duration(math.ceil(window))}:{format_duration(resolution)}]))"
+            )
             found += [points[0][1] for _, points in api.instant(expr, when)]
         return (min if op == "min" else max)(found) if found else None
 
@@ -206,9 +241,15 @@ def _extreme(api: Prometheus, op: str, selectors: list[str], seconds: float, at:
     return search(window, 1, when) or coarse
 
 
-def from_prometheus(url: str, training_job: str, config: RulesConfig,
-                    start: float | None = None, end: float | None = None,
-                    namespace: str | None = None, now: float | None = None) -> Collected:
+def from_prometheus(
+    url: str,
+    training_job: str,
+    config: RulesConfig,
+    start: float | None = None,
+    end: float | None = None,
+    namespace: str | None = None,
+    now: float | None = None,
+) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
     samples within the last week (and before now)."""
     import time
@@ -233,12 +274,21 @@ def from_prometheus(url: str, training_job: str, config: RulesConfig,
     queries = resolved(config, training_job, namespace, end - start, step)
     results: dict[str, Series] = {}
     for name, q in queries.items():
-        results[name] = (api.range(q.expr, start, end, step) if q.over_time
-                         else api.instant(q.expr, end))
+        results[name] = (
+            api.range(q.expr, start, end, step) if q.over_time else api.instant(q.expr, end)
+        )
     verdicts = _verdicts(api, config, training_job, namespace, start, end)
-    return Collected(training_job=training_job, source=f"Prometheus at {api.url}",
-                     start=start, end=end, step=step, config=config, queries=queries,
-                     results=results, verdicts=verdicts)
+    return Collected(
+        training_job=training_job,
+        source=f"Prometheus at {api.url}",
+        start=start,
+        end=end,
+        step=step,
+        config=config,
+        queries=queries,
+        results=results,
+        verdicts=verdicts,
+    )
 
 
 def _no_such_job(api: Prometheus, job: str, namespace: str | None, where: str) -> str:
@@ -257,20 +307,23 @@ def _no_such_job(api: Prometheus, job: str, namespace: str | None, where: str) -
     return message
 
 
-def _verdicts(api: Prometheus, config: RulesConfig, job: str, namespace: str | None,
-              start: float, end: float) -> dict[str, Verdict]:
+def _verdicts(
+    api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
+) -> dict[str, Verdict]:
     """Each rule's alerts with the evaluation at which each started firing: the rising
     edges of ALERTS at the rule's evaluation interval, as replay reports them."""
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
     for instance in alerting(config):
         step = evaluation_interval(instance)
-        step = max(step, (end - start) / 10_000)     # Prometheus answers 11,000 points at most
-        matchers = ['alertstate="firing"', f"rule={quote(instance.spec.name)}",
-                    f"training_job={quote(job)}"]
+        step = max(step, (end - start) / 10_000)  # Prometheus answers 11,000 points at most
+        matchers = [
+            'alertstate="firing"',
+            f"rule={quote(instance.spec.name)}",
+            f"training_job={quote(job)}",
+        ]
         if namespace is not None:
             matchers.append(f"namespace={quote(namespace)}")
-        for labels, points in api.range("ALERTS{" + ", ".join(matchers) + "}", start, end,
-                                        step):
+        for labels, points in api.range("ALERTS{" + ", ".join(matchers) + "}", start, end, step):
             labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
             previous = None
             for t, _ in points:

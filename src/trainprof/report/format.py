@@ -1,11 +1,11 @@
 """Numbers as the report prints them.
 
-    >>> value(0.4567, "percentunit"), value(1, "percentunit"), value(5400, "s")
-    ('45.7%', '100%', '1 h 30 min')
-    >>> value(2.5e6, "Bps")
-    '2.5 MB/s'
-    >>> when(1783677636)
-    '2026-07-10 10:00:36 UTC'
+>>> value(0.4567, "percentunit"), value(1, "percentunit"), value(5400, "s")
+('45.7%', '100%', '1 h 30 min')
+>>> value(2.5e6, "Bps")
+'2.5 MB/s'
+>>> when(1783677636)
+'2026-07-10 10:00:36 UTC'
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ def when(t: float | None) -> str:
     if t is None:
         return "-"
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M:%S UTC")
+        "%Y-%m-%d %H:%M:%S UTC"
+    )
 
 
 def short_when(t: float | None, start: float, end: float) -> str:
@@ -27,7 +28,8 @@ def short_when(t: float | None, start: float, end: float) -> str:
         return "-"
     same_day = clock(start, True)[:5] == clock(end, True)[:5]
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
-        "%H:%M:%S" if same_day else "%m-%d %H:%M")
+        "%H:%M:%S" if same_day else "%m-%d %H:%M"
+    )
 
 
 def clock(t: float, with_date: bool = False) -> str:

@@ -105,31 +105,41 @@ def prose(text: str) -> str:
 def _facts(facts) -> str:
     if not facts:
         return ""
-    cells = "".join(f'<div class="fact"><div class="k">{esc(k)}</div>'
-                    f'<div class="v">{esc(v)}</div></div>' for k, v in facts)
+    cells = "".join(
+        f'<div class="fact"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
+        for k, v in facts
+    )
     return f'<div class="facts">{cells}</div>'
 
 
 def _table(t: Table, css: str = "", fired_rows: set[int] | None = None) -> str:
-    head = "".join(f'<th class="num">{esc(c)}</th>' if i in t.numeric else f"<th>{esc(c)}</th>"
-                   for i, c in enumerate(t.columns))
+    head = "".join(
+        f'<th class="num">{esc(c)}</th>' if i in t.numeric else f"<th>{esc(c)}</th>"
+        for i, c in enumerate(t.columns)
+    )
     body = []
     for r, row in enumerate(t.rows):
         cls = ' class="fired"' if fired_rows and r in fired_rows else ""
-        cells = "".join(f'<td class="num">{esc(v)}</td>' if i in t.numeric
-                        else f"<td>{esc(v)}</td>" for i, v in enumerate(row))
+        cells = "".join(
+            f'<td class="num">{esc(v)}</td>' if i in t.numeric else f"<td>{esc(v)}</td>"
+            for i, v in enumerate(row)
+        )
         body.append(f"<tr{cls}>{cells}</tr>")
     caption = f"<caption>{esc(t.caption)}</caption>" if t.caption else ""
     css_attr = f' class="{css}"' if css else ""
-    return (f"<table{css_attr}>{caption}<thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return (
+        f"<table{css_attr}>{caption}<thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _chart(c: Chart) -> str:
     legend = ""
     if c.legend:
-        items = "".join(f'<li><i style="background:{esc(color)}"></i>{esc(name)}</li>'
-                        for name, color in c.legend)
+        items = "".join(
+            f'<li><i style="background:{esc(color)}"></i>{esc(name)}</li>'
+            for name, color in c.legend
+        )
         legend = f'<ul class="legend">{items}</ul>'
     note = f'<p class="note">{esc(c.note)}</p>' if c.note else ""
     css = "figure wide" if c.wide else "figure"
@@ -156,15 +166,20 @@ def _badge(kind: str) -> str:
 
 
 def _rules_table(report: Report) -> str:
-    cols = "".join(f'<col class="{c}">' for c in ("rule", "description", "recommendation",
-                                                    "count", "when", "state"))
-    head = ("<tr><th>Rule</th><th>Description</th><th>Recommendation</th>"
-            '<th class="num">Times triggered</th><th>First fired</th><th>At the end</th></tr>')
+    cols = "".join(
+        f'<col class="{c}">'
+        for c in ("rule", "description", "recommendation", "count", "when", "state")
+    )
+    head = (
+        "<tr><th>Rule</th><th>Description</th><th>Recommendation</th>"
+        '<th class="num">Times triggered</th><th>First fired</th><th>At the end</th></tr>'
+    )
     body = []
     for r in report.rules:
         fired = " fired" if r.times_triggered else ""
-        name = (f'<a href="#rule-{esc(r.name)}">{esc(r.name)}</a>' if r.times_triggered
-                else esc(r.name))
+        name = (
+            f'<a href="#rule-{esc(r.name)}">{esc(r.name)}</a>' if r.times_triggered else esc(r.name)
+        )
         first = fmt.short_when(r.first_fired_at, report.start, report.end)
         body.append(
             f'<tr class="main{fired}" data-rule="{esc(r.name)}"><td>{name}<br>'
@@ -173,22 +188,27 @@ def _rules_table(report: Report) -> str:
             f'<td class="num">{r.times_triggered}</td><td>{esc(first)}</td>'
             f"<td>{_badge(r.state)}</td></tr>"
             f'<tr class="params{fired}"><td></td><td colspan="5">Parameters: '
-            f"{esc(r.parameters)}</td></tr>")
-    return (f'<table class="rules"><colgroup>{cols}</colgroup><thead>{head}</thead>'
-            f'<tbody>{"".join(body)}</tbody></table>')
+            f"{esc(r.parameters)}</td></tr>"
+        )
+    return (
+        f'<table class="rules"><colgroup>{cols}</colgroup><thead>{head}</thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _detail(d: RuleDetail) -> str:
     r = d.row
-    parts = [f'<article class="rule" id="rule-{esc(r.name)}">',
-             f"<h3>{esc(r.name)}: {esc(d.summary)} {_badge(r.severity)}</h3>",
-             f"<p>Triggered {r.times_triggered} time{'s' if r.times_triggered != 1 else ''}, "
-             f"first at {esc(fmt.when(r.first_fired_at))}; {esc(r.state)} at the end of the "
-             "report.</p>",
-             f"<p>{prose(r.description)}</p>",
-             f'<p class="rec"><strong>Recommendation.</strong> {prose(r.recommendation)}</p>',
-             f'<p class="note">Parameters: {esc(r.parameters)}. Dashed line: the threshold; '
-             "shaded: when the rule fired.</p>"]
+    parts = [
+        f'<article class="rule" id="rule-{esc(r.name)}">',
+        f"<h3>{esc(r.name)}: {esc(d.summary)} {_badge(r.severity)}</h3>",
+        f"<p>Triggered {r.times_triggered} time{'s' if r.times_triggered != 1 else ''}, "
+        f"first at {esc(fmt.when(r.first_fired_at))}; {esc(r.state)} at the end of the "
+        "report.</p>",
+        f"<p>{prose(r.description)}</p>",
+        f'<p class="rec"><strong>Recommendation.</strong> {prose(r.recommendation)}</p>',
+        f'<p class="note">Parameters: {esc(r.parameters)}. Dashed line: the threshold; '
+        "shaded: when the rule fired.</p>",
+    ]
     if d.charts:
         parts.append(f'<div class="charts">{"".join(_chart(c) for c in d.charts)}</div>')
     if d.alerts.rows:
@@ -202,8 +222,11 @@ def render(report: Report) -> str:
     rules_extra = (_chart(report.timeline) if report.timeline else "") + _rules_table(report)
     body = [_section(s, rules_extra if s.id == "rules-summary" else "") for s in sections]
     if report.details:
-        body.append('<section id="rule-details"><h2>Rules that fired</h2>'
-                    + "".join(_detail(d) for d in report.details) + "</section>")
+        body.append(
+            '<section id="rule-details"><h2>Rules that fired</h2>'
+            + "".join(_detail(d) for d in report.details)
+            + "</section>"
+        )
     nav_items = [(s.id, s.title) for s in sections]
     if report.details:
         nav_items.append(("rule-details", "Rules that fired"))
@@ -224,4 +247,5 @@ def render(report: Report) -> str:
         f"<nav><ul>{nav}</ul></nav><main>{''.join(body)}</main>"
         f"<footer><p>Generated by {esc(report.generator)} from the SageMaker Debugger profiler "
         "rules it implements; times are UTC. Recommendations are starting points, not "
-        f"verdicts.</p>{notes_html}</footer></body></html>\n")
+        f"verdicts.</p>{notes_html}</footer></body></html>\n"
+    )

@@ -1,8 +1,8 @@
 """The report's queries: the job dashboard's, with the dashboard variables set to one job.
 
-    >>> qs = report_queries(default_config())
-    >>> qs["system.gpu"].over_time, qs["system.p95"].over_time
-    (True, False)
+>>> qs = report_queries(default_config())
+>>> qs["system.gpu"].over_time, qs["system.p95"].over_time
+(True, False)
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # 
 
 @dataclasses.dataclass(frozen=True)
 class ReportQuery:
-    expr: str                  # PromQL with the dashboard's variables
-    over_time: bool = False    # a range query, else one value at the end
-    legend: str = ""           # Grafana legend format
+    expr: str  # PromQL with the dashboard's variables
+    over_time: bool = False  # a range query, else one value at the end
+    legend: str = ""  # Grafana legend format
 
 
 def signals(config: RulesConfig, instance: RuleInstance, scope: Scope) -> tuple[Signal, ...]:
@@ -45,43 +45,54 @@ def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
         "summary.nodes": ReportQuery(x.node_count(scope)),
         "summary.gpus": ReportQuery(x.gpu_count(scope)),
         "summary.ranks": ReportQuery(x.rank_count(scope)),
-        "summary.step_rate_per_rank": ReportQuery(x.step_rate(scope, by="rank"), True,
-                                                  "rank {{rank}}"),
-        "system.cpu": ReportQuery(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"),
-                                  True, "{{node}}"),
-        "system.iowait": ReportQuery(x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"),
-                                     True, "{{node}}"),
-        "system.memory": ReportQuery(x.mean(scope, "trainprof_memory_used_sampled_ratio"),
-                                     True, "{{node}}"),
-        "system.gpu": ReportQuery(x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"),
-                                  True, x.GPU_LEGEND),
+        "summary.step_rate_per_rank": ReportQuery(
+            x.step_rate(scope, by="rank"), True, "rank {{rank}}"
+        ),
+        "system.cpu": ReportQuery(
+            x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), True, "{{node}}"
+        ),
+        "system.iowait": ReportQuery(
+            x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), True, "{{node}}"
+        ),
+        "system.memory": ReportQuery(
+            x.mean(scope, "trainprof_memory_used_sampled_ratio"), True, "{{node}}"
+        ),
+        "system.gpu": ReportQuery(
+            x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), True, x.GPU_LEGEND
+        ),
         "system.gpu_memory": ReportQuery(
-            x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), True, x.GPU_LEGEND),
+            x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), True, x.GPU_LEGEND
+        ),
         "system.gpu_busy": ReportQuery(x.gpu_busy_seconds(scope), legend=x.GPU_LEGEND),
         "system.cpu_busy": ReportQuery(x.cpu_busy_seconds(scope), legend="{{node}}"),
         "framework.step_buckets": ReportQuery(x.step_buckets(scope, RANGE)),
         "framework.dataloader": ReportQuery(x.dataloader_share(scope), True, "rank {{rank}}"),
         "framework.phase_seconds": ReportQuery(x.phase_seconds(scope), legend="{{phase}}"),
-        "framework.phase_per_step": ReportQuery(x.phase_seconds_per_step(scope),
-                                                legend="{{phase}}"),
-        "rules.firing": ReportQuery(f"count by (rule) ({x.firing_alerts(scope)})", True,
-                                    "{{rule}}"),
+        "framework.phase_per_step": ReportQuery(
+            x.phase_seconds_per_step(scope), legend="{{phase}}"
+        ),
+        "rules.firing": ReportQuery(
+            f"count by (rule) ({x.firing_alerts(scope)})", True, "{{rule}}"
+        ),
         "rules.state": ReportQuery(state_now(scope, alerting(config)), legend="{{rule}}"),
     }
     if config.rule("OverallSystemUsage"):
         for direction in ("receive", "transmit"):
             q[f"system.network_{direction}"] = ReportQuery(
-                x.network(scope, config, direction), True, f"{{{{node}}}} {direction}")
+                x.network(scope, config, direction), True, f"{{{{node}}}} {direction}"
+            )
         for quantile in x.QUANTILES:
             q[f"system.p{float(quantile) * 100:g}"] = ReportQuery(
-                x.system_usage_quantile(scope, config, quantile))
+                x.system_usage_quantile(scope, config, quantile)
+            )
     if config.rule("OverallFrameworkMetrics"):
         q["summary.initialization"] = ReportQuery(x.initialization(scope, config))
         q["framework.phases"] = ReportQuery(x.job_phase_share(scope, config), legend="{{phase}}")
         q["framework.modes"] = ReportQuery(x.job_mode_share(scope, config), legend="{{mode}}")
     for quantile in x.STEP_QUANTILES:
         q[f"framework.step_p{float(quantile) * 100:g}"] = ReportQuery(
-            x.step_quantile(scope, quantile), True, "{{mode}}")
+            x.step_quantile(scope, quantile), True, "{{mode}}"
+        )
     for instance in alerting(config):
         for i, signal in enumerate(signals(config, instance, scope)):
             q[f"rule.{instance.spec.name}.{i}"] = ReportQuery(signal.expr, True, signal.legend)
@@ -91,17 +102,26 @@ def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
 def grafana_builtins(seconds: float, step: float, scrape_interval: float) -> dict[str, str]:
     """Grafana's interval variables for a report over `seconds` with points `step` apart:
     $__rate_interval is at least four scrapes, as Grafana makes it."""
-    return {"__range": format_duration(max(seconds, 1)),
-            "__interval": format_duration(step),
-            "__rate_interval": format_duration(max(step + scrape_interval,
-                                                   4 * scrape_interval))}
+    return {
+        "__range": format_duration(max(seconds, 1)),
+        "__interval": format_duration(step),
+        "__rate_interval": format_duration(max(step + scrape_interval, 4 * scrape_interval)),
+    }
 
 
-def resolved(config: RulesConfig, training_job: str, namespace: str | None, seconds: float,
-             step: float) -> dict[str, ReportQuery]:
+def resolved(
+    config: RulesConfig, training_job: str, namespace: str | None, seconds: float, step: float
+) -> dict[str, ReportQuery]:
     """The report's queries for one job, variables replaced."""
-    values = {"training_job": training_job, "namespace": namespace, "node": None,
-              "gpu": None, "rank": None}
+    values = {
+        "training_job": training_job,
+        "namespace": namespace,
+        "node": None,
+        "gpu": None,
+        "rank": None,
+    }
     builtins = grafana_builtins(seconds, step, config.scrape_interval)
-    return {name: dataclasses.replace(rq, expr=interpolate(rq.expr, values, builtins))
-            for name, rq in report_queries(config).items()}
+    return {
+        name: dataclasses.replace(rq, expr=interpolate(rq.expr, values, builtins))
+        for name, rq in report_queries(config).items()
+    }

@@ -12,11 +12,23 @@ from html import escape
 
 from trainprof.report import format as fmt
 
-PALETTE = ("#3566a8", "#e07b28", "#3b9a57", "#c23b3b", "#7d5ba6", "#8c5a45", "#d463a8",
-           "#6f7a85", "#a9a83a", "#2aa6b8", "#1f3f6b", "#b5651d")
+PALETTE = (
+    "#3566a8",
+    "#e07b28",
+    "#3b9a57",
+    "#c23b3b",
+    "#7d5ba6",
+    "#8c5a45",
+    "#d463a8",
+    "#6f7a85",
+    "#a9a83a",
+    "#2aa6b8",
+    "#1f3f6b",
+    "#b5651d",
+)
 FIRING_FILL = "#c23b3b"
-WIDTH, HEIGHT = 760, 210          # a chart across the page
-CHART_WIDTH = 540                 # a chart in a column of two
+WIDTH, HEIGHT = 760, 210  # a chart across the page
+CHART_WIDTH = 540  # a chart in a column of two
 LEFT, RIGHT, TOP, BOTTOM = 58, 14, 10, 26
 
 
@@ -64,10 +76,18 @@ def _y_max(values: Sequence[float], unit: str, threshold: float | None) -> float
     return step * math.ceil(top / step)
 
 
-def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, unit: str,
-               start: float, end: float, threshold: float | None = None,
-               fires: str = "above", threshold_text: str = "",
-               firing: Sequence[tuple[float, float]] = (), label: str = "") -> str:
+def line_chart(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    *,
+    unit: str,
+    start: float,
+    end: float,
+    threshold: float | None = None,
+    fires: str = "above",
+    threshold_text: str = "",
+    firing: Sequence[tuple[float, float]] = (),
+    label: str = "",
+) -> str:
     """Lines over time; a threshold as a dashed line with the firing side tinted, and the
     spans in which the rule fired shaded."""
     end = max(end, start + 1)
@@ -82,47 +102,64 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, u
     def y(v: float) -> float:
         return TOP + plot_h - max(min(v, top), 0) / top * plot_h
 
-    out = [f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
-           f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
+        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     for a, b in firing:
         a, b = max(a, start), min(b, end)
         if b > a:
-            out.append(f'<rect x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 1.5):.1f}" '
-                       f'height="{plot_h}" fill="{FIRING_FILL}" fill-opacity="0.10"/>')
+            out.append(
+                f'<rect x="{x(a):.1f}" y="{TOP}" width="{max(x(b) - x(a), 1.5):.1f}" '
+                f'height="{plot_h}" fill="{FIRING_FILL}" fill-opacity="0.10"/>'
+            )
     if threshold is not None:
         ty = y(threshold)
         band = (TOP, ty - TOP) if fires == "above" else (ty, TOP + plot_h - ty)
-        out.append(f'<rect x="{LEFT}" y="{band[0]:.1f}" width="{plot_w}" '
-                   f'height="{max(band[1], 0):.1f}" fill="{FIRING_FILL}" fill-opacity="0.05"/>')
+        out.append(
+            f'<rect x="{LEFT}" y="{band[0]:.1f}" width="{plot_w}" '
+            f'height="{max(band[1], 0):.1f}" fill="{FIRING_FILL}" fill-opacity="0.05"/>'
+        )
     step = _nice_step(top, 4)
     for tick in _frange(0, top, step):
         ty = y(tick)
-        out.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" '
-                   'class="grid"/>')
-        out.append(f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
-                   f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
+        )
+        out.append(
+            f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
+            f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>'
+        )
     for t in _time_ticks(start, end):
         tx = x(t)
-        out.append(f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{TOP}" y2="{TOP + plot_h}" '
-                   'class="grid"/>')
-        out.append(f'<text x="{tx:.1f}" y="{HEIGHT - 8}" class="tick" '
-                   f'text-anchor="middle">{esc(fmt.tick_time(t, end - start))}</text>')
+        out.append(
+            f'<line x1="{tx:.1f}" x2="{tx:.1f}" y1="{TOP}" y2="{TOP + plot_h}" class="grid"/>'
+        )
+        out.append(
+            f'<text x="{tx:.1f}" y="{HEIGHT - 8}" class="tick" '
+            f'text-anchor="middle">{esc(fmt.tick_time(t, end - start))}</text>'
+        )
     for i, (_, points) in enumerate(series):
         for segment in _segments(points):
             if len(segment) == 1:
                 t, v = segment[0]
-                out.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="1.8" '
-                           f'fill="{color(i)}"/>')
+                out.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="1.8" fill="{color(i)}"/>')
                 continue
             path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in segment)
-            out.append(f'<polyline points="{path}" fill="none" stroke="{color(i)}" '
-                       'stroke-width="1.6" stroke-linejoin="round"/>')
+            out.append(
+                f'<polyline points="{path}" fill="none" stroke="{color(i)}" '
+                'stroke-width="1.6" stroke-linejoin="round"/>'
+            )
     if threshold is not None:
         ty = y(threshold)
-        out.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" '
-                   f'stroke="{FIRING_FILL}" stroke-width="1.2" stroke-dasharray="6 4"/>')
-        out.append(f'<text x="{width - RIGHT - 4}" y="{ty - 4:.1f}" class="threshold" '
-                   f'text-anchor="end">{esc(threshold_text)}</text>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" '
+            f'stroke="{FIRING_FILL}" stroke-width="1.2" stroke-dasharray="6 4"/>'
+        )
+        out.append(
+            f'<text x="{width - RIGHT - 4}" y="{ty - 4:.1f}" class="threshold" '
+            f'text-anchor="end">{esc(threshold_text)}</text>'
+        )
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
     out.append("</svg>")
     return "".join(out)
@@ -145,8 +182,9 @@ def _segments(points: Sequence[tuple[float, float]]) -> list[list[tuple[float, f
     return segments
 
 
-def bar_chart(bars: Sequence[tuple[str, float]], *, unit: str, label: str = "",
-              value_unit: str | None = None) -> str:
+def bar_chart(
+    bars: Sequence[tuple[str, float]], *, unit: str, label: str = "", value_unit: str | None = None
+) -> str:
     """Vertical bars with their labels below (a histogram's buckets, say)."""
     height = 200
     plot_h = height - TOP - 44
@@ -154,23 +192,32 @@ def bar_chart(bars: Sequence[tuple[str, float]], *, unit: str, label: str = "",
     plot_w = width - LEFT - RIGHT
     top = _y_max([v for _, v in bars], unit, None)
     slot = plot_w / max(len(bars), 1)
-    out = [f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     step = _nice_step(top, 4)
     for tick in _frange(0, top, step):
         ty = TOP + plot_h - tick / top * plot_h
-        out.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" '
-                   'class="grid"/>')
-        out.append(f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
-                   f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>')
+        out.append(
+            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
+        )
+        out.append(
+            f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
+            f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>'
+        )
     for i, (name, v) in enumerate(bars):
         h = v / top * plot_h if top else 0
         bx = LEFT + i * slot + slot * 0.12
-        out.append(f'<rect x="{bx:.1f}" y="{TOP + plot_h - h:.1f}" width="{slot * 0.76:.1f}" '
-                   f'height="{h:.1f}" fill="{PALETTE[0]}"><title>{esc(name)}: '
-                   f'{esc(fmt.value(v, value_unit or unit))}</title></rect>')
-        out.append(f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{TOP + plot_h + 14}" '
-                   f'class="tick" text-anchor="middle">{esc(name)}</text>')
+        out.append(
+            f'<rect x="{bx:.1f}" y="{TOP + plot_h - h:.1f}" width="{slot * 0.76:.1f}" '
+            f'height="{h:.1f}" fill="{PALETTE[0]}"><title>{esc(name)}: '
+            f"{esc(fmt.value(v, value_unit or unit))}</title></rect>"
+        )
+        out.append(
+            f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{TOP + plot_h + 14}" '
+            f'class="tick" text-anchor="middle">{esc(name)}</text>'
+        )
     out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
     out.append("</svg>")
     return "".join(out)
@@ -180,23 +227,33 @@ def share_bar(parts: Sequence[tuple[str, float]], label: str = "") -> str:
     """One horizontal bar split into shares (a phase breakdown)."""
     height, bar_h = 34, 22
     total = sum(v for _, v in parts) or 1
-    out = [f'<svg class="chart share" viewBox="0 0 {WIDTH} {height}" role="img" '
-           f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="chart share" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     x0 = 0.0
     for i, (name, v) in enumerate(parts):
         w = v / total * WIDTH
-        out.append(f'<rect x="{x0:.1f}" y="4" width="{w:.1f}" height="{bar_h}" '
-                   f'fill="{color(i)}"><title>{esc(name)}: {v / total:.1%}</title></rect>')
+        out.append(
+            f'<rect x="{x0:.1f}" y="4" width="{w:.1f}" height="{bar_h}" '
+            f'fill="{color(i)}"><title>{esc(name)}: {v / total:.1%}</title></rect>'
+        )
         if w > 70:
-            out.append(f'<text x="{x0 + 6:.1f}" y="19" class="inbar">{esc(name)} '
-                       f'{v / total:.0%}</text>')
+            out.append(
+                f'<text x="{x0 + 6:.1f}" y="19" class="inbar">{esc(name)} {v / total:.0%}</text>'
+            )
         x0 += w
     out.append("</svg>")
     return "".join(out)
 
 
-def timeline(rows: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, start: float,
-             end: float, label: str = "") -> str:
+def timeline(
+    rows: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+    *,
+    start: float,
+    end: float,
+    label: str = "",
+) -> str:
     """One lane per rule, red where it fired."""
     lane = 20
     left = 170
@@ -207,22 +264,32 @@ def timeline(rows: Sequence[tuple[str, Sequence[tuple[float, float]]]], *, start
     def x(t: float) -> float:
         return left + (min(max(t, start), end) - start) / (end - start) * plot_w
 
-    out = [f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
-           f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">']
+    out = [
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
     for t in _time_ticks(start, end):
-        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" '
-                   f'y2="{height - BOTTOM}" class="grid"/>')
-        out.append(f'<text x="{x(t):.1f}" y="{height - 8}" class="tick" text-anchor="middle">'
-                   f'{esc(fmt.tick_time(t, end - start))}</text>')
+        out.append(
+            f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" '
+            f'y2="{height - BOTTOM}" class="grid"/>'
+        )
+        out.append(
+            f'<text x="{x(t):.1f}" y="{height - 8}" class="tick" text-anchor="middle">'
+            f"{esc(fmt.tick_time(t, end - start))}</text>"
+        )
     for i, (name, spans) in enumerate(rows):
         ly = TOP + i * lane
-        out.append(f'<text x="{left - 8}" y="{ly + 14}" class="lane" text-anchor="end">'
-                   f'{esc(name)}</text>')
-        out.append(f'<rect x="{left}" y="{ly + 4}" width="{plot_w}" height="{lane - 8}" '
-                   'class="lane-bg"/>')
+        out.append(
+            f'<text x="{left - 8}" y="{ly + 14}" class="lane" text-anchor="end">{esc(name)}</text>'
+        )
+        out.append(
+            f'<rect x="{left}" y="{ly + 4}" width="{plot_w}" height="{lane - 8}" class="lane-bg"/>'
+        )
         for a, b in spans:
-            out.append(f'<rect x="{x(a):.1f}" y="{ly + 3}" width="{max(x(b) - x(a), 2):.1f}" '
-                       f'height="{lane - 6}" fill="{FIRING_FILL}"><title>{esc(name)} fired '
-                       f'{esc(fmt.when(a))} to {esc(fmt.when(b))}</title></rect>')
+            out.append(
+                f'<rect x="{x(a):.1f}" y="{ly + 3}" width="{max(x(b) - x(a), 2):.1f}" '
+                f'height="{lane - 6}" fill="{FIRING_FILL}"><title>{esc(name)} fired '
+                f"{esc(fmt.when(a))} to {esc(fmt.when(b))}</title></rect>"
+            )
     out.append("</svg>")
     return "".join(out)

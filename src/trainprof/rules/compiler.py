@@ -58,16 +58,19 @@ def compile_rules(config: RulesConfig) -> Compiled:
             # could lag one interval behind: spell its expression out instead.
             alert = dataclasses.replace(alert, expr=_inline(alert.expr, elsewhere))
             rules.append(_alert(config, instance, alert))
-        groups.append({
-            "name": f"trainprof.{instance.spec.name}",
-            "interval": format_duration(instance.values["scan_interval_us"] / 1e6),
-            "rules": rules,
-        })
+        groups.append(
+            {
+                "name": f"trainprof.{instance.spec.name}",
+                "interval": format_duration(instance.values["scan_interval_us"] / 1e6),
+                "rules": rules,
+            }
+        )
     state = _state_rules(config)
     if state:
         fastest = min(i.values["scan_interval_us"] for i in config.rules) / 1e6
-        groups.append({"name": "trainprof.state", "interval": format_duration(fastest),
-                       "rules": state})
+        groups.append(
+            {"name": "trainprof.state", "interval": format_duration(fastest), "rules": state}
+        )
     health = _health_rules(config)
     if health:
         groups.append({"name": "trainprof.health", "interval": "1m", "rules": health})
@@ -88,18 +91,24 @@ def _state_rules(config: RulesConfig) -> list[dict[str, Any]]:
     jl = config.job_labels
     start = selector("trainprof_training_start_timestamp_seconds", config.job_selector)
     steps = selector("trainprof_training_steps_total", config.job_selector)
-    return [{
-        "alert": "TrainingNotStarted",
-        "expr": (f"max {by(jl)} (time() - {start})\nunless on ({', '.join(jl)})\n"
-                 f"sum {by(jl)} ({steps}) > 0"),
-        "labels": {"rule": STATE_RULE, "severity": "info", "trainprof_rule_version": "1"},
-        "annotations": {
-            "summary": "A training job has not completed its first step yet.",
-            "description": ("Job {{ $labels.training_job }} started {{ $value | "
-                            "humanizeDuration }} ago and is still initializing; its host "
-                            "and GPU alerts are held back until its first step."),
-        },
-    }]
+    return [
+        {
+            "alert": "TrainingNotStarted",
+            "expr": (
+                f"max {by(jl)} (time() - {start})\nunless on ({', '.join(jl)})\n"
+                f"sum {by(jl)} ({steps}) > 0"
+            ),
+            "labels": {"rule": STATE_RULE, "severity": "info", "trainprof_rule_version": "1"},
+            "annotations": {
+                "summary": "A training job has not completed its first step yet.",
+                "description": (
+                    "Job {{ $labels.training_job }} started {{ $value | "
+                    "humanizeDuration }} ago and is still initializing; its host "
+                    "and GPU alerts are held back until its first step."
+                ),
+            },
+        }
+    ]
 
 
 def _inline(expr: str, recordings: dict[str, str]) -> str:
@@ -111,10 +120,16 @@ def _inline(expr: str, recordings: dict[str, str]) -> str:
 
 def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) -> Build:
     return Build(
-        rule=instance.spec, p=Values(instance.values),
-        datapoint_interval=config.datapoint_interval, scrape_interval=config.scrape_interval,
-        patience_mode=instance.patience_mode, job_labels=config.job_labels,
-        matchers=config.job_selector, where=instance.where, warnings=warnings)
+        rule=instance.spec,
+        p=Values(instance.values),
+        datapoint_interval=config.datapoint_interval,
+        scrape_interval=config.scrape_interval,
+        patience_mode=instance.patience_mode,
+        job_labels=config.job_labels,
+        matchers=config.job_selector,
+        where=instance.where,
+        warnings=warnings,
+    )
 
 
 def _recording(rec: Recording) -> dict[str, Any]:
@@ -127,9 +142,11 @@ def _recording(rec: Recording) -> dict[str, Any]:
 def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[str, Any]:
     spec = instance.spec
     anchor = spec.name.lower()
-    dashboard = (f"{config.grafana_url}/d/{JOB_DASHBOARD_UID}/trainprof-job"
-                 "?var-training_job={{ $labels.training_job | urlquery }}"
-                 "&var-namespace={{ $labels.namespace | urlquery }}")
+    dashboard = (
+        f"{config.grafana_url}/d/{JOB_DASHBOARD_UID}/trainprof-job"
+        "?var-training_job={{ $labels.training_job | urlquery }}"
+        "&var-namespace={{ $labels.namespace | urlquery }}"
+    )
     out: dict[str, Any] = {"alert": alert_name(spec.name), "expr": alert.expr}
     if alert.for_seconds:
         out["for"] = format_duration(alert.for_seconds)
@@ -152,8 +169,10 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
 def _health_rules(config: RulesConfig) -> list[dict[str, Any]]:
     """Alerts that say the rules are blind: the exporters sample at another interval than
     the rules were compiled for, or do not count the thresholds a rule selects."""
-    uses_exporter = any(i.spec.name not in ("MaxInitializationTime", "StepOutlier",
-                                            "OverallFrameworkMetrics") for i in config.rules)
+    uses_exporter = any(
+        i.spec.name not in ("MaxInitializationTime", "StepOutlier", "OverallFrameworkMetrics")
+        for i in config.rules
+    )
     if not uses_exporter:
         return []
     from trainprof.rules.promql import selector
@@ -161,48 +180,62 @@ def _health_rules(config: RulesConfig) -> list[dict[str, Any]]:
     jl = ", ".join(config.job_labels)
     interval = selector("trainprof_sampler_interval_seconds", config.job_selector)
     samples = selector("trainprof_samples_total", config.job_selector)
-    rules = [_health_alert(
-        "TrainprofSamplerIntervalMismatch",
-        f"{interval} != {config.datapoint_interval:g}",
-        summary="An exporter samples at another interval than the rules assume.",
-        description=(
-            "The exporter {{ $labels.instance }} samples every {{ $value }}s, but the rules "
-            f"were compiled for a datapoint interval of {config.datapoint_interval:g}s: "
-            "windows and patience are off by the same factor. Restart the exporter with "
-            f"--datapoint-interval {config.datapoint_interval:g}s or recompile the rules."),
-        affects="all")]
+    rules = [
+        _health_alert(
+            "TrainprofSamplerIntervalMismatch",
+            f"{interval} != {config.datapoint_interval:g}",
+            summary="An exporter samples at another interval than the rules assume.",
+            description=(
+                "The exporter {{ $labels.instance }} samples every {{ $value }}s, but the rules "
+                f"were compiled for a datapoint interval of {config.datapoint_interval:g}s: "
+                "windows and patience are off by the same factor. Restart the exporter with "
+                f"--datapoint-interval {config.datapoint_interval:g}s or recompile the rules."
+            ),
+            affects="all",
+        )
+    ]
     for name, counter, busy_label, busy_param in (
-            ("CPUBottleneck", "trainprof_cpu_bottleneck_samples_total", "cpu_above",
-             "cpu_threshold"),
-            ("IOBottleneck", "trainprof_io_bottleneck_samples_total", "iowait_above",
-             "io_threshold")):
+        ("CPUBottleneck", "trainprof_cpu_bottleneck_samples_total", "cpu_above", "cpu_threshold"),
+        ("IOBottleneck", "trainprof_io_bottleneck_samples_total", "iowait_above", "io_threshold"),
+    ):
         instance = config.rule(name)
         if instance is None:
             continue
-        grid = {busy_label: ratio(instance.values[busy_param]),
-                "gpu_below": ratio(instance.values["gpu_threshold"])}
+        grid = {
+            busy_label: ratio(instance.values[busy_param]),
+            "gpu_below": ratio(instance.values["gpu_threshold"]),
+        }
         served = selector(counter, config.job_selector, **grid)
-        rules.append(_health_alert(
-            "TrainprofRuleInputMissing",
-            f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
-            summary="Exporters do not serve a series a rule needs.",
-            description=(
-                f"The exporters of job {{{{ $labels.training_job }}}} do not count "
-                f"{counter}{{{busy_label}=\"{grid[busy_label]}\", gpu_below="
-                f"\"{grid['gpu_below']}\"}}, so {name} cannot fire. Start them with "
-                "--rules.config set to the rule configuration."),
-            affects=name))
+        rules.append(
+            _health_alert(
+                "TrainprofRuleInputMissing",
+                f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
+                summary="Exporters do not serve a series a rule needs.",
+                description=(
+                    f"The exporters of job {{{{ $labels.training_job }}}} do not count "
+                    f'{counter}{{{busy_label}="{grid[busy_label]}", gpu_below='
+                    f'"{grid["gpu_below"]}"}}, so {name} cannot fire. Start them with '
+                    "--rules.config set to the rule configuration."
+                ),
+                affects=name,
+            )
+        )
     return rules
 
 
-def _health_alert(name: str, expr: str, summary: str, description: str,
-                  affects: str) -> dict[str, Any]:
+def _health_alert(
+    name: str, expr: str, summary: str, description: str, affects: str
+) -> dict[str, Any]:
     return {
         "alert": name,
         "expr": expr,
         "for": "5m",
-        "labels": {"rule": HEALTH_RULE, "severity": "warning", "affects": affects,
-                   "trainprof_rule_version": "1"},
+        "labels": {
+            "rule": HEALTH_RULE,
+            "severity": "warning",
+            "affects": affects,
+            "trainprof_rule_version": "1",
+        },
         "annotations": {"summary": summary, "description": description},
     }
 
@@ -221,5 +254,9 @@ def required_inputs(config: RulesConfig) -> dict[str, Any]:
             io.append((v["io_threshold"] / 100, v["gpu_threshold"] / 100))
         elif instance.spec.name == "StepOutlier":
             stddevs.append(float(v["stddev"]))
-    return {"cpu_bottleneck": cpu, "io_bottleneck": io, "step_outlier_stddevs": stddevs,
-            "datapoint_interval": config.datapoint_interval}
+    return {
+        "cpu_bottleneck": cpu,
+        "io_bottleneck": io,
+        "step_outlier_stddevs": stddevs,
+        "datapoint_interval": config.datapoint_interval,
+    }

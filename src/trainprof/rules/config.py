@@ -36,8 +36,16 @@ from trainprof.rules.promql import LABEL_NAME, Matcher
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainprof/trainprof/blob/main/docs/rules.md"
 DEFAULT_GRAFANA_URL = "http://localhost:3000"
-_TOP_KEYS = ("datapoint_interval", "scrape_interval", "patience_mode", "job_labels",
-             "job_selector", "links", "rules", "ProfilerRuleConfigurations")
+_TOP_KEYS = (
+    "datapoint_interval",
+    "scrape_interval",
+    "patience_mode",
+    "job_labels",
+    "job_selector",
+    "links",
+    "rules",
+    "ProfilerRuleConfigurations",
+)
 _ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name")
 _SELECTOR_OPS = {"regex": "=~", "not": "!=", "not_regex": "!~"}
 
@@ -70,8 +78,8 @@ class RuleInstance:
     spec: RuleSpec
     values: Mapping[str, Any]
     severity: str
-    patience_mode: str          # for | warmup
-    where: str                  # config path of a parameter: where.format(param="window")
+    patience_mode: str  # for | warmup
+    where: str  # config path of a parameter: where.format(param="window")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +130,12 @@ class _Loader:
             data = self.describe_training_job(data)
         for key in data:
             if key not in _TOP_KEYS:
-                self.problem(str(key), "unknown key" + nearest(str(key), _TOP_KEYS)
-                             + f"; valid keys: {', '.join(_TOP_KEYS)}")
+                self.problem(
+                    str(key),
+                    "unknown key"
+                    + nearest(str(key), _TOP_KEYS)
+                    + f"; valid keys: {', '.join(_TOP_KEYS)}",
+                )
 
         datapoint = self.duration(data, "datapoint_interval", 0.5, maximum=3600)
         scrape = self.duration(data, "scrape_interval", 15.0, maximum=3600)
@@ -131,8 +143,11 @@ class _Loader:
             scrape = scrape_interval
         mode = data.get("patience_mode", "auto")
         if mode not in PATIENCE_MODES:
-            self.problem("patience_mode", f"{mode!r} is not one of {', '.join(PATIENCE_MODES)}"
-                         + nearest(str(mode), PATIENCE_MODES))
+            self.problem(
+                "patience_mode",
+                f"{mode!r} is not one of {', '.join(PATIENCE_MODES)}"
+                + nearest(str(mode), PATIENCE_MODES),
+            )
         job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
@@ -142,17 +157,27 @@ class _Loader:
         if self.problems:
             return None
         return RulesConfig(
-            rules=rules, datapoint_interval=datapoint, scrape_interval=scrape,
-            patience_mode=mode, job_labels=job_labels, job_selector=selector,
-            runbook_url=runbook, grafana_url=grafana, warnings=tuple(self.warnings))
+            rules=rules,
+            datapoint_interval=datapoint,
+            scrape_interval=scrape,
+            patience_mode=mode,
+            job_labels=job_labels,
+            job_selector=selector,
+            runbook_url=runbook,
+            grafana_url=grafana,
+            warnings=tuple(self.warnings),
+        )
 
     def describe_training_job(self, data: Mapping) -> dict:
         """Keep what matters of a DescribeTrainingJob response: its profiler rules and the
         sampling interval of its ProfilerConfig; the job's other fields are not ours."""
         kept = {k: v for k, v in data.items() if k in _TOP_KEYS}
         profiler = data.get("ProfilerConfig")
-        millis = profiler.get("ProfilingIntervalInMilliseconds") if isinstance(
-            profiler, Mapping) else None
+        millis = (
+            profiler.get("ProfilingIntervalInMilliseconds")
+            if isinstance(profiler, Mapping)
+            else None
+        )
         if millis is not None and "datapoint_interval" not in kept:
             kept["datapoint_interval"] = f"{millis}ms"
         return kept
@@ -191,8 +216,11 @@ class _Loader:
                 continue
             if isinstance(spec, Mapping):
                 if len(spec) != 1 or next(iter(spec)) not in _SELECTOR_OPS:
-                    self.problem(path, "expected a value, or one of "
-                                 + ", ".join(f"{{{k}: ...}}" for k in _SELECTOR_OPS))
+                    self.problem(
+                        path,
+                        "expected a value, or one of "
+                        + ", ".join(f"{{{k}: ...}}" for k in _SELECTOR_OPS),
+                    )
                     continue
                 key, text = next(iter(spec.items()))
                 op = _SELECTOR_OPS[key]
@@ -218,8 +246,10 @@ class _Loader:
             return runbook, grafana
         for key, url in value.items():
             if key not in ("runbook_url", "grafana_url"):
-                self.problem(f"links.{key}", "unknown key"
-                             + nearest(str(key), ("runbook_url", "grafana_url")))
+                self.problem(
+                    f"links.{key}",
+                    "unknown key" + nearest(str(key), ("runbook_url", "grafana_url")),
+                )
             elif not isinstance(url, str) or not re.match(r"^https?://\S+$", url):
                 self.problem(f"links.{key}", f"{url!r} is not an http(s) URL")
             elif key == "runbook_url":
@@ -269,8 +299,12 @@ class _Loader:
             return self.api_entry(path, item)
         for key in item:
             if key not in _ENTRY_KEYS:
-                self.problem(f"{path}.{key}", "unknown key" + nearest(str(key), _ENTRY_KEYS)
-                             + f"; valid keys: {', '.join(_ENTRY_KEYS)}")
+                self.problem(
+                    f"{path}.{key}",
+                    "unknown key"
+                    + nearest(str(key), _ENTRY_KEYS)
+                    + f"; valid keys: {', '.join(_ENTRY_KEYS)}",
+                )
         if "rule" not in item:
             self.problem(path, "missing `rule` (the SageMaker rule name, e.g. ProfilerReport)")
             return []
@@ -285,8 +319,11 @@ class _Loader:
             if item[key] in valid:
                 options[key] = item[key]
             else:
-                self.problem(f"{path}.{key}", f"{item[key]!r} is not one of {', '.join(valid)}"
-                             + nearest(str(item[key]), valid))
+                self.problem(
+                    f"{path}.{key}",
+                    f"{item[key]!r} is not one of {', '.join(valid)}"
+                    + nearest(str(item[key]), valid),
+                )
         return [(path, str(item["rule"]), dict(params), options)]
 
     def api_entry(self, path, item):
@@ -301,7 +338,7 @@ class _Loader:
     # --- resolution --------------------------------------------------------------------
 
     def resolve(self, entries, default_mode) -> tuple[RuleInstance, ...]:
-        report: dict[str, tuple[str, dict, dict]] = {}   # from ProfilerReport
+        report: dict[str, tuple[str, dict, dict]] = {}  # from ProfilerReport
         explicit: dict[str, tuple[str, dict, dict]] = {}
         for path, name, params, options in entries:
             params.pop("rule_to_invoke", None)
@@ -316,8 +353,11 @@ class _Loader:
                 self.unknown_rule(path, name)
                 continue
             if spec.name in explicit:
-                self.problem(path, f"{spec.name} is configured twice (also at "
-                             f"{explicit[spec.name][0]}); SageMaker ran each rule once per job")
+                self.problem(
+                    path,
+                    f"{spec.name} is configured twice (also at "
+                    f"{explicit[spec.name][0]}); SageMaker ran each rule once per job",
+                )
                 continue
             given = {str(k): (v, f"{path}.parameters.{k}") for k, v in params.items()}
             explicit[spec.name] = (path, self.parse_values(spec, given), options)
@@ -329,7 +369,8 @@ class _Loader:
                 if spec.name in report:
                     self.warnings.append(
                         f"{path}: {spec.name} is also part of ProfilerReport; this entry's "
-                        "parameters are used and the report's overrides for it are ignored")
+                        "parameters are used and the report's overrides for it are ignored"
+                    )
                 path += ".parameters.{param}"
             elif spec.name in report:
                 path, values, options = report[spec.name]
@@ -352,12 +393,15 @@ class _Loader:
             spec = catalog.lookup(rule_name) if sep else None
             if spec is None:
                 if rule_name in catalog.NOT_IMPLEMENTED:
-                    self.warnings.append(f"{where}: ignored; "
-                                         f"{catalog.NOT_IMPLEMENTED[rule_name]}")
+                    self.warnings.append(f"{where}: ignored; {catalog.NOT_IMPLEMENTED[rule_name]}")
                     continue
                 valid = [r.name for r in catalog.CATALOG]
-                self.problem(where, "expected <Rule>_<parameter> with a rule of the report"
-                             + nearest(rule_name, valid) + f"; rules: {', '.join(valid)}")
+                self.problem(
+                    where,
+                    "expected <Rule>_<parameter> with a rule of the report"
+                    + nearest(rule_name, valid)
+                    + f"; rules: {', '.join(valid)}",
+                )
                 continue
             per_rule[spec.name][param] = (value, where)
         out = {}
@@ -375,8 +419,12 @@ class _Loader:
         for key, (raw, where) in given.items():
             match = next((n for n in names if n.lower() == key.lower()), None)
             if match is None:
-                self.problem(where, f"unknown parameter of {spec.name}" + nearest(key, names)
-                             + f"; parameters: {', '.join(names)}")
+                self.problem(
+                    where,
+                    f"unknown parameter of {spec.name}"
+                    + nearest(key, names)
+                    + f"; parameters: {', '.join(names)}",
+                )
                 continue
             try:
                 values[match] = spec.param(match).kind.parse(raw)
@@ -389,8 +437,9 @@ class _Loader:
             self.problem(path, f"{name}: {catalog.NOT_IMPLEMENTED[name]}")
             return
         valid = [catalog.PROFILER_REPORT] + [r.name for r in catalog.CATALOG]
-        self.problem(path, f"unknown rule {name!r}" + nearest(name, valid)
-                     + f"; rules: {', '.join(valid)}")
+        self.problem(
+            path, f"unknown rule {name!r}" + nearest(name, valid) + f"; rules: {', '.join(valid)}"
+        )
 
     def instance(self, where, spec, values, options, default_mode) -> RuleInstance:
         mode = options.get("patience_mode", default_mode)
@@ -402,12 +451,14 @@ class _Loader:
 def _kind(value: Any) -> str:
     if value is None:
         return "nothing"
-    return {dict: "a mapping", list: "a list", str: f"the string {value!r}",
-            bool: f"{value}"}.get(type(value), f"{type(value).__name__} {value!r}")
+    return {dict: "a mapping", list: "a list", str: f"the string {value!r}", bool: f"{value}"}.get(
+        type(value), f"{type(value).__name__} {value!r}"
+    )
 
 
-def load_config(data: Any, source: str = "configuration",
-                scrape_interval: float | None = None) -> RulesConfig:
+def load_config(
+    data: Any, source: str = "configuration", scrape_interval: float | None = None
+) -> RulesConfig:
     """Check and resolve a parsed configuration; raises ConfigError listing every problem."""
     loader = _Loader()
     config = loader.load(data, scrape_interval)
@@ -418,5 +469,4 @@ def load_config(data: Any, source: str = "configuration",
 
 def default_config(scrape_interval: float | None = None) -> RulesConfig:
     """ProfilerReport with every default: what SageMaker attached to a job by default."""
-    return load_config({"rules": [{"rule": catalog.PROFILER_REPORT}]}, "defaults",
-                       scrape_interval)
+    return load_config({"rules": [{"rule": catalog.PROFILER_REPORT}]}, "defaults", scrape_interval)

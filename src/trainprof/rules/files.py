@@ -14,8 +14,9 @@ FORMATS = ("rules", "prometheusrule")
 OUTPUT_NAMES = {"rules": "trainprof.rules.yaml", "prometheusrule": "trainprof.prometheusrule.yaml"}
 
 
-def read_config(path: str | None, scrape_interval: float | None = None,
-                datapoint_interval: str | None = None) -> RulesConfig:
+def read_config(
+    path: str | None, scrape_interval: float | None = None, datapoint_interval: str | None = None
+) -> RulesConfig:
     """Load a configuration file (YAML, JSON, or Python with SageMaker SDK calls).
 
     No path means SageMaker's default: ProfilerReport with every default. Raises ConfigError.
@@ -30,8 +31,9 @@ def read_config(path: str | None, scrape_interval: float | None = None,
         except OSError as e:
             raise ConfigError([Problem("", f"cannot read: {e.strerror or e}")], source) from None
         except UnicodeDecodeError:
-            raise ConfigError([Problem("", "not a text file (expected UTF-8 YAML, JSON or "
-                                           "Python)")], source) from None
+            raise ConfigError(
+                [Problem("", "not a text file (expected UTF-8 YAML, JSON or Python)")], source
+            ) from None
         data = _parse(text, source, python=path.endswith(".py"))
     if datapoint_interval is not None:
         if not isinstance(data, dict):
@@ -64,14 +66,19 @@ def _parse(text: str, source: str, python: bool) -> Any:
         raise ConfigError([Problem(where, f"not valid YAML: {what}")], source) from None
 
 
-def render(compiled: Compiled, fmt: str, generator: str, name: str = "trainprof-rules",
-           namespace: str | None = None, labels: dict[str, str] | None = None) -> str:
+def render(
+    compiled: Compiled,
+    fmt: str,
+    generator: str,
+    name: str = "trainprof-rules",
+    namespace: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> str:
     from trainprof import render as r
 
     if fmt == "rules":
         return r.to_yaml({"groups": compiled.groups}, generator)
-    return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}),
-                     generator)
+    return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
 
 
 def default_rules_text(fmt: str, generator: str) -> str:

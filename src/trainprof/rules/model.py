@@ -41,8 +41,8 @@ class Recording:
 @dataclasses.dataclass(frozen=True)
 class Alert:
     expr: str
-    summary: str                 # static: identical for every instance of the alert
-    description: str             # may use {{ $labels.x }} and {{ $value }}
+    summary: str  # static: identical for every instance of the alert
+    description: str  # may use {{ $labels.x }} and {{ $value }}
     for_seconds: float = 0.0
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -59,29 +59,32 @@ class RuleOutput:
 
 @dataclasses.dataclass(frozen=True)
 class RuleSpec:
-    name: str                    # SageMaker's rule name; also the `rule` label
-    summary: str                 # one line, for tables
-    detects: str                 # what it detects, for docs and the dashboard
-    recommendation: str          # SageMaker report's advice, in our words
-    severity: str                # info | warning | critical
+    name: str  # SageMaker's rule name; also the `rule` label
+    summary: str  # one line, for tables
+    detects: str  # what it detects, for docs and the dashboard
+    recommendation: str  # SageMaker report's advice, in our words
+    severity: str  # info | warning | critical
     params: tuple[Param, ...]
     build: Callable[[Build], RuleOutput]
-    differences: str = ""        # how trainprof's verdict differs from the original
-    patience_auto: str = "for"   # what patience_mode=auto means for this rule
-    version: int = 1             # bump when the rule's semantics change
-    alerting: bool = True        # False for the summary rules (recordings only)
-    family: str = ""             # one of FAMILIES
+    differences: str = ""  # how trainprof's verdict differs from the original
+    patience_auto: str = "for"  # what patience_mode=auto means for this rule
+    version: int = 1  # bump when the rule's semantics change
+    alerting: bool = True  # False for the summary rules (recordings only)
+    family: str = ""  # one of FAMILIES
     # Families or rule names whose alerts for the same job this rule's firing alert makes
     # noise (they follow from it): Alertmanager inhibits them while it fires.
     inhibits: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
-            raise ValueError(f"rule {self.name}: severity {self.severity!r} is not one of "
-                             f"{', '.join(SEVERITIES)}")
+            raise ValueError(
+                f"rule {self.name}: severity {self.severity!r} is not one of "
+                f"{', '.join(SEVERITIES)}"
+            )
         if self.family and self.family not in FAMILIES:
-            raise ValueError(f"rule {self.name}: family {self.family!r} is not one of "
-                             f"{', '.join(FAMILIES)}")
+            raise ValueError(
+                f"rule {self.name}: family {self.family!r} is not one of {', '.join(FAMILIES)}"
+            )
         if self.patience_auto not in ("for", "warmup"):
             raise ValueError(f"rule {self.name}: patience_auto must be for or warmup")
 
@@ -113,10 +116,10 @@ class Build:
     p: Values
     datapoint_interval: float
     scrape_interval: float
-    patience_mode: str                      # for | warmup (auto already resolved)
+    patience_mode: str  # for | warmup (auto already resolved)
     job_labels: tuple[str, ...]
     matchers: tuple[promql.Matcher, ...]
-    where: str                              # config path template of a parameter, {param}
+    where: str  # config path template of a parameter, {param}
     warnings: list[str]
 
     def path(self, param: str) -> str:
@@ -130,8 +133,9 @@ class Build:
         base = re.sub(r"_(bucket|sum|count)$", "", series)
         known = contract.BY_NAME.get(series) or contract.BY_NAME.get(base)
         if known is None or series not in contract.series_names(known):
-            raise KeyError(f"rule {self.rule.name} selects {series}, which is not in the "
-                           "metric contract")
+            raise KeyError(
+                f"rule {self.rule.name} selects {series}, which is not in the metric contract"
+            )
         return promql.selector(series, self.matchers, **equal)
 
     @property
@@ -157,12 +161,14 @@ class Build:
                 f"{self.path(param)}: {self.rule.name}'s {param} of {datapoints} datapoints "
                 f"x {self.datapoint_interval:g}s "
                 f"= {format_duration(seconds)} is shorter than two scrape intervals; "
-                f"using {format_duration(minimum)} so the range holds at least two scrapes")
+                f"using {format_duration(minimum)} so the range holds at least two scrapes"
+            )
             seconds = minimum
         return format_duration(seconds)
 
-    def patience(self, expr: str, datapoints: int, count: str,
-                 matching: str = "") -> tuple[str, float]:
+    def patience(
+        self, expr: str, datapoints: int, count: str, matching: str = ""
+    ) -> tuple[str, float]:
         """Apply SageMaker's patience: `for:` of N datapoints, or a warm-up guard.
 
         The guard keeps `expr` only where `count` (the datapoints seen so far) exceeds N;

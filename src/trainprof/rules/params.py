@@ -83,11 +83,14 @@ def _positive(value):
 def _micros(value):
     number = _number(value)
     if number != int(number) or number < 1_000_000:
-        raise ValueError(f"{value!r} is not a whole number of microseconds of at least "
-                         "1000000 (1 s)")
+        raise ValueError(
+            f"{value!r} is not a whole number of microseconds of at least 1000000 (1 s)"
+        )
     if number % 1000:
-        raise ValueError(f"{value!r} is not a whole number of milliseconds "
-                         "(Prometheus evaluates rules at millisecond resolution)")
+        raise ValueError(
+            f"{value!r} is not a whole number of milliseconds "
+            "(Prometheus evaluates rules at millisecond resolution)"
+        )
     return int(number)
 
 
@@ -115,35 +118,47 @@ def _mode(value):
     try:
         return _MODE_ALIASES[key]
     except KeyError:
-        raise ValueError(f"{value!r} is not a mode; expected one of {', '.join(MODES)} "
-                         "(ModeKeys.TRAIN and Step:ModeKeys.TRAIN are accepted too)") from None
+        raise ValueError(
+            f"{value!r} is not a mode; expected one of {', '.join(MODES)} "
+            "(ModeKeys.TRAIN and Step:ModeKeys.TRAIN are accepted too)"
+        ) from None
 
 
 PERCENT = Kind("percent", "%", _percent, "a percentage, 0 to 100 (a ratio in PromQL)")
-COUNT = Kind("datapoints", "datapoints", _count,
-             "a number of datapoints, each one `datapoint_interval` long")
+COUNT = Kind(
+    "datapoints", "datapoints", _count, "a number of datapoints, each one `datapoint_interval` long"
+)
 OUTLIERS = Kind("count", "", _non_negative_int, "a whole number")
 FACTOR = Kind("factor", "x", _positive, "a positive number")
 MINUTES = Kind("minutes", "min", _positive, "minutes")
-MICROS = Kind("microseconds", "us", _micros,
-              "microseconds; becomes the rule group's evaluation interval")
+MICROS = Kind(
+    "microseconds", "us", _micros, "microseconds; becomes the rule group's evaluation interval"
+)
 DISTANCE = Kind("distance", "", _distance, "a Jensen-Shannon distance, 0 to 0.83")
 MODE = Kind("mode", "", _mode, "train, eval, predict or global; empty for all modes")
 
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    name: str          # SageMaker's spelling
+    name: str  # SageMaker's spelling
     default: Any
     kind: Kind
     help: str
-    extension: bool = False   # a trainprof addition, not a SageMaker parameter
+    extension: bool = False  # a trainprof addition, not a SageMaker parameter
 
 
-SCAN_INTERVAL = Param("scan_interval_us", 60_000_000, MICROS,
-                      "How often the rule is evaluated (SageMaker scanned new data this often).")
+SCAN_INTERVAL = Param(
+    "scan_interval_us",
+    60_000_000,
+    MICROS,
+    "How often the rule is evaluated (SageMaker scanned new data this often).",
+)
 
 
 def patience(default: int = 1000) -> Param:
-    return Param("patience", default, COUNT,
-                 "Datapoints to collect before the rule decides anything (job warm-up).")
+    return Param(
+        "patience",
+        default,
+        COUNT,
+        "Datapoints to collect before the rule decides anything (job warm-up).",
+    )

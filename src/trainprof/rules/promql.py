@@ -1,9 +1,9 @@
 """Small, safe builders for PromQL text: selectors with escaped label values.
 
-    >>> Matcher("training_job", "=", 'a"b').render()
-    'training_job="a\\\\"b"'
-    >>> selector("up", [Matcher("job", "=", "trainprof")], quantile="0.95")
-    'up{job="trainprof", quantile="0.95"}'
+>>> Matcher("training_job", "=", 'a"b').render()
+'training_job="a\\\\"b"'
+>>> selector("up", [Matcher("job", "=", "trainprof")], quantile="0.95")
+'up{job="trainprof", quantile="0.95"}'
 """
 
 from __future__ import annotations
@@ -31,15 +31,14 @@ def quote(value: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Matcher:
     label: str
-    op: str       # = != =~ !~
+    op: str  # = != =~ !~
     value: str
 
     def render(self) -> str:
         return f"{self.label}{self.op}{quote(self.value)}"
 
 
-def selector(metric: str, matchers: tuple[Matcher, ...] | list[Matcher] = (),
-             **equal: str) -> str:
+def selector(metric: str, matchers: tuple[Matcher, ...] | list[Matcher] = (), **equal: str) -> str:
     """`metric{...}` with the given matchers, then `label="value"` for each keyword."""
     parts = [m.render() for m in matchers]
     parts += [Matcher(k, "=", v).render() for k, v in equal.items()]

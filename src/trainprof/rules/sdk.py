@@ -49,8 +49,10 @@ def _config_factory(name: str):
                 if key not in known:
                     from trainprof.rules.config import nearest
 
-                    raise TypeError(f"{name}() got an unexpected parameter {key!r}"
-                                    + nearest(key, sorted(known)))
+                    raise TypeError(
+                        f"{name}() got an unexpected parameter {key!r}"
+                        + nearest(key, sorted(known))
+                    )
         return ProfilerRuleConfig(name, **rule_parameters)
 
     factory.__name__ = factory.__qualname__ = name
@@ -85,12 +87,19 @@ class ProfilerRule:
     name: str | None = None
 
     @classmethod
-    def sagemaker(cls, base_config: ProfilerRuleConfig, name: str | None = None,
-                  rule_parameters: dict[str, Any] | None = None, **_ignored: Any) -> ProfilerRule:
+    def sagemaker(
+        cls,
+        base_config: ProfilerRuleConfig,
+        name: str | None = None,
+        rule_parameters: dict[str, Any] | None = None,
+        **_ignored: Any,
+    ) -> ProfilerRule:
         """Same signature as the SDK; output paths, images and actions are ignored."""
         if not isinstance(base_config, ProfilerRuleConfig):
-            raise TypeError("base_config must come from trainprof.rules.sdk.rule_configs, "
-                            f"got {type(base_config).__name__}")
+            raise TypeError(
+                "base_config must come from trainprof.rules.sdk.rule_configs, "
+                f"got {type(base_config).__name__}"
+            )
         params = {**base_config.rule_parameters, **(rule_parameters or {})}
         return cls(base_config.rule_name, params, name)
 
@@ -104,8 +113,9 @@ class ProfilerRule:
 Rule = ProfilerRule
 
 
-def to_config(rules: list[ProfilerRule | ProfilerRuleConfig],
-              datapoint_interval: str | float | None = None) -> dict[str, Any]:
+def to_config(
+    rules: list[ProfilerRule | ProfilerRuleConfig], datapoint_interval: str | float | None = None
+) -> dict[str, Any]:
     """A trainprof rule configuration (load it with `trainprof.rules.config.load_config`)."""
     entries = []
     for r in rules:
@@ -124,7 +134,7 @@ def to_config(rules: list[ProfilerRule | ProfilerRuleConfig],
 @dataclasses.dataclass
 class Extracted:
     config: dict[str, Any]
-    problems: list[tuple[str, str]]     # (path, message)
+    problems: list[tuple[str, str]]  # (path, message)
     warnings: list[str]
 
 
@@ -164,9 +174,14 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
         try:
             return ast.literal_eval(node)
         except ValueError:
-            problems.append((where(node), f"{what} must be written as a literal (a number, "
-                             "string or dict), not computed; trainprof reads this file "
-                             "without running it"))
+            problems.append(
+                (
+                    where(node),
+                    f"{what} must be written as a literal (a number, "
+                    "string or dict), not computed; trainprof reads this file "
+                    "without running it",
+                )
+            )
             return None
 
     def rule_config(call: ast.Call) -> tuple[str, dict] | None:
@@ -210,22 +225,32 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
                     if isinstance(millis, (int, float)) and not isinstance(millis, bool):
                         datapoint_interval = f"{millis:g}ms"
         elif name == "sagemaker" and _owner(node.func) in ("ProfilerRule", "Rule"):
-            base = node.args[0] if node.args else next(
-                (kw.value for kw in node.keywords if kw.arg == "base_config"), None)
+            base = (
+                node.args[0]
+                if node.args
+                else next((kw.value for kw in node.keywords if kw.arg == "base_config"), None)
+            )
             cfg = None
             if isinstance(base, ast.Call):
                 cfg = rule_config(base)
                 used_calls.add(id(base))
                 if cfg is None:
-                    warnings.append(f"{where(node)}: {ast.unparse(base.func)}() is not a "
-                                    "profiler rule; skipped (training-health rules are "
-                                    "not implemented yet)")
+                    warnings.append(
+                        f"{where(node)}: {ast.unparse(base.func)}() is not a "
+                        "profiler rule; skipped (training-health rules are "
+                        "not implemented yet)"
+                    )
                     continue
             elif isinstance(base, ast.Name) and base.id in bound:
                 cfg = bound[base.id]
             else:
-                problems.append((where(node), "the rule passed to .sagemaker() must be a "
-                                 "rule_configs.<Rule>(...) call or a name bound to one"))
+                problems.append(
+                    (
+                        where(node),
+                        "the rule passed to .sagemaker() must be a "
+                        "rule_configs.<Rule>(...) call or a name bound to one",
+                    )
+                )
                 continue
             params = dict(cfg[1])
             for kw in node.keywords:
@@ -234,8 +259,10 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
                     if isinstance(value, dict):
                         params.update(value)
                 elif kw.arg == "actions":
-                    warnings.append(f"{where(node)}: actions are not compiled into rules; "
-                                    "see `trainprof actions` for StopTraining")
+                    warnings.append(
+                        f"{where(node)}: actions are not compiled into rules; "
+                        "see `trainprof actions` for StopTraining"
+                    )
             entry = {"rule": cfg[0]}
             if params:
                 entry["parameters"] = params
@@ -252,7 +279,7 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
 
     entries = []
     for _, _, entry in sorted(found, key=lambda f: (f[0], f[1])):
-        if "_bound" in entry:   # bound to a name but never wrapped: still a rule
+        if "_bound" in entry:  # bound to a name but never wrapped: still a rule
             name, params = bound[entry["_bound"]]
             entry = {"rule": name, **({"parameters": params} if params else {})}
         entries.append(entry)
@@ -262,6 +289,11 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
     if entries:
         config["rules"] = entries
     elif not problems:
-        problems.append((filename, "no SageMaker profiler rule configuration found (looked "
-                         "for ProfilerRule.sagemaker(rule_configs.<Rule>(...)) calls)"))
+        problems.append(
+            (
+                filename,
+                "no SageMaker profiler rule configuration found (looked "
+                "for ProfilerRule.sagemaker(rule_configs.<Rule>(...)) calls)",
+            )
+        )
     return Extracted(config, problems, warnings)

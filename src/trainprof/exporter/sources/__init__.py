@@ -54,9 +54,12 @@ def set_procfs(path: str) -> None:
     psutil.PROCFS_PATH = path
 
 
-def default_sources(enabled: Iterable[str] = COLLECTORS, nvml: Any = None,
-                    disk_exclude: str = DISK_EXCLUDE,
-                    network_exclude: str = NETWORK_EXCLUDE) -> list[Source]:
+def default_sources(
+    enabled: Iterable[str] = COLLECTORS,
+    nvml: Any = None,
+    disk_exclude: str = DISK_EXCLUDE,
+    network_exclude: str = NETWORK_EXCLUDE,
+) -> list[Source]:
     """The sources of the enabled collectors, GPU first.
 
     The GPU is read first so a sample's GPU utilization and CPU ratios end as close together
@@ -66,8 +69,10 @@ def default_sources(enabled: Iterable[str] = COLLECTORS, nvml: Any = None,
     enabled = set(enabled)
     unknown = enabled - set(COLLECTORS)
     if unknown:
-        raise ValueError(f"unknown collector {', '.join(sorted(unknown))}; expected one of "
-                         f"{', '.join(COLLECTORS)}")
+        raise ValueError(
+            f"unknown collector {', '.join(sorted(unknown))}; expected one of "
+            f"{', '.join(COLLECTORS)}"
+        )
     sources: list[Source] = []
     if "gpu" in enabled:
         from trainprof.exporter.sources.gpu import GpuSource

@@ -35,7 +35,7 @@ class CpuSource:
         busy, iowait = [], []
         for before, now in zip(previous, times):
             total = _total(now) - _total(before)
-            if total <= 0:   # an offline core, or counters that went backwards
+            if total <= 0:  # an offline core, or counters that went backwards
                 busy.append(0.0)
                 iowait.append(0.0)
                 continue

@@ -30,8 +30,11 @@ class DiskSource:
         # nowrap=False: the kernel's counters are 64-bit, and psutil's wrap correction keeps
         # process-wide state that would turn a replaced device's reset into a jump.
         counters = psutil.disk_io_counters(perdisk=True, nowrap=False) or {}
-        sample.disk = {name: (float(c.read_bytes), float(c.write_bytes))
-                       for name, c in counters.items() if not self._exclude.match(name)}
+        sample.disk = {
+            name: (float(c.read_bytes), float(c.write_bytes))
+            for name, c in counters.items()
+            if not self._exclude.match(name)
+        }
         return True
 
     def close(self) -> None:

@@ -117,10 +117,16 @@ class GpuSource:
         self._nvml = nvml
         self._clock = clock
         # Looked up once: these are read for every field of every GPU twice a second.
-        self._absent = (nvml.NVMLError_NotSupported, nvml.NVMLError_NoPermission,
-                        nvml.NVMLError_FunctionNotFound)
-        self._gone = (nvml.NVMLError_GpuIsLost, nvml.NVMLError_GpuNotFound,
-                      nvml.NVMLError_ResetRequired)
+        self._absent = (
+            nvml.NVMLError_NotSupported,
+            nvml.NVMLError_NoPermission,
+            nvml.NVMLError_FunctionNotFound,
+        )
+        self._gone = (
+            nvml.NVMLError_GpuIsLost,
+            nvml.NVMLError_GpuNotFound,
+            nvml.NVMLError_ResetRequired,
+        )
         self._temperature_gpu = nvml.NVML_TEMPERATURE_GPU
         self._clock_sm = nvml.NVML_CLOCK_SM
         self._once = Once(log)
@@ -144,18 +150,24 @@ class GpuSource:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as e:
             self._next_open = self._clock() + RETRY_OPEN_SECONDS
-            self._once.start("nvml", "GPU collector unavailable: %s (%s); GPU metrics are off, "
-                             "the other collectors keep working; retrying every %gs",
-                             _why_unavailable(nvml, e), e, RETRY_OPEN_SECONDS,
-                             level=logging.WARNING)
+            self._once.start(
+                "nvml",
+                "GPU collector unavailable: %s (%s); GPU metrics are off, "
+                "the other collectors keep working; retrying every %gs",
+                _why_unavailable(nvml, e),
+                e,
+                RETRY_OPEN_SECONDS,
+                level=logging.WARNING,
+            )
             return False
         devices = []
         for index in range(count):
             try:
                 devices.append(self._open_device(index))
             except nvml.NVMLError as e:
-                self._once.start(f"gpu{index}", "GPU %d cannot be opened (%s); its series are "
-                                 "left out", index, e)
+                self._once.start(
+                    f"gpu{index}", "GPU %d cannot be opened (%s); its series are left out", index, e
+                )
         self._devices = devices
         self._once.end("nvml", "NVML is available: %d GPUs, driver %s", count, self._driver)
         if not count:
@@ -165,8 +177,12 @@ class GpuSource:
     def _open_device(self, index: int) -> _Device:
         nvml = self._nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
-        device = _Device(index, handle, _text(nvml.nvmlDeviceGetUUID(handle)),
-                         _text(nvml.nvmlDeviceGetName(handle)))
+        device = _Device(
+            index,
+            handle,
+            _text(nvml.nvmlDeviceGetUUID(handle)),
+            _text(nvml.nvmlDeviceGetName(handle)),
+        )
         try:
             if nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
                 device.gpm = _Gpm(nvml, handle)
@@ -191,14 +207,25 @@ class GpuSource:
                 self._lost.add(device.index)
                 if device.gpm:
                     device.gpm.close()
-                self._once.start(key, "GPU %d (%s) is lost (%s): its latest-sample series are "
-                                 "dropped until the exporter restarts; the other GPUs keep "
-                                 "reporting", device.index, device.uuid, e.__cause__,
-                                 level=logging.ERROR)
+                self._once.start(
+                    key,
+                    "GPU %d (%s) is lost (%s): its latest-sample series are "
+                    "dropped until the exporter restarts; the other GPUs keep "
+                    "reporting",
+                    device.index,
+                    device.uuid,
+                    e.__cause__,
+                    level=logging.ERROR,
+                )
                 complete = False
             except nvml.NVMLError as e:
-                self._once.start(key, "GPU %d (%s) could not be read (%s); left out of the "
-                                 "samples until it can", device.index, device.uuid, e)
+                self._once.start(
+                    key,
+                    "GPU %d (%s) could not be read (%s); left out of the samples until it can",
+                    device.index,
+                    device.uuid,
+                    e,
+                )
                 complete = False
             else:
                 self._once.end(key, "GPU %d (%s) is readable again", device.index, device.uuid)
@@ -207,35 +234,34 @@ class GpuSource:
 
     def _read_device(self, device: _Device) -> GpuSample:
         nvml, h, read = self._nvml, device.handle, self._field
-        gpu = GpuSample(device.index, device.uuid, name=device.name,
-                        driver_version=self._driver)
+        gpu = GpuSample(device.index, device.uuid, name=device.name, driver_version=self._driver)
         utilization = read(device, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
         if utilization is not None:
-            gpu.utilization = utilization.gpu / 100                  # NVML reports percent
+            gpu.utilization = utilization.gpu / 100  # NVML reports percent
         memory = read(device, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
         if memory is not None:
             gpu.memory_used_bytes = float(memory.used)
             gpu.memory_total_bytes = float(memory.total)
         power = read(device, "power", nvml.nvmlDeviceGetPowerUsage, h)
         if power is not None:
-            gpu.power_watts = power / 1000                           # NVML reports mW
+            gpu.power_watts = power / 1000  # NVML reports mW
         energy = read(device, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
         if energy is not None:
-            gpu.energy_joules = energy / 1000                        # NVML reports mJ
-        temperature = read(device, "temperature", nvml.nvmlDeviceGetTemperature, h,
-                           self._temperature_gpu)
+            gpu.energy_joules = energy / 1000  # NVML reports mJ
+        temperature = read(
+            device, "temperature", nvml.nvmlDeviceGetTemperature, h, self._temperature_gpu
+        )
         if temperature is not None:
             gpu.temperature_celsius = float(temperature)
         clock = read(device, "sm_clock", nvml.nvmlDeviceGetClockInfo, h, self._clock_sm)
         if clock is not None:
-            gpu.sm_clock_hertz = clock * 1e6                         # NVML reports MHz
+            gpu.sm_clock_hertz = clock * 1e6  # NVML reports MHz
         if device.gpm is not None:
             for field, value in (read(device, "gpm", device.gpm.read) or {}).items():
                 setattr(gpu, field, value)
         return gpu
 
-    def _field(self, device: _Device, field: str, function: Callable[..., Any],
-               *args: Any) -> Any:
+    def _field(self, device: _Device, field: str, function: Callable[..., Any], *args: Any) -> Any:
         """One NVML reading; None when this GPU does not offer it (asked once, said once)."""
         if field in device.unsupported:
             return None
@@ -243,8 +269,13 @@ class GpuSource:
             return function(*args)
         except self._absent as e:
             device.unsupported.add(field)
-            log.info("GPU %d (%s) does not offer %s (%s); that series is absent for it",
-                     device.index, device.uuid, field, e)
+            log.info(
+                "GPU %d (%s) does not offer %s (%s); that series is absent for it",
+                device.index,
+                device.uuid,
+                field,
+                e,
+            )
             return None
         except self._gone as e:
             raise _Lost() from e

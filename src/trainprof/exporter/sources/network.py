@@ -30,8 +30,11 @@ class NetworkSource:
 
     def read(self, sample: HostSample) -> bool:
         counters = psutil.net_io_counters(pernic=True, nowrap=False) or {}
-        sample.network = {name: (float(c.bytes_recv), float(c.bytes_sent))
-                          for name, c in counters.items() if not self._exclude.match(name)}
+        sample.network = {
+            name: (float(c.bytes_recv), float(c.bytes_sent))
+            for name, c in counters.items()
+            if not self._exclude.match(name)
+        }
         return True
 
     def close(self) -> None:

@@ -9,13 +9,18 @@ from trainprof.rules.params import COUNT, PERCENT, SCAN_INTERVAL, Param, patienc
 from trainprof.rules.promql import selector
 
 _WINDOW = Param(
-    "window", None, COUNT,
+    "window",
+    None,
+    COUNT,
     "Optional: count only the last `window` datapoints instead of everything since the job "
-    "started (trainprof extension).", extension=True)
+    "started (trainprof extension).",
+    extension=True,
+)
 
 
-def _bottleneck(b: Build, *, counter: str, busy_label: str, busy_param: str,
-                summary: str, busy_text: str) -> RuleOutput:
+def _bottleneck(
+    b: Build, *, counter: str, busy_label: str, busy_param: str, summary: str, busy_text: str
+) -> RuleOutput:
     p = b.p
     busy_percent = getattr(p, busy_param)
     _warn_off_grid(b, busy_param, busy_percent, contract.BUSY_THRESHOLDS)
@@ -31,19 +36,28 @@ def _bottleneck(b: Build, *, counter: str, busy_label: str, busy_param: str,
         op, since = f"ratio_increase{span}", f"over the last {span}"
     record = f"training_job:{counter.removesuffix('_total')}:{op}"
     keep = ", ".join(b.job_labels + (busy_label, "gpu_below"))
-    recording = Recording(record, (
-        f"sum by ({keep}) ({num})\n"
-        f"/ ignoring ({busy_label}, gpu_below) group_left\n"
-        f"sum {b.by_job} ({den})"))
+    recording = Recording(
+        record,
+        (
+            f"sum by ({keep}) ({num})\n"
+            f"/ ignoring ({busy_label}, gpu_below) group_left\n"
+            f"sum {b.by_job} ({den})"
+        ),
+    )
     condition = f"{selector(record, **grid)} > {ratio(p.threshold)}"
-    expr, for_seconds = b.patience(condition, p.patience, f"sum {b.by_job} ({samples})",
-                                   matching=b.on_job)
+    expr, for_seconds = b.patience(
+        condition, p.patience, f"sum {b.by_job} ({samples})", matching=b.on_job
+    )
     alert = Alert(
-        expr=expr, for_seconds=for_seconds, summary=summary,
+        expr=expr,
+        for_seconds=for_seconds,
+        summary=summary,
         description=(
             f"Job {JOB}: {PCT} of the samples {since} had {busy_text} above "
             f"{busy_percent:g}% while a GPU was below {p.gpu_threshold:g}% busy "
-            f"(the rule fires above {p.threshold:g}%)."))
+            f"(the rule fires above {p.threshold:g}%)."
+        ),
+    )
     return RuleOutput((recording,), (alert,))
 
 
@@ -54,21 +68,30 @@ def _warn_off_grid(b: Build, param: str, percent: float, grid: tuple[float, ...]
             f"{b.path(param)}: {percent:g} is not on the exporter's default threshold grid "
             f"({points}); start every exporter with --rules.config pointing at this "
             "configuration so it counts this threshold too (TrainprofRuleInputMissing fires "
-            "until it does)")
+            "until it does)"
+        )
 
 
 def _cpu(b: Build) -> RuleOutput:
-    return _bottleneck(b, counter="trainprof_cpu_bottleneck_samples_total",
-                       busy_label="cpu_above", busy_param="cpu_threshold",
-                       summary="GPUs starve while a CPU core is saturated.",
-                       busy_text="a CPU core")
+    return _bottleneck(
+        b,
+        counter="trainprof_cpu_bottleneck_samples_total",
+        busy_label="cpu_above",
+        busy_param="cpu_threshold",
+        summary="GPUs starve while a CPU core is saturated.",
+        busy_text="a CPU core",
+    )
 
 
 def _io(b: Build) -> RuleOutput:
-    return _bottleneck(b, counter="trainprof_io_bottleneck_samples_total",
-                       busy_label="iowait_above", busy_param="io_threshold",
-                       summary="GPUs starve while CPU cores wait on I/O.",
-                       busy_text="a CPU core's I/O wait")
+    return _bottleneck(
+        b,
+        counter="trainprof_io_bottleneck_samples_total",
+        busy_label="iowait_above",
+        busy_param="io_threshold",
+        summary="GPUs starve while CPU cores wait on I/O.",
+        busy_text="a CPU core's I/O wait",
+    )
 
 
 _SHARED_DIFFERENCES = (
@@ -91,16 +114,22 @@ CPU_BOTTLENECK = RuleSpec(
         "The share of samples in which at least one GPU is nearly idle (below "
         "`gpu_threshold`) while at least one CPU core is nearly saturated (above "
         "`cpu_threshold`), counted since the job started. Above `threshold` percent, the "
-        "input pipeline on the CPU is likely what keeps the GPUs waiting."),
+        "input pipeline on the CPU is likely what keeps the GPUs waiting."
+    ),
     recommendation=(
         "Move work off the critical CPU path: use more DataLoader workers, pin memory and "
         "prefetch, pre-process the dataset once instead of every epoch, or move augmentation "
         "to the GPU. If the host is simply too small, pick an instance with more cores per "
-        "GPU."),
+        "GPU."
+    ),
     severity="critical",
     params=(
-        Param("threshold", 50, PERCENT,
-              "Percent of all datapoints that must be bottlenecks for the rule to fire."),
+        Param(
+            "threshold",
+            50,
+            PERCENT,
+            "Percent of all datapoints that must be bottlenecks for the rule to fire.",
+        ),
         Param("gpu_threshold", 10, PERCENT, "A GPU below this utilization counts as idle."),
         Param("cpu_threshold", 90, PERCENT, "A core above this utilization counts as busy."),
         patience(),
@@ -121,19 +150,29 @@ IO_BOTTLENECK = RuleSpec(
         "The share of samples in which at least one GPU is nearly idle (below "
         "`gpu_threshold`) while at least one CPU core spends more than `io_threshold` percent "
         "of its time in I/O wait, counted since the job started. Above `threshold` percent, "
-        "storage or network reads are likely what keeps the GPUs waiting."),
+        "storage or network reads are likely what keeps the GPUs waiting."
+    ),
     recommendation=(
         "Read less or read sooner: prefetch and cache the dataset on local disk, use a "
         "sequential, sharded format (WebDataset, TFRecord, Parquet) instead of many small "
         "files, raise the DataLoader's prefetch_factor, and check the storage throughput "
-        "limits of the volume."),
+        "limits of the volume."
+    ),
     severity="critical",
     params=(
-        Param("threshold", 50, PERCENT,
-              "Percent of all datapoints that must be bottlenecks for the rule to fire."),
+        Param(
+            "threshold",
+            50,
+            PERCENT,
+            "Percent of all datapoints that must be bottlenecks for the rule to fire.",
+        ),
         Param("gpu_threshold", 10, PERCENT, "A GPU below this utilization counts as idle."),
-        Param("io_threshold", 50, PERCENT, "A core with more I/O wait than this counts as "
-                                           "waiting on I/O."),
+        Param(
+            "io_threshold",
+            50,
+            PERCENT,
+            "A core with more I/O wait than this counts as waiting on I/O.",
+        ),
         patience(),
         SCAN_INTERVAL,
         _WINDOW,
@@ -141,8 +180,9 @@ IO_BOTTLENECK = RuleSpec(
     build=_io,
     family="bottleneck",
     inhibits=("LowGPUUtilization", "BatchSize"),
-    differences=_SHARED_DIFFERENCES + (
+    differences=_SHARED_DIFFERENCES
+    + (
         " The AWS documentation page gives `gpu_threshold` a default of 70; the SDK and the "
-        "rule code use 10, and so does trainprof."),
+        "rule code use 10, and so does trainprof."
+    ),
 )
-

@@ -13,12 +13,19 @@ def _max_initialization(b: Build) -> RuleOutput:
     p = b.p
     age = f"max {b.by_job} (time() - {b.sel('trainprof_training_start_timestamp_seconds')})"
     stepped = f"sum {b.by_job} ({b.sel('trainprof_training_steps_total')}) > 0"
-    return RuleOutput((), (Alert(
-        expr=f"{age}\n> {p.threshold * 60:g}\nunless {b.on_job}\n{stepped}",
-        summary="Training has not started its first step.",
-        description=(
-            f"Job {JOB} started {{{{ $value | humanizeDuration }}}} ago and no rank has "
-            f"completed a step yet (threshold {p.threshold:g} minutes).")),))
+    return RuleOutput(
+        (),
+        (
+            Alert(
+                expr=f"{age}\n> {p.threshold * 60:g}\nunless {b.on_job}\n{stepped}",
+                summary="Training has not started its first step.",
+                description=(
+                    f"Job {JOB} started {{{{ $value | humanizeDuration }}}} ago and no rank has "
+                    f"completed a step yet (threshold {p.threshold:g} minutes)."
+                ),
+            ),
+        ),
+    )
 
 
 MAX_INITIALIZATION_TIME = RuleSpec(
@@ -27,12 +34,14 @@ MAX_INITIALIZATION_TIME = RuleSpec(
     detects=(
         "Time since the job's oldest training process started, while no rank of the job has "
         "completed a step. Beyond `threshold` minutes the job is stuck in initialization: "
-        "downloading data or weights, compiling, or waiting for peers."),
+        "downloading data or weights, compiling, or waiting for peers."
+    ),
     recommendation=(
         "Look at what the job does before its first step: dataset download or indexing, "
         "model download, torch.compile, or a rendezvous waiting for ranks that never came. "
         "Stream or cache the data, warm the compilation cache, and check that every rank "
-        "could start."),
+        "could start."
+    ),
     severity="critical",
     params=(
         Param("threshold", 20, MINUTES, "Minutes to wait for the first step."),
@@ -49,7 +58,8 @@ MAX_INITIALIZATION_TIME = RuleSpec(
         "sample, and a step anywhere in the job counts, as in the original. It is evaluated "
         "every `scan_interval_us`, so it fires within one interval of the deadline. Inside "
         "SageMaker's ProfilerReport this rule could never fire (a bug); in trainprof it "
-        "fires there too."),
+        "fires there too."
+    ),
 )
 
 
@@ -60,18 +70,26 @@ def _step_outlier(b: Build) -> RuleOutput:
         b.warnings.append(
             f"{b.path('stddev')}: {p.stddev:g} is not among the factors the training API "
             f"counts by default ({grid}); pass this configuration to trainprof.start() "
-            "(rules_config=) so it counts this factor too")
+            "(rules_config=) so it counts this factor too"
+        )
     equal = {"stddev": contract.threshold_label(p.stddev)}
     if p.mode:
         equal["mode"] = p.mode
     outliers = b.sel("trainprof_training_step_outliers_total", **equal)
-    return RuleOutput((), (Alert(
-        expr=f"{outliers} > {p.n_outliers}",
-        summary="Training steps are much slower than usual.",
-        description=(
-            f"Rank {{{{ $labels.rank }}}} on {HOST} (job {JOB}) has had {{{{ $value }}}} "
-            f"{{{{ $labels.mode }}}} steps slower than the mean plus {p.stddev:g} standard "
-            f"deviations (the rule fires above {p.n_outliers}).")),))
+    return RuleOutput(
+        (),
+        (
+            Alert(
+                expr=f"{outliers} > {p.n_outliers}",
+                summary="Training steps are much slower than usual.",
+                description=(
+                    f"Rank {{{{ $labels.rank }}}} on {HOST} (job {JOB}) has had {{{{ $value }}}} "
+                    f"{{{{ $labels.mode }}}} steps slower than the mean plus {p.stddev:g} standard "
+                    f"deviations (the rule fires above {p.n_outliers})."
+                ),
+            ),
+        ),
+    )
 
 
 STEP_OUTLIER = RuleSpec(
@@ -80,17 +98,24 @@ STEP_OUTLIER = RuleSpec(
     detects=(
         "Per rank and mode, steps slower than the mean plus `stddev` standard deviations of "
         "all earlier steps, once 100 steps exist. More than `n_outliers` such steps point "
-        "to stalls: garbage collection, checkpointing, a slow data shard, a straggling peer."),
+        "to stalls: garbage collection, checkpointing, a slow data shard, a straggling peer."
+    ),
     recommendation=(
         "Correlate the slow steps with the other rules and the dashboards: data-loading "
         "waits (CPUBottleneck, IOBottleneck), checkpoint or evaluation phases, memory "
-        "pressure, or one slow rank holding up a collective."),
+        "pressure, or one slow rank holding up a collective."
+    ),
     severity="warning",
     params=(
-        Param("stddev", 3, FACTOR, "A step slower than mean + stddev x standard deviation "
-                                   "is an outlier."),
-        Param("mode", None, MODE, "Only count steps of this mode (train, eval); empty for "
-                                  "all modes."),
+        Param(
+            "stddev",
+            3,
+            FACTOR,
+            "A step slower than mean + stddev x standard deviation is an outlier.",
+        ),
+        Param(
+            "mode", None, MODE, "Only count steps of this mode (train, eval); empty for all modes."
+        ),
         Param("n_outliers", 10, OUTLIERS, "Outliers tolerated before the rule fires."),
         SCAN_INTERVAL,
     ),
@@ -103,7 +128,8 @@ STEP_OUTLIER = RuleSpec(
         "step against it, so a step could stop or start counting later. `mode` filters the "
         "modes counted (the documented meaning; the original code only ever added names). "
         "The AWS documentation page gives `stddev` a default of 5; the SDK and the code "
-        "use 3."),
+        "use 3."
+    ),
 )
 
 
@@ -114,20 +140,32 @@ def _overall_framework(b: Build) -> RuleOutput:
     start = b.sel("trainprof_training_start_timestamp_seconds")
     first = b.sel("trainprof_training_first_step_timestamp_seconds")
     jl = ", ".join(b.job_labels)
-    return RuleOutput((
-        Recording("rank_phase:trainprof_training_phase_seconds:ratio",
-                  f"{phase}\n/ ignoring (phase) group_left\nsum without (phase) ({phase})"),
-        Recording("training_job_phase:trainprof_training_phase_seconds:ratio",
-                  f"sum by ({jl}, phase) ({phase})\n/ ignoring (phase) group_left\n"
-                  f"sum {b.by_job} ({phase})"),
-        Recording("training_job_mode:trainprof_training_step_duration_seconds:ratio",
-                  f"sum by ({jl}, mode) ({duration})\n/ ignoring (mode) group_left\n"
-                  f"sum {b.by_job} ({duration})"),
-        Recording("rank_mode:trainprof_training_step_duration_seconds:mean",
-                  f"{duration}\n/\n{count}"),
-        Recording("training_job:trainprof_training_initialization_seconds:min",
-                  f"min {b.by_job} ({first})\n-\nmin {b.by_job} ({start})"),
-    ), ())
+    return RuleOutput(
+        (
+            Recording(
+                "rank_phase:trainprof_training_phase_seconds:ratio",
+                f"{phase}\n/ ignoring (phase) group_left\nsum without (phase) ({phase})",
+            ),
+            Recording(
+                "training_job_phase:trainprof_training_phase_seconds:ratio",
+                f"sum by ({jl}, phase) ({phase})\n/ ignoring (phase) group_left\n"
+                f"sum {b.by_job} ({phase})",
+            ),
+            Recording(
+                "training_job_mode:trainprof_training_step_duration_seconds:ratio",
+                f"sum by ({jl}, mode) ({duration})\n/ ignoring (mode) group_left\n"
+                f"sum {b.by_job} ({duration})",
+            ),
+            Recording(
+                "rank_mode:trainprof_training_step_duration_seconds:mean", f"{duration}\n/\n{count}"
+            ),
+            Recording(
+                "training_job:trainprof_training_initialization_seconds:min",
+                f"min {b.by_job} ({first})\n-\nmin {b.by_job} ({start})",
+            ),
+        ),
+        (),
+    )
 
 
 OVERALL_FRAMEWORK_METRICS = RuleSpec(
@@ -136,11 +174,13 @@ OVERALL_FRAMEWORK_METRICS = RuleSpec(
     detects=(
         "Recording rules for the report and the dashboards: each phase's share of the "
         "training loop per rank and per job, each mode's share of step time, the mean step "
-        "duration per rank and mode, and the time from start to the first step."),
+        "duration per rank and mode, and the time from start to the first step."
+    ),
     recommendation=(
         "Use the phase breakdown to decide where to optimise first: a large dataloader "
         "share points at the input pipeline, a large optimizer or collective share at "
-        "communication or optimizer settings."),
+        "communication or optimizer settings."
+    ),
     severity="info",
     params=(SCAN_INTERVAL,),
     build=_overall_framework,
@@ -150,5 +190,6 @@ OVERALL_FRAMEWORK_METRICS = RuleSpec(
         "Phases come from the training API's timers (dataloader, forward, backward, "
         "optimizer, ...) rather than from profiler trace events, and shares are cumulative "
         "since the process started, like the original. There are no CPU/GPU operator or "
-        "Horovod breakdowns."),
+        "Horovod breakdowns."
+    ),
 )

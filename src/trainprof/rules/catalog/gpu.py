@@ -34,28 +34,40 @@ class QuantileTest:
     """
 
     recording: Recording
-    below: str          # PromQL condition: the quantile is below the threshold
-    above: str          # ... above it
-    value_text: str     # what `$value` of a `below` condition is, for descriptions
+    below: str  # PromQL condition: the quantile is below the threshold
+    above: str  # ... above it
+    value_text: str  # what `$value` of a `below` condition is, for descriptions
 
     @classmethod
-    def of(cls, b: Build, level: str, histogram: str, q: float, percent: float,
-           span: str) -> QuantileTest:
+    def of(
+        cls, b: Build, level: str, histogram: str, q: float, percent: float, span: str
+    ) -> QuantileTest:
         threshold = percent / 100
         if threshold in contract.UTILIZATION_BUCKETS and 0 < threshold < 1:
             share = b.sel(histogram + "_bucket", le=contract.bucket_label(threshold))
             count = b.sel(histogram + "_count")
-            rec = Recording(f"{level}:{histogram}:fraction_below{percent:g}_rate{span}",
-                            f"sum without (le) (rate({share}[{span}]))\n/\n"
-                            f"rate({count}[{span}])")
-            return cls(rec, f"{rec.record} > {q:g}", f"{rec.record} < {q:g}",
-                       f"{PCT} of the samples (the rule needs more than {q * 100:g}%) were "
-                       f"at or below {percent:g}%")
+            rec = Recording(
+                f"{level}:{histogram}:fraction_below{percent:g}_rate{span}",
+                f"sum without (le) (rate({share}[{span}]))\n/\nrate({count}[{span}])",
+            )
+            return cls(
+                rec,
+                f"{rec.record} > {q:g}",
+                f"{rec.record} < {q:g}",
+                f"{PCT} of the samples (the rule needs more than {q * 100:g}%) were "
+                f"at or below {percent:g}%",
+            )
         buckets = b.sel(histogram + "_bucket")
-        rec = Recording(f"{level}:{histogram}:p{q * 100:g}_rate{span}",
-                        f"histogram_quantile({q:g}, rate({buckets}[{span}]))")
-        return cls(rec, f"{rec.record} < {ratio(percent)}", f"{rec.record} > {ratio(percent)}",
-                   f"the {_ordinal(q)} percentile was {PCT}, below {percent:g}%")
+        rec = Recording(
+            f"{level}:{histogram}:p{q * 100:g}_rate{span}",
+            f"histogram_quantile({q:g}, rate({buckets}[{span}]))",
+        )
+        return cls(
+            rec,
+            f"{rec.record} < {ratio(percent)}",
+            f"{rec.record} > {ratio(percent)}",
+            f"the {_ordinal(q)} percentile was {PCT}, below {percent:g}%",
+        )
 
 
 def _ordinal(q: float) -> str:
@@ -71,20 +83,33 @@ def _low_gpu(b: Build) -> RuleOutput:
     count = b.sel(_UTIL + "_count")
     under, under_for = b.patience(p95.below, p.patience, count)
     fluct, fluct_for = b.patience(f"{p5.below}\nand\n{p95.above}", p.patience, count)
-    return RuleOutput((p95.recording, p5.recording), (
-        Alert(expr=under, for_seconds=under_for, labels={"reason": "underutilized"},
-              summary="A GPU is underutilized.",
-              description=(
-                  f"{GPU} (job {JOB}): over the last {span}, {p95.value_text} utilization: "
-                  f"its 95th percentile is below {p.threshold_p95:g}%.")),
-        Alert(expr=fluct, for_seconds=fluct_for, labels={"reason": "fluctuating"},
-              summary="A GPU's utilization fluctuates.",
-              description=(
-                  f"{GPU} (job {JOB}): over the last {span}, {p5.value_text} utilization, "
-                  f"so its 5th percentile is below {p.threshold_p5:g}%, while its 95th "
-                  f"percentile is above {p.threshold_p95:g}%: the GPU alternates between "
-                  "busy and idle.")),
-    ))
+    return RuleOutput(
+        (p95.recording, p5.recording),
+        (
+            Alert(
+                expr=under,
+                for_seconds=under_for,
+                labels={"reason": "underutilized"},
+                summary="A GPU is underutilized.",
+                description=(
+                    f"{GPU} (job {JOB}): over the last {span}, {p95.value_text} utilization: "
+                    f"its 95th percentile is below {p.threshold_p95:g}%."
+                ),
+            ),
+            Alert(
+                expr=fluct,
+                for_seconds=fluct_for,
+                labels={"reason": "fluctuating"},
+                summary="A GPU's utilization fluctuates.",
+                description=(
+                    f"{GPU} (job {JOB}): over the last {span}, {p5.value_text} utilization, "
+                    f"so its 5th percentile is below {p.threshold_p5:g}%, while its 95th "
+                    f"percentile is above {p.threshold_p95:g}%: the GPU alternates between "
+                    "busy and idle."
+                ),
+            ),
+        ),
+    )
 
 
 LOW_GPU_UTILIZATION = RuleSpec(
@@ -95,18 +120,25 @@ LOW_GPU_UTILIZATION = RuleSpec(
         "datapoints. A 95th percentile below `threshold_p95` means the GPU is underused; a "
         "95th percentile above `threshold_p95` together with a 5th percentile below "
         "`threshold_p5` means it alternates between busy and idle, which usually points to "
-        "stalls between steps."),
+        "stalls between steps."
+    ),
     recommendation=(
         "If the GPU is underused, raise the batch size or move to a smaller or shared GPU. "
         "If it fluctuates, look for what the GPU waits on between steps: data loading (see "
         "CPUBottleneck and IOBottleneck), host-to-device copies, synchronisation between "
-        "ranks, or logging and checkpointing inside the loop."),
+        "ranks, or logging and checkpointing inside the loop."
+    ),
     severity="warning",
     params=(
-        Param("threshold_p95", 70, PERCENT,
-              "A 95th percentile utilization below this means underuse."),
-        Param("threshold_p5", 10, PERCENT,
-              "A 5th percentile below this, with a high 95th percentile, means fluctuation."),
+        Param(
+            "threshold_p95", 70, PERCENT, "A 95th percentile utilization below this means underuse."
+        ),
+        Param(
+            "threshold_p5",
+            10,
+            PERCENT,
+            "A 5th percentile below this, with a high 95th percentile, means fluctuation.",
+        ),
         Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
         patience(),
         SCAN_INTERVAL,
@@ -124,7 +156,8 @@ LOW_GPU_UTILIZATION = RuleSpec(
         "it. Other thresholds compare `histogram_quantile`, interpolated within a bucket. "
         "The two cases are one alert with a `reason` "
         "label (`underutilized`, `fluctuating`). The original's verdict was sticky; this "
-        "alert resolves when the GPU recovers."),
+        "alert resolves when the GPU recovers."
+    ),
 )
 
 
@@ -134,18 +167,29 @@ def _batch_size(b: Build) -> RuleOutput:
     gpu = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.gpu_threshold_p95, span)
     memory = QuantileTest.of(b, "gpu", _MEMORY, 0.95, p.gpu_memory_threshold_p95, span)
     cpu = QuantileTest.of(b, "node", _CPU, 0.95, p.cpu_threshold_p95, span)
-    condition = (f"{gpu.below}\nand\n{memory.below}\n"
-                 f"and ignoring (gpu, uuid)\n{cpu.below}")
-    expr, for_seconds = b.patience(condition, max(p.patience, p.window),
-                                   b.sel(_CPU + "_count"), matching="ignoring (gpu, uuid)")
-    return RuleOutput((gpu.recording, memory.recording, cpu.recording), (Alert(
-        expr=expr, for_seconds=for_seconds,
-        summary="The batch size is probably too small.",
-        description=(
-            f"{GPU} (job {JOB}): over the last {span}, {gpu.value_text} GPU utilization, "
-            f"and the 95th percentiles of GPU memory and of the host's CPU utilization are "
-            f"below {p.gpu_memory_threshold_p95:g}% and {p.cpu_threshold_p95:g}% too: the "
-            "GPU has room for more work per step.")),))
+    condition = f"{gpu.below}\nand\n{memory.below}\nand ignoring (gpu, uuid)\n{cpu.below}"
+    expr, for_seconds = b.patience(
+        condition,
+        max(p.patience, p.window),
+        b.sel(_CPU + "_count"),
+        matching="ignoring (gpu, uuid)",
+    )
+    return RuleOutput(
+        (gpu.recording, memory.recording, cpu.recording),
+        (
+            Alert(
+                expr=expr,
+                for_seconds=for_seconds,
+                summary="The batch size is probably too small.",
+                description=(
+                    f"{GPU} (job {JOB}): over the last {span}, {gpu.value_text} GPU utilization, "
+                    f"and the 95th percentiles of GPU memory and of the host's CPU utilization are "
+                    f"below {p.gpu_memory_threshold_p95:g}% and {p.cpu_threshold_p95:g}% too: the "
+                    "GPU has room for more work per step."
+                ),
+            ),
+        ),
+    )
 
 
 BATCH_SIZE = RuleSpec(
@@ -155,19 +199,33 @@ BATCH_SIZE = RuleSpec(
         "Per GPU, the 95th percentiles over the last `window` datapoints of GPU utilization, "
         "GPU memory use and the host's average CPU utilization. When all three stay below "
         "their thresholds, the job leaves most of the machine idle, which a larger batch "
-        "would use."),
+        "would use."
+    ),
     recommendation=(
         "Raise the batch size (scale the learning rate with it), or run on a smaller "
         "instance. This advice does not apply to frameworks that reserve most GPU memory "
-        "up front."),
+        "up front."
+    ),
     severity="info",
     params=(
-        Param("cpu_threshold_p95", 70, PERCENT, "Threshold for the 95th percentile of the "
-                                                "host's average CPU utilization."),
-        Param("gpu_threshold_p95", 70, PERCENT, "Threshold for the 95th percentile of GPU "
-                                                "utilization."),
-        Param("gpu_memory_threshold_p95", 70, PERCENT, "Threshold for the 95th percentile of "
-                                                       "GPU memory use."),
+        Param(
+            "cpu_threshold_p95",
+            70,
+            PERCENT,
+            "Threshold for the 95th percentile of the host's average CPU utilization.",
+        ),
+        Param(
+            "gpu_threshold_p95",
+            70,
+            PERCENT,
+            "Threshold for the 95th percentile of GPU utilization.",
+        ),
+        Param(
+            "gpu_memory_threshold_p95",
+            70,
+            PERCENT,
+            "Threshold for the 95th percentile of GPU memory use.",
+        ),
         patience(),
         Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
         SCAN_INTERVAL,
@@ -180,7 +238,8 @@ BATCH_SIZE = RuleSpec(
         "sample, as in the original. The original skipped a node until it had more than "
         "`window` and `patience` CPU datapoints; the warm-up guard and `for:` use the larger "
         "of the two. The AWS documentation page gives `patience` a default of 100; the SDK "
-        "and the rule code use 1000."),
+        "and the rule code use 1000."
+    ),
 )
 
 
@@ -202,12 +261,20 @@ def _memory_increase(b: Build) -> RuleOutput:
     scan = format_duration(p.scan_interval_us / 1e6)
     step = format_duration(b.scrape_interval)
     expr = f"max_over_time((\n{indent(rise)}\n)[{scan}:{step}])\n> {ratio(p.increase)}"
-    return RuleOutput((mean_record,), (Alert(
-        expr=expr, for_seconds=for_seconds,
-        summary="GPU memory use grew sharply.",
-        description=(
-            f"{GPU} (job {JOB}): mean GPU memory use over {span} rose by {PCT} of the GPU's "
-            f"memory compared with the {span} before (threshold {p.increase:g}%).")),))
+    return RuleOutput(
+        (mean_record,),
+        (
+            Alert(
+                expr=expr,
+                for_seconds=for_seconds,
+                summary="GPU memory use grew sharply.",
+                description=(
+                    f"{GPU} (job {JOB}): mean GPU memory use over {span} rose by {PCT} of the GPU's "
+                    f"memory compared with the {span} before (threshold {p.increase:g}%)."
+                ),
+            ),
+        ),
+    )
 
 
 GPU_MEMORY_INCREASE = RuleSpec(
@@ -217,16 +284,22 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "Per GPU, the mean memory use over the last `window` datapoints compared with the "
         "mean over the `window` datapoints before them. A rise of more than `increase` "
         "percentage points of the GPU's memory is a jump that often precedes an "
-        "out-of-memory error: a leak, a growing cache, or an input larger than usual."),
+        "out-of-memory error: a leak, a growing cache, or an input larger than usual."
+    ),
     recommendation=(
         "Look for tensors kept alive across steps (accumulated losses or outputs that still "
         "hold the graph), growing caches, and unusually large batches or sequences; "
         "torch.cuda.memory_summary() and the memory snapshot tool show who holds the "
-        "memory. If growth is expected, raise `increase` or give the job a larger GPU."),
+        "memory. If growth is expected, raise `increase` or give the job a larger GPU."
+    ),
     severity="warning",
     params=(
-        Param("increase", 5, PERCENT,
-              "Rise of the mean memory use, in percentage points, that fires the rule."),
+        Param(
+            "increase",
+            5,
+            PERCENT,
+            "Rise of the mean memory use, in percentage points, that fires the rule.",
+        ),
         patience(),
         Param("window", 10, COUNT, "Datapoints each of the two compared means covers."),
         SCAN_INTERVAL,
@@ -248,7 +321,8 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "even in `patience_mode: auto`: the windowed increase lasts only about "
         "one window, so a patience-long `for:` could never be met. The AWS documentation "
         "page gives `increase` 10, `patience` 100 and `window` 500; the SDK and the rule "
-        "code use 5, 1000 and 10."),
+        "code use 5, 1000 and 10."
+    ),
 )
 
 
@@ -257,18 +331,30 @@ def _load_balancing(b: Build) -> RuleOutput:
     if p.threshold > 0.8326:
         b.warnings.append(
             f"{b.path('threshold')}: {p.threshold:g} is above the largest possible "
-            "Jensen-Shannon distance (0.8326); LoadBalancing can never fire")
+            "Jensen-Shannon distance (0.8326); LoadBalancing can never fire"
+        )
     distance = b.sel("trainprof_gpu_utilization_js_distance")
-    expr, for_seconds = b.patience(f"{distance} > {p.threshold:g}", p.patience,
-                                   b.sel(_UTIL + "_count"),
-                                   matching="ignoring (peer_gpu, peer_uuid)")
-    return RuleOutput((), (Alert(
-        expr=expr, for_seconds=for_seconds,
-        summary="GPUs of one host carry unequal load.",
-        description=(
-            f"GPUs {{{{ $labels.gpu }}}} and {{{{ $labels.peer_gpu }}}} on {HOST} (job {JOB}) "
-            f"have utilization distributions {{{{ $value | printf \"%.2f\" }}}} apart "
-            f"(Jensen-Shannon distance; the rule fires above {p.threshold:g}).")),))
+    expr, for_seconds = b.patience(
+        f"{distance} > {p.threshold:g}",
+        p.patience,
+        b.sel(_UTIL + "_count"),
+        matching="ignoring (peer_gpu, peer_uuid)",
+    )
+    return RuleOutput(
+        (),
+        (
+            Alert(
+                expr=expr,
+                for_seconds=for_seconds,
+                summary="GPUs of one host carry unequal load.",
+                description=(
+                    f"GPUs {{{{ $labels.gpu }}}} and {{{{ $labels.peer_gpu }}}} on {HOST} (job {JOB}) "
+                    f'have utilization distributions {{{{ $value | printf "%.2f" }}}} apart '
+                    f"(Jensen-Shannon distance; the rule fires above {p.threshold:g})."
+                ),
+            ),
+        ),
+    )
 
 
 LOAD_BALANCING = RuleSpec(
@@ -277,17 +363,22 @@ LOAD_BALANCING = RuleSpec(
     detects=(
         "For every pair of GPUs on a host, the Jensen-Shannon distance between their "
         "utilization distributions (2 % bins, every sample since the job started). A "
-        "distance above `threshold` means the GPUs do different amounts of work."),
+        "distance above `threshold` means the GPUs do different amounts of work."
+    ),
     recommendation=(
         "Check how work is split: uneven data shards or sequence lengths, a rank that also "
         "does evaluation, logging or checkpointing, a model-parallel split with unequal "
         "stages, or a parameter server on one GPU. Balance the shards or move the extra "
-        "work off the training ranks."),
+        "work off the training ranks."
+    ),
     severity="warning",
     params=(
-        Param("threshold", 0.5, DISTANCE,
-              "Jensen-Shannon distance between two GPUs' utilization histograms that fires "
-              "the rule."),
+        Param(
+            "threshold",
+            0.5,
+            DISTANCE,
+            "Jensen-Shannon distance between two GPUs' utilization histograms that fires the rule.",
+        ),
         patience(),
         SCAN_INTERVAL,
     ),
@@ -300,5 +391,6 @@ LOAD_BALANCING = RuleSpec(
         "100] % (the original dropped samples above 98 %, so a GPU pinned at 100 % had no "
         "histogram at all). Pairs of GPUs on different hosts are not compared. The default "
         "threshold is the SDK's 0.5 (the rule code said 0.2); the AWS documentation page "
-        "gives `patience` a default of 10, the SDK and code 1000."),
+        "gives `patience` a default of 10, the SDK and code 1000."
+    ),
 )

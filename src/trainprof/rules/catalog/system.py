@@ -24,21 +24,29 @@ def _overall_system(b: Build) -> RuleOutput:
         buckets = b.sel(histogram + "_bucket")
         if pooled:
             # Pool the node's GPUs once; the three quantiles read the pooled buckets.
-            pool = Recording(f"node_le:{histogram}_bucket:sum",
-                             f"sum without ({', '.join(pooled)}) ({buckets})")
+            pool = Recording(
+                f"node_le:{histogram}_bucket:sum", f"sum without ({', '.join(pooled)}) ({buckets})"
+            )
             recordings.append(pool)
             buckets = pool.record
         for q in QUANTILES:
             # Cumulative buckets without rate(): the distribution since the exporter started.
-            recordings.append(Recording(f"node:{histogram}:quantile",
-                                        f"histogram_quantile({q:g}, {buckets})",
-                                        {"quantile": f"{q:g}"}))
+            recordings.append(
+                Recording(
+                    f"node:{histogram}:quantile",
+                    f"histogram_quantile({q:g}, {buckets})",
+                    {"quantile": f"{q:g}"},
+                )
+            )
     span = format_duration(max(60.0, 4 * b.scrape_interval))
     for direction in ("receive", "transmit"):
         counter = f"trainprof_network_{direction}_bytes_total"
-        recordings.append(Recording(
-            f"node:trainprof_network_{direction}_bytes:rate{span}",
-            f"sum without (device) (rate({b.sel(counter)}[{span}]))"))
+        recordings.append(
+            Recording(
+                f"node:trainprof_network_{direction}_bytes:rate{span}",
+                f"sum without (device) (rate({b.sel(counter)}[{span}]))",
+            )
+        )
     return RuleOutput(tuple(recordings), ())
 
 
@@ -49,10 +57,12 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
         "Recording rules for the report and the dashboards: per node, the 50th, 95th and "
         "99th percentiles since the exporter started of CPU utilization, I/O wait, host "
         "memory, GPU utilization and GPU memory (all GPUs of the node pooled), and the "
-        "network throughput."),
+        "network throughput."
+    ),
     recommendation=(
         "Compare the nodes: one node far from the others points at a hardware or placement "
-        "problem; every node low points at a job that could use fewer or smaller machines."),
+        "problem; every node low points at a job that could use fewer or smaller machines."
+    ),
     severity="info",
     params=(SCAN_INTERVAL,),
     build=_overall_system,
@@ -64,5 +74,6 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
         "sample values. GPU percentiles pool every sample of every GPU of the node; the "
         "original took the percentiles of the per-sample average over GPUs. Network is a "
         "rate in bytes per second, not the percentiles of per-sample values; minimum and "
-        "maximum are not recorded."),
+        "maximum are not recorded."
+    ),
 )
