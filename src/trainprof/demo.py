@@ -45,9 +45,9 @@ DEMO_RULES: dict[str, Any] = {
             "parameters": {
                 # SageMaker's defaults, at demo speed: datapoints of 0.5 s, patience of 10 s.
                 "scan_interval_us": 2_000_000,
-                # The bottlenecks watch a shorter patience than the alerts they explain (and inhibit),
-                # so they reach Alertmanager first, as the tickets' longer group_wait arranges in
-                # production.
+                # The bottlenecks watch a shorter patience than the alerts they explain (and
+                # inhibit), so they reach Alertmanager first, as the tickets' longer group_wait
+                # arranges in production.
                 "CPUBottleneck_patience": 12,
                 "CPUBottleneck_window": 60,
                 "IOBottleneck_patience": 12,

@@ -269,8 +269,8 @@ def _memory_increase(b: Build) -> RuleOutput:
                 for_seconds=for_seconds,
                 summary="GPU memory use grew sharply.",
                 description=(
-                    f"{GPU} (job {JOB}): mean GPU memory use over {span} rose by {PCT} of the GPU's "
-                    f"memory compared with the {span} before (threshold {p.increase:g}%)."
+                    f"{GPU} (job {JOB}): mean GPU memory use over {span} rose by {PCT} of the "
+                    f"GPU's memory compared with the {span} before (threshold {p.increase:g}%)."
                 ),
             ),
         ),
@@ -348,7 +348,8 @@ def _load_balancing(b: Build) -> RuleOutput:
                 for_seconds=for_seconds,
                 summary="GPUs of one host carry unequal load.",
                 description=(
-                    f"GPUs {{{{ $labels.gpu }}}} and {{{{ $labels.peer_gpu }}}} on {HOST} (job {JOB}) "
+                    f"GPUs {{{{ $labels.gpu }}}} and {{{{ $labels.peer_gpu }}}} on {HOST} "
+                    f"(job {JOB}) "
                     f'have utilization distributions {{{{ $value | printf "%.2f" }}}} apart '
                     f"(Jensen-Shannon distance; the rule fires above {p.threshold:g})."
                 ),
