@@ -12,9 +12,8 @@ import urllib.request
 
 import pytest
 
-from trainprof import recording
+from trainprof import identity, recording
 from trainprof.cli import main
-from trainprof.exporter import identity
 
 from servers import free_port
 
@@ -110,7 +109,7 @@ def test_a_bad_web_config_exits_2_and_missing_bcrypt_exits_1(tmp_path, capsys, m
     assert main(["exporter", "--web.config.file", str(web)]) == 2
     assert "tls_server_config.key_file: required for TLS" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "bcrypt", None)
-    web.write_text("basic_auth_users: {prometheus: $2y$10$abc}\n")
+    web.write_text("basic_auth_users: {prometheus: $2y$10$%s}\n" % ("a" * 53))
     assert main(["exporter", "--web.config.file", str(web)]) == 1
     assert "basic_auth_users needs the bcrypt module" in capsys.readouterr().err
 
@@ -135,13 +134,27 @@ def test_an_unwritable_recording_exits_1(tmp_path, capsys):
 
 def test_identity_comes_from_flags_then_env_then_the_hostname_outside_kubernetes():
     env = {"TRAINPROF_JOB": "bert", "TRAINPROF_NODE": "n7"}
-    assert identity.resolve(env=env) == {"training_job": "bert", "node": "n7"}
-    assert identity.resolve("n1", "gpt", env=env) == {"training_job": "gpt", "node": "n1"}
-    assert identity.resolve("", env=env) == {"training_job": "bert"}
-    assert identity.resolve(env={}, hostname="box") == {"node": "box"}
+    labels = identity.exporter_labels
+    assert labels(env=env) == {"training_job": "bert", "node": "n7"}
+    assert labels("n1", "gpt", env=env) == {"training_job": "gpt", "node": "n1"}
+    assert labels("", env=env) == {"training_job": "bert"}
+    assert labels(env={}, hostname="box") == {"node": "box"}
     kubernetes = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
-    assert identity.resolve(env=kubernetes, hostname="box") == {}
-    assert identity.resolve(env={**kubernetes, **env}) == {"training_job": "bert", "node": "n7"}
+    assert labels(env=kubernetes, hostname="box") == {}
+    assert labels(env={**kubernetes, **env}) == {"training_job": "bert", "node": "n7"}
+
+
+def test_under_slurm_the_exporter_labels_node_and_job_as_the_ranks_do():
+    env = {
+        "SLURMD_NODENAME": "gpu-n3",
+        "SLURM_JOB_NAME": "bert",
+        "SLURM_JOB_ID": "812",
+        "SLURM_PROCID": "5",
+    }
+    rank = identity.resolve(env=env, hostname="gpu-n3.cluster.local").labels()
+    exporter = identity.exporter_labels(env=env, hostname="gpu-n3.cluster.local")
+    assert exporter == {"training_job": "bert-812", "node": "gpu-n3"}
+    assert exporter == {k: rank[k] for k in exporter}
 
 
 def test_sigterm_stops_the_exporter_and_completes_the_recording(tmp_path):

@@ -230,18 +230,18 @@ class Session:
         self._step_log = self.recorder.log
 
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
-        from prometheus_client.exposition import start_http_server
+        from trainprof import rank_server
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
         failures = []
         for port in ports:
             try:
-                server, _thread = start_http_server(port, addr=addr, registry=registry)
+                server = rank_server.serve(registry, addr, port)
             except OSError as e:
                 failures.append(f"{port} ({e.strerror or e})")
                 continue
-            self.server, self.port = server, server.server_port
+            self.server, self.port = server, server.address[1]
             if failures:
                 log.warning(
                     "trainprof: port %s in use; serving rank metrics on port %d instead",
@@ -258,8 +258,7 @@ class Session:
     def _shutdown(self) -> None:
         server, self.server, self.port = self.server, None, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
         system, self.system = self.system, None
         if system is not None:
             system.stop()
@@ -280,10 +279,7 @@ class Session:
         self._lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
-            try:
-                server.socket.close()
-            except OSError:
-                pass
+            server.close_socket()
 
 
 class _Collector:

@@ -1,0 +1,103 @@
+"""The `/metrics` server inside a training process, on `trainprof.httpserve`.
+
+The training loop shares its process (and the GIL) with this server, so it is capped harder
+than the exporter: at most `MAX_CONNECTIONS` connections (one thread each; a client that has
+not sent its request headers within `HEADER_TIMEOUT` is closed, and one that sends nothing
+gives its slot to a new client), every read or write times out after `TIMEOUT`, and scrapes
+that arrive while a body is being rendered wait for it and share it, so a storm of scrapers
+costs the loop about one render at a time, not one per scrape.
+
+Every path serves the metrics (as prometheus_client's server did), in the text format or
+OpenMetrics as the `Accept` header asks, gzipped when `Accept-Encoding` allows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from trainprof import httpserve
+from trainprof.exporter.exposition import wants_gzip
+
+MAX_CONNECTIONS = 16
+HEADER_TIMEOUT = 5.0
+TIMEOUT = 10.0
+
+
+class _Flight:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.body = b""
+        self.error: BaseException | None = None
+
+
+class _Bodies:
+    """Renders per content type; concurrent requests share the render in progress."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self._registry = registry
+        self._flights: dict[str, _Flight] = {}
+        self._lock = threading.Lock()
+
+    def body(self, accept: str | None) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept or "")
+        with self._lock:
+            flight = self._flights.get(content_type)
+            mine = flight is None
+            if mine:
+                flight = self._flights[content_type] = _Flight()
+        assert flight is not None
+        if mine:
+            try:
+                flight.body = encoder(self._registry)
+            except BaseException as e:
+                flight.error = e
+            finally:
+                with self._lock:
+                    del self._flights[content_type]
+                flight.done.set()
+        else:
+            flight.done.wait(TIMEOUT)
+        if flight.error is not None or not flight.done.is_set():
+            raise RuntimeError("rendering the metrics failed") from flight.error
+        return flight.body, content_type
+
+
+class _Handler(httpserve.Handler):
+    bodies: _Bodies
+
+    def do_GET(self) -> None:
+        self._serve(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._serve(send_body=False)
+
+    def _serve(self, send_body: bool) -> None:
+        if self.path.startswith("/favicon.ico"):
+            self.respond(404, b"Not Found\n", "text/plain; charset=utf-8", send_body=send_body)
+            return
+        body, content_type = self.bodies.body(self.headers.get("Accept"))
+        headers = {}
+        if wants_gzip(self.headers.get("Accept-Encoding")):
+            body = gzip.compress(body, compresslevel=1)
+            headers["Content-Encoding"] = "gzip"
+        self.respond(200, body, content_type, headers, send_body)
+
+
+def serve(registry: CollectorRegistry, addr: str, port: int) -> httpserve.Server:
+    """Listen on addr:port and serve `registry` from a daemon thread; raises OSError."""
+    sock = httpserve.listen(addr, port)
+    try:
+        handler = type("RankHandler", (_Handler,), {"bodies": _Bodies(registry)})
+        limits = httpserve.Limits(
+            max_connections=MAX_CONNECTIONS, header_timeout=HEADER_TIMEOUT, timeout=TIMEOUT
+        )
+        server = httpserve.Server(sock, handler, name="rank", limits=limits)
+    except BaseException:
+        sock.close()
+        raise
+    server.start()
+    return server
