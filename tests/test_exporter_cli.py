@@ -210,3 +210,33 @@ def test_sigterm_stops_the_exporter_and_completes_the_recording(tmp_path):
     assert hosts and all(r["node"] == "n1" for r in records[1:])
     assert f"closed with {len(hosts)} samples" in err
     assert len(hosts[-1].cpu_utilization) == os.cpu_count()
+
+
+def test_exporter_version_and_the_extra_a_missing_module_asks_for(capsys, monkeypatch):
+    from trainprof._version import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        main(["exporter", "--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"trainprof exporter {__version__}"
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert main(["exporter", "--web.listen-address", "127.0.0.1:0"]) == 1
+    err = capsys.readouterr().err
+    assert "pynvml is not installed" in err and "pip install 'trainprof[exporter]'" in err
+
+
+def test_the_exporter_serves_its_own_process_metrics():
+    import urllib.request
+
+    import trainprof.exporter
+
+    running = trainprof.exporter.start(
+        0, address="127.0.0.1", collectors=["memory"], identity={"node": "n1"}
+    )
+    try:
+        with urllib.request.urlopen(running.url, timeout=10) as r:
+            body = r.read().decode()
+    finally:
+        running.stop()
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes"):
+        assert f"\n{name} " in body, name

@@ -220,7 +220,13 @@ class Session:
         node = identity.node or socket.gethostname()
         try:
             self.recorder = StepRecorder(
-                path, node, rank, self._state.start_time, f"trainprof {__version__}"
+                path,
+                node,
+                rank,
+                self._state.start_time,
+                f"trainprof {__version__}",
+                training_job=identity.training_job,
+                phases=self._phase_totals,
             )
         except OSError as e:
             log.warning(
@@ -254,6 +260,10 @@ class Session:
             "(training goes on)",
             ", ".join(failures),
         )
+
+    def _phase_totals(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._state.phases)
 
     def _shutdown(self) -> None:
         server, self.server, self.port = self.server, None, None

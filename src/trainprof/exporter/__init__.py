@@ -205,7 +205,7 @@ def start(
         sampler = Sampler(runner, accumulator, on_sample=recorder)
         server = None
         if sock is not None:
-            bodies = ScrapeBodies(sampler.snapshot, lambda: sampler.samples)
+            bodies = ScrapeBodies(_with_process_metrics(sampler.snapshot), lambda: sampler.samples)
             server = MetricsServer(sock, bodies, web, telemetry_path, max_connections)
         collector = None
         if registry is not None:
@@ -222,3 +222,18 @@ def start(
         server.start()
         log.info("serving %s every %gs", server.url + telemetry_path, interval)
     return Exporter(sampler, server, registry, collector, recorder)
+
+
+def _with_process_metrics(snapshot):
+    """The exporter's own `process_*` series (CPU, memory, open files, start time) after the
+    sample's, as every Prometheus exporter serves them; only on its own port, since a
+    registry given to `start()` has its own process collector."""
+    from prometheus_client import ProcessCollector
+
+    process = ProcessCollector(registry=None)
+
+    def with_process():
+        samples, families = snapshot()
+        return samples, families + list(process.collect())
+
+    return with_process

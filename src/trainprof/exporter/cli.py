@@ -32,6 +32,9 @@ log = logging.getLogger("trainprof.exporter")
 
 def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
     """The exporter's flags; `duration` parses a DURATION argument."""
+    from trainprof._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"trainprof exporter {__version__}")
     web = parser.add_argument_group("web")
     web.add_argument(
         "--web.listen-address",
