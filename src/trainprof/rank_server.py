@@ -3,9 +3,11 @@
 The training loop shares its process (and the GIL) with this server, so it is capped harder
 than the exporter: at most `MAX_CONNECTIONS` connections (one thread each; a client that has
 not sent its request headers within `HEADER_TIMEOUT` is closed, and one that sends nothing
-gives its slot to a new client), every read or write times out after `TIMEOUT`, and scrapes
-that arrive while a body is being rendered wait for it and share it, so a storm of scrapers
-costs the loop about one render at a time, not one per scrape.
+gives its slot to a new client), every read or write times out after `TIMEOUT`, and renders
+are spaced at least `MIN_RENDER_INTERVAL` apart: a scrape that comes sooner after the last
+render waits for the next one, and every scrape waiting meanwhile shares it. A storm of
+scrapers therefore costs the loop at most one render per `MIN_RENDER_INTERVAL` (20 a
+second), never a stale body; a Prometheus scraping every few seconds never waits.
 
 Every path serves the metrics (as prometheus_client's server did), in the text format or
 OpenMetrics as the `Accept` header asks, gzipped when `Accept-Encoding` allows.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import threading
+import time
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
@@ -25,6 +28,7 @@ from trainprof.exporter.exposition import wants_gzip
 MAX_CONNECTIONS = 16
 HEADER_TIMEOUT = 5.0
 TIMEOUT = 10.0
+MIN_RENDER_INTERVAL = 0.05
 
 
 class _Flight:
@@ -41,6 +45,7 @@ class _Bodies:
         self._registry = registry
         self._flights: dict[str, _Flight] = {}
         self._lock = threading.Lock()
+        self._rendered = -MIN_RENDER_INTERVAL  # monotonic time of the last render
 
     def body(self, accept: str | None) -> tuple[bytes, str]:
         encoder, content_type = choose_encoder(accept or "")
@@ -52,7 +57,11 @@ class _Bodies:
         assert flight is not None
         if mine:
             try:
+                wait = self._rendered + MIN_RENDER_INTERVAL - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)  # others asking meanwhile join this flight
                 flight.body = encoder(self._registry)
+                self._rendered = time.monotonic()
             except BaseException as e:
                 flight.error = e
             finally:
