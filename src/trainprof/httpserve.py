@@ -348,6 +348,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     server_version = f"trainprof/{__version__}"
     sys_version = ""
     server: Server
+    _headers_buffer: list[bytes]
 
     def setup(self) -> None:
         limits = self.server.limits

@@ -178,13 +178,13 @@ class Appender:
                 file.close()
 
     def abandon(self) -> None:
-        """Close the file descriptor without writing (a forked child, a failed disk)."""
+        """Close the file without writing what is pending (a forked child, a failed disk)."""
         with self._lock:
             file, self._file, self._pending = self._file, None, []
         if file is not None:
             try:
-                os.close(file.fileno())
-            except (OSError, ValueError):
+                file.close()  # its buffer is empty: every flush() flushed it
+            except OSError:
                 pass
 
     @property

@@ -34,7 +34,6 @@ import math
 import ssl
 import threading
 import uuid
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -65,7 +64,7 @@ class Receiver:
         self._limited: dict[str, int] = {}  # client -> refusals not written to the audit log
         self._limited_lock = threading.Lock()
 
-    def admit(self, h: BaseHTTPRequestHandler) -> bool:
+    def admit(self, h: httpserve.Handler) -> bool:
         """Apply the rate limit before anything is audited; False when answered 429.
 
         The first refusal of a burst is audited, later ones are counted and their number
@@ -99,7 +98,7 @@ class Receiver:
         _send(h, 429, {"error": reason}, {"Retry-After": retry})
         return False
 
-    def post(self, h: BaseHTTPRequestHandler) -> None:
+    def post(self, h: httpserve.Handler) -> None:
         request_id = uuid.uuid4().hex[:16]
         remote = h.client_address[0] if h.client_address else ""
         if not self.admit(h):

@@ -109,12 +109,14 @@ class SourceRunner:
         self._clock = clock
         self._wall_clock = wall_clock
         self._once = Once(log)
-        self._workers = {s.name: _Worker(s) for s in self.sources} if timeout else {}
+        self._workers: dict[str, _Worker] = {}  # started at the first sample
 
     def _read(self, source: Source, sample: HostSample) -> bool:
-        worker = self._workers.get(source.name)
-        if worker is None or self.timeout is None:
+        if self.timeout is None:
             return bool(source.read(sample))
+        worker = self._workers.get(source.name)
+        if worker is None:
+            worker = self._workers[source.name] = _Worker(source)
         # The source fills a sample of its own, copied in only once it has answered: a
         # call that answers after its timeout must not write into a published sample.
         own = HostSample(sample.timestamp)
