@@ -8,7 +8,9 @@ how many threads it has. After a calm period, a second process opens `--half-ope
 connections that never send a request and runs `--scrapers` threads scraping the rank's
 /metrics back to back on kept-alive connections; then the storm stops and the loop is
 measured calm again. Both processes share this machine's cores, as a sidecar would; a storm
-from other machines costs the trainer only its own serving.
+from other machines costs the trainer only its own serving. On a machine shared with other
+work, steps per second move with the neighbours; the CPU the trainer's other threads (its
+/metrics server) take from the loop is the steadier figure.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ trainprof.start(port=int(sys.argv[1]), addr="127.0.0.1", training_job="storm")
 work = list(range(200))
 next_report = time.monotonic() + 1
 steps = 0
+loop_cpu, process_cpu = time.thread_time(), time.process_time()
 while True:
     with trainprof.step(samples=32):
         with trainprof.phase("forward"):
@@ -41,8 +44,11 @@ while True:
     steps += 1
     now = time.monotonic()
     if now >= next_report:
-        print(steps, threading.active_count(), flush=True)
-        steps = 0
+        loop, process = time.thread_time(), time.process_time()
+        # CPU seconds of the loop's thread, and of every other thread (the server's)
+        print(steps, threading.active_count(), loop - loop_cpu,
+              (process - process_cpu) - (loop - loop_cpu), flush=True)
+        steps, loop_cpu, process_cpu = 0, loop, process
         next_report += 1
 """
 
@@ -96,13 +102,13 @@ def main() -> None:
         text=True,
         env=os.environ,
     )
-    lines: list[tuple[float, int, int]] = []
+    lines: list[tuple[float, int, int, float, float]] = []
 
     def read() -> None:
         assert trainer.stdout is not None
         for line in trainer.stdout:
-            steps, threads = line.split()
-            lines.append((time.monotonic(), int(steps), int(threads)))
+            steps, threads, loop, serving = line.split()
+            lines.append((time.monotonic(), int(steps), int(threads), float(loop), float(serving)))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -126,21 +132,31 @@ def main() -> None:
         stop(trainer)
     half_open, scrapes, failures = (int(v) for v in storm.stdout.split())
 
-    def period(start: float, end: float) -> tuple[float, int]:
-        inside = [(s, t) for at, s, t in lines if start + 1 < at <= end]
-        return statistics.mean(s for s, _ in inside), max(t for _, t in inside)
+    def period(start: float, end: float) -> tuple[float, int, float, float]:
+        inside = [line[1:] for line in lines if start + 1 < line[0] <= end]
+        return (
+            statistics.mean(s for s, _, _, _ in inside),
+            max(t for _, t, _, _ in inside),
+            statistics.mean(loop for _, _, loop, _ in inside),
+            statistics.mean(serving for _, _, _, serving in inside),
+        )
 
-    calm, calm_threads = period(calm_from, storm_from)
-    stormy, storm_threads = period(storm_from, storm_to)
-    after, _ = period(storm_to, after_to)
-    print(f"calm:        {calm:9.0f} steps/s, {calm_threads} threads in the trainer")
+    def show(name: str, values: tuple[float, int, float, float]) -> str:
+        steps, threads, loop, serving = values
+        return (
+            f"{name:<12}{steps:9.0f} steps/s ({steps / loop:,.0f} per loop CPU-second), "
+            f"loop thread {loop:.0%} of a core, other threads {serving:.0%}, "
+            f"up to {threads} threads"
+        )
+
+    print(show("calm:", period(calm_from, storm_from)))
+    print(show("storm:", period(storm_from, storm_to)))
+    print(show("after storm:", period(storm_to, after_to)))
     print(
-        f"storm:       {stormy:9.0f} steps/s ({stormy / calm:.0%} of calm), up to "
-        f"{storm_threads} threads; {args.scrapers} scrapers made {scrapes} scrapes "
-        f"({scrapes / (storm_to - storm_from):.0f}/s, {failures} failed) beside "
+        f"the storm: {args.scrapers} scrapers made {scrapes} scrapes "
+        f"({scrapes / (storm_to - storm_from):.0f}/s; {failures} refused or failed) beside "
         f"{half_open} half-open connections"
     )
-    print(f"after storm: {after:9.0f} steps/s")
 
 
 if __name__ == "__main__":

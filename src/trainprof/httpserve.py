@@ -12,7 +12,8 @@ What it guards against, for every user of it:
 - **A connection cap** (`max_connections`, one thread each). When the cap is reached, a new
   connection first takes the slot of the longest-waiting connection that has not sent a
   request (a slow-loris client, a half-open socket, an idle keep-alive); only when every
-  slot is busy serving a request is it refused with 503.
+  slot is busy serving a request is it refused with 503 (or, with `refuse_when_busy=False`,
+  left in the listen backlog until a slot frees).
 - **A header deadline** (`header_timeout`, default 5 s): a client has that long, counted from
   the connection, to finish its TLS handshake, request line and headers; then its
   connection is closed. Dripping one byte every few seconds no longer holds a slot. A later
@@ -137,6 +138,10 @@ class Limits:
     header_timeout: float = 5.0
     idle_timeout: float = 60.0
     timeout: float = 30.0
+    # When every slot serves a request: answer a new connection 503 at once (True), or leave
+    # it in the kernel's listen backlog until a slot frees (False: costs the process nothing,
+    # for a server inside a training loop).
+    refuse_when_busy: bool = True
 
 
 _WAITING, _BUSY = "waiting", "busy"
@@ -177,6 +182,7 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self._clock = clock
         self._connections: dict[int, _Connection] = {}
         self._lock = threading.Lock()
+        self._slot_freed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._full_since: float | None = None
         self.evicted = 0  # connections closed to make room (tests and the log)
@@ -229,6 +235,21 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         super().serve_forever(min(poll_interval, 0.25))
 
     # --- connections ---------------------------------------------------------------------
+
+    def _handle_request_noblock(self) -> None:
+        if not self.limits.refuse_when_busy:
+            with self._slot_freed:
+                if not self._room():
+                    self._slot_freed.wait(0.25)
+                    if not self._room():
+                        return  # the connection waits in the backlog; serve_forever polls
+        super()._handle_request_noblock()  # type: ignore[misc]
+
+    def _room(self) -> bool:
+        """A slot is free or held by a connection without a request (lock held)."""
+        return len(self._connections) < self.limits.max_connections or any(
+            c.state == _WAITING for c in self._connections.values()
+        )
 
     def get_request(self):
         conn, address = self.socket.accept()
@@ -287,6 +308,7 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def _forget(self, request) -> None:
         with self._lock:
             self._connections.pop(id(request), None)
+            self._slot_freed.notify()
 
     def service_actions(self) -> None:
         """Close connections past their header deadline (called by serve_forever)."""
@@ -297,6 +319,8 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             ]
             for c in overdue:
                 del self._connections[id(c.sock)]
+            if overdue:
+                self._slot_freed.notify()
         for c in overdue:
             self.log.debug("closed a connection that sent no complete request in time")
             _close(c.sock)
@@ -312,6 +336,8 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
                 connection.deadline = now + (
                     self.limits.header_timeout if deadline is None else deadline
                 )
+                if state == _WAITING:
+                    self._slot_freed.notify()
 
     def handle_error(self, request, client_address):
         # A client that times out, resets or fails its handshake is that client's problem.

@@ -2,10 +2,12 @@
 
 The training loop shares its process (and the GIL) with this server, so it is capped harder
 than the exporter: at most `MAX_CONNECTIONS` connections (one thread each; a client that has
-not sent its request headers within `HEADER_TIMEOUT` is closed, and one that sends nothing
-gives its slot to a new client), every read or write times out after `TIMEOUT`, and renders
-are spaced at least `MIN_RENDER_INTERVAL` apart: a scrape that comes sooner after the last
-render waits for the next one, and every scrape waiting meanwhile shares it. A storm of
+not sent its request headers within `HEADER_TIMEOUT` is closed, one that sends nothing gives
+its slot to a new client, and when all are busy serving, new ones wait in the listen
+backlog rather than cost the process an answer), every read or write times out after
+`TIMEOUT`, and renders are spaced at least `MIN_RENDER_INTERVAL` apart: a scrape that comes
+sooner after the last render waits for the next one, and every scrape waiting meanwhile
+shares it (and its gzipped bytes). A storm of
 scrapers therefore costs the loop at most one render per `MIN_RENDER_INTERVAL` (20 a
 second), never a stale body; a Prometheus scraping every few seconds never waits.
 
@@ -35,7 +37,15 @@ class _Flight:
     def __init__(self) -> None:
         self.done = threading.Event()
         self.body = b""
+        self.gzipped: bytes | None = None
         self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def compressed(self) -> bytes:
+        with self.lock:
+            if self.gzipped is None:
+                self.gzipped = gzip.compress(self.body, compresslevel=1)
+            return self.gzipped
 
 
 class _Bodies:
@@ -47,7 +57,7 @@ class _Bodies:
         self._lock = threading.Lock()
         self._rendered = -MIN_RENDER_INTERVAL  # monotonic time of the last render
 
-    def body(self, accept: str | None) -> tuple[bytes, str]:
+    def body(self, accept: str | None) -> tuple[_Flight, str]:
         encoder, content_type = choose_encoder(accept or "")
         with self._lock:
             flight = self._flights.get(content_type)
@@ -72,7 +82,7 @@ class _Bodies:
             flight.done.wait(TIMEOUT)
         if flight.error is not None or not flight.done.is_set():
             raise RuntimeError("rendering the metrics failed") from flight.error
-        return flight.body, content_type
+        return flight, content_type
 
 
 class _Handler(httpserve.Handler):
@@ -88,10 +98,10 @@ class _Handler(httpserve.Handler):
         if self.path.startswith("/favicon.ico"):
             self.respond(404, b"Not Found\n", "text/plain; charset=utf-8", send_body=send_body)
             return
-        body, content_type = self.bodies.body(self.headers.get("Accept"))
-        headers = {}
+        flight, content_type = self.bodies.body(self.headers.get("Accept"))
+        body, headers = flight.body, {}
         if wants_gzip(self.headers.get("Accept-Encoding")):
-            body = gzip.compress(body, compresslevel=1)
+            body = flight.compressed()  # once per render, shared by its scrapes
             headers["Content-Encoding"] = "gzip"
         self.respond(200, body, content_type, headers, send_body)
 
@@ -102,7 +112,10 @@ def serve(registry: CollectorRegistry, addr: str, port: int) -> httpserve.Server
     try:
         handler = type("RankHandler", (_Handler,), {"bodies": _Bodies(registry)})
         limits = httpserve.Limits(
-            max_connections=MAX_CONNECTIONS, header_timeout=HEADER_TIMEOUT, timeout=TIMEOUT
+            max_connections=MAX_CONNECTIONS,
+            header_timeout=HEADER_TIMEOUT,
+            timeout=TIMEOUT,
+            refuse_when_busy=False,
         )
         server = httpserve.Server(sock, handler, name="rank", limits=limits)
     except BaseException:
