@@ -42,13 +42,15 @@ def actions_config(**changes):
 
 
 def slow_clients(port: int, n: int, first: bytes = b"G") -> list[socket.socket]:
-    """`n` slow-loris connections: each sends `first` and then nothing more."""
+    """`n` slow-loris connections: each sends `first` and then nothing more (and has been
+    connected for half a second when this returns, as an attack's connections have)."""
     clients = []
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         if first:
             s.sendall(first)
         clients.append(s)
+    time.sleep(0.5)
     return clients
 
 
@@ -192,6 +194,43 @@ def test_busy_connections_over_the_cap_are_refused_with_503():
             conn.close()
     finally:
         release.set()
+        server.stop()
+
+
+def test_without_refusals_a_connection_over_a_busy_cap_waits_its_turn():
+    release = threading.Event()
+
+    class Slow(httpserve.Handler):
+        def do_GET(self):
+            release.wait(10)
+            self.respond(200, b"done\n", "text/plain")
+
+    limits = httpserve.Limits(max_connections=2, refuse_when_busy=False)
+    server = httpserve.Server(httpserve.listen("127.0.0.1", 0), Slow, name="test", limits=limits)
+    server.start()
+    port = server.address[1]
+    conns = []
+    try:
+        for _ in range(2):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/")
+            conns.append(conn)
+        wait_for(
+            lambda: [c.state for c in server._connections.values()] == ["busy", "busy"],
+            10,
+            "two requests in progress",
+        )
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/")
+        conns.append(conn)
+        time.sleep(0.5)
+        assert len(server._connections) == 2, "the third connection was accepted anyway"
+        release.set()
+        assert [c.getresponse().status for c in conns] == [200, 200, 200]
+    finally:
+        release.set()
+        for c in conns:
+            c.close()
         server.stop()
 
 

@@ -11,9 +11,10 @@ What it guards against, for every user of it:
 
 - **A connection cap** (`max_connections`, one thread each). When the cap is reached, a new
   connection first takes the slot of the longest-waiting connection that has not sent a
-  request (a slow-loris client, a half-open socket, an idle keep-alive); only when every
-  slot is busy serving a request is it refused with 503 (or, with `refuse_when_busy=False`,
-  left in the listen backlog until a slot frees).
+  request (a slow-loris client, a half-open socket, an idle keep-alive; not one whose request
+  has arrived unread, nor one that sent its request line less than STARTED_GRACE ago), and
+  only when every slot is busy serving a request is it refused with 503 (or, with
+  `refuse_when_busy=False`, left in the listen backlog until a slot frees).
 - **A header deadline** (`header_timeout`, default 5 s): a client has that long, counted from
   the connection, to finish its TLS handshake, request line and headers; then its
   connection is closed. Dripping one byte every few seconds no longer holds a slot. A later
@@ -35,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import http.server
 import logging
+import select
 import socket
 import socketserver
 import ssl
@@ -144,7 +146,12 @@ class Limits:
     refuse_when_busy: bool = True
 
 
-_WAITING, _BUSY = "waiting", "busy"
+# A connection waits for a request, has sent its request line and is sending headers
+# (started), or is being served (busy).
+_WAITING, _STARTED, _BUSY = "waiting", "started", "busy"
+# Seconds a client that has sent its request line is safe from eviction: enough for a real
+# client's headers to follow (microseconds), too short to shelter a slow-loris client.
+STARTED_GRACE = 0.25
 
 
 @dataclasses.dataclass
@@ -247,9 +254,26 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def _room(self) -> bool:
         """A slot is free or held by a connection without a request (lock held)."""
-        return len(self._connections) < self.limits.max_connections or any(
-            c.state == _WAITING for c in self._connections.values()
-        )
+        return len(self._connections) < self.limits.max_connections or bool(self._evictable())
+
+    def _evictable(self) -> list[_Connection]:
+        """Connections waiting for a request with nothing unread: a request that has
+        arrived but not yet been read by its thread is not evicted (lock held)."""
+        now = self._clock()
+        slow = [
+            c
+            for c in self._connections.values()
+            if c.state == _STARTED and now - c.since > STARTED_GRACE
+        ]
+        waiting = [c for c in self._connections.values() if c.state == _WAITING]
+        if not waiting:
+            return slow
+        try:
+            readable, _, _ = select.select([c.sock for c in waiting], [], [], 0)
+        except (OSError, ValueError):
+            readable = []
+        unread = {id(sock) for sock in readable}
+        return slow + [c for c in waiting if id(c.sock) not in unread]
 
     def get_request(self):
         conn, address = self.socket.accept()
@@ -263,6 +287,13 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         now = self._clock()
         with self._lock:
             room = len(self._connections) < self.limits.max_connections or self._evict_one()
+            if not room and not self.limits.refuse_when_busy:
+                # Accepted in a race with a slot filling up: wait for one, as the backlog would.
+                give_up = now + self.limits.timeout
+                while not room and self._clock() < give_up:
+                    self._slot_freed.wait(0.25)
+                    room = len(self._connections) < self.limits.max_connections or self._evict_one()
+                now = self._clock()
             if room:
                 self._connections[id(request)] = _Connection(
                     request, _WAITING, now + self.limits.header_timeout, now
@@ -289,7 +320,7 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def _evict_one(self) -> bool:
         """Close the longest-waiting connection that has no request in progress (lock held)."""
-        waiting = [c for c in self._connections.values() if c.state == _WAITING]
+        waiting = self._evictable()
         if not waiting:
             return False
         oldest = min(waiting, key=lambda c: c.since)
@@ -315,7 +346,9 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         now = self._clock()
         with self._lock:
             overdue = [
-                c for c in self._connections.values() if c.state == _WAITING and c.deadline <= now
+                c
+                for c in self._connections.values()
+                if c.state in (_WAITING, _STARTED) and c.deadline <= now
             ]
             for c in overdue:
                 del self._connections[id(c.sock)]
@@ -338,6 +371,17 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
                 )
                 if state == _WAITING:
                     self._slot_freed.notify()
+
+    def started(self, request) -> None:
+        """A waiting connection's request line has arrived: its headers must follow within
+        the header deadline, and it is safe from eviction for STARTED_GRACE."""
+        now = self._clock()
+        with self._lock:
+            connection = self._connections.get(id(request))
+            if connection is not None and connection.state == _WAITING:
+                connection.state = _STARTED
+                connection.since = now
+                connection.deadline = min(connection.deadline, now + self.limits.header_timeout)
 
     def handle_error(self, request, client_address):
         # A client that times out, resets or fails its handshake is that client's problem.
@@ -367,6 +411,22 @@ def _refuse(request: socket.socket) -> None:
         request.close()
 
 
+class _Announcing:
+    """A reader that calls `on_line` whenever `readline` returns a line."""
+
+    def __init__(self, raw, on_line: Callable[[], None]):
+        self._raw, self._on_line = raw, on_line
+
+    def readline(self, size: int = -1) -> bytes:
+        line = self._raw.readline(size)
+        if line:
+            self._on_line()
+        return line
+
+    def __getattr__(self, name: str):
+        return getattr(self._raw, name)
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     """Base of every trainprof handler: deadlines, single-write responses, logging."""
 
@@ -386,6 +446,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if isinstance(self.request, ssl.SSLSocket):
             self.request.do_handshake()
         super().setup()
+        self.rfile = _Announcing(self.rfile, lambda: self.server.started(self.request))
 
     def handle(self) -> None:
         self.close_connection = True

@@ -192,6 +192,7 @@ def start(
             )
             raise OSError(e.errno, f"cannot listen on {where}: {why}") from None
     recorder = None
+    runner = None
     try:
         if record is not None:
             try:
@@ -212,6 +213,8 @@ def start(
             collector = ExporterCollector(sampler.families)
             registry.register(collector)
     except BaseException:
+        if runner is not None:
+            runner.stop_workers()
         if sock is not None:
             sock.close()
         if recorder is not None:

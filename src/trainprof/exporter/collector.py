@@ -87,6 +87,7 @@ class _Worker:
         if self.busy_since is None:
             self._job = None
             self._ready.set()
+            self._thread.join(1.0)
 
 
 class SourceRunner:
@@ -109,14 +110,12 @@ class SourceRunner:
         self._clock = clock
         self._wall_clock = wall_clock
         self._once = Once(log)
-        self._workers: dict[str, _Worker] = {}  # started at the first sample
+        self._workers = {s.name: _Worker(s) for s in self.sources} if timeout else {}
 
     def _read(self, source: Source, sample: HostSample) -> bool:
         if self.timeout is None:
             return bool(source.read(sample))
-        worker = self._workers.get(source.name)
-        if worker is None:
-            worker = self._workers[source.name] = _Worker(source)
+        worker = self._workers[source.name]
         # The source fills a sample of its own, copied in only once it has answered: a
         # call that answers after its timeout must not write into a published sample.
         own = HostSample(sample.timestamp)
@@ -147,6 +146,11 @@ class SourceRunner:
                 self._once.end(source.name, "collector %s works again", source.name)
             self.health[source.name] = (1.0 if complete else 0.0, max(self._clock() - start, 0.0))
         return sample
+
+    def stop_workers(self) -> None:
+        """End the reading threads without closing the sources (start() failed)."""
+        for worker in self._workers.values():
+            worker.stop()
 
     def close(self) -> None:
         for source in self.sources:
