@@ -446,7 +446,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if isinstance(self.request, ssl.SSLSocket):
             self.request.do_handshake()
         super().setup()
-        self.rfile = _Announcing(self.rfile, lambda: self.server.started(self.request))
+        self.rfile = _Announcing(self.rfile, lambda: self.server.started(self.request))  # type: ignore[assignment]
 
     def handle(self) -> None:
         self.close_connection = True
