@@ -1,6 +1,6 @@
 """The `trainprof` command line.
 
-    trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
+    trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule|helm-values]
     trainprof rules validate [-c rules.yaml]
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
@@ -95,10 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     compile_.add_argument(
         "--format",
-        choices=("rules", "prometheusrule"),
+        choices=("rules", "prometheusrule", "helm-values"),
         default="rules",
-        help="plain rule file (Prometheus, Thanos, Mimir, vmalert) or a "
-        "prometheus-operator PrometheusRule (default: rules)",
+        help="plain rule file (Prometheus, Thanos, Mimir, vmalert), a "
+        "prometheus-operator PrometheusRule, or a values file for the helm/trainprof "
+        "chart (helm install -f trainprof.values.yaml) (default: rules)",
     )
     compile_.add_argument(
         "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
