@@ -22,9 +22,10 @@ import yaml
 from trainprof import chart
 from trainprof.cli import main as cli
 
+from helm_render import CHART, Loader, by_kind, helm_env, objects, render, run_helm
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-CHART = ROOT / "helm" / "trainprof"
 VALUES = HERE / "fixtures" / "helm"
 GOLDEN = HERE / "golden" / "helm"
 CRDS = ROOT.parent / "shared" / "kubernetes" / "crds"
@@ -48,29 +49,9 @@ rules:
 """
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads a bare `=` as the 'value' tag, which SafeLoader cannot build; Kubernetes
-    (YAML 1.2) reads a string. The AlertmanagerConfig CRD and matchers hold one."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:value"]
-    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _env(tmp: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "HELM_CACHE_HOME": str(tmp / "cache"),
-        "HELM_CONFIG_HOME": str(tmp / "config"),
-        "HELM_DATA_HOME": str(tmp / "data"),
-    }
-
-
 @pytest.fixture(scope="module")
 def helm_home(tmp_path_factory) -> dict[str, str]:
-    return _env(tmp_path_factory.mktemp("helm-home"))
+    return helm_env(tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.fixture(scope="module")
@@ -104,29 +85,6 @@ def _case_values(case: str, user_values: Path) -> list[str]:
 
 
 CASES = ["default", "no-operator", "actions", "rules-off", "user-config"]
-
-
-def run_helm(helm: str, env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([helm, *args], capture_output=True, text=True, env=env, timeout=60)
-
-
-def render(helm: str, env: dict, values: list[str] = (), sets: list[str] = ()) -> str:
-    args = ["template", "t", str(CHART), "--namespace", "monitoring"]
-    for v in values:
-        args += ["-f", v]
-    for s in sets:
-        args += ["--set", s]
-    result = run_helm(helm, env, *args)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def objects(text: str) -> list[dict]:
-    return [d for d in yaml.load_all(text, Loader=_Loader) if d]
-
-
-def by_kind(docs: list[dict], kind: str) -> list[dict]:
-    return [d for d in docs if d["kind"] == kind]
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +156,7 @@ def crd_validators():
 
     validators = {}
     for kind, (name, version) in OPERATOR_KINDS.items():
-        crd = yaml.load((CRDS / name).read_text(), Loader=_Loader)
+        crd = yaml.load((CRDS / name).read_text(), Loader=Loader)
         (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
         schema = _strict(served["schema"]["openAPIV3Schema"])
         validators[kind] = jsonschema.Draft7Validator(schema)
