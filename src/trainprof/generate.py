@@ -49,6 +49,27 @@ def artifacts() -> dict[str, Callable[[], str]]:
     }
 
 
+def not_a_checkout(root: str) -> str | None:
+    """Why `root` is not a trainprof source checkout, or None if it is. `generate` rewrites
+    rules/, docs/, alerting/, dashboards/ and helm/ in place: run anywhere else, it would
+    overwrite a user's own files (docs/metrics.md, say)."""
+    marker = os.path.join(root, "src", "trainprof", "generate.py")
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+            named = 'name = "trainprof"' in f.read()
+    except OSError:
+        named = False
+    if named and os.path.isfile(marker):
+        return None
+    where = os.path.abspath(root)
+    return (
+        f"{where} is not a trainprof source checkout (no pyproject.toml naming trainprof "
+        "and src/trainprof/generate.py); generate rewrites a checkout's rules/, docs/, "
+        "alerting/, dashboards/ and helm/ in place. To get those files, run: "
+        "trainprof export rules|dashboards|alerting|chart -o DIR"
+    )
+
+
 def _stale(root: str, produced: set[str]) -> list[str]:
     """Generated files on disk that the generator no longer produces."""
     stale = []
@@ -118,4 +139,8 @@ if __name__ == "__main__":
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--root", default=".")
     args = parser.parse_args()
+    problem = not_a_checkout(args.root)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(args.root, args.check))
