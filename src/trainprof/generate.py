@@ -45,6 +45,7 @@ def artifacts() -> dict[str, Callable[[], str]]:
             for path in dashboards.DASHBOARDS
         },
         "docs/scrape/kubernetes.yml": lambda: relabel.kubernetes_scrape_text(GENERATOR),
+        "docs/scrape/file-sd.yml": lambda: relabel.file_sd_scrape_text(GENERATOR),
         **{path: (lambda text=text: text) for path, text in chart.artifacts(GENERATOR).items()},
     }
 

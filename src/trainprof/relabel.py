@@ -227,3 +227,37 @@ def kubernetes_scrape_text(generator: str) -> str:
         "# paste these jobs under scrape_configs (docs/kubernetes.md explains the labels).\n"
         + to_yaml(kubernetes_scrape_configs())
     )
+
+
+FILE_SD_GLOB = "/shared/prometheus/trainprof/*.json"
+
+
+def file_sd_scrape_configs(pattern: str = FILE_SD_GLOB) -> dict[str, Any]:
+    """SLURM / bare metal: the ranks announce themselves (trainprof.file_sd); the node
+    exporters are listed by hand or by your inventory."""
+    return {
+        "scrape_configs": [
+            {
+                "job_name": "trainprof-ranks",
+                # The file's labels are the rank's own identity, equal to what it exposes:
+                # honouring the scraped ones keeps one copy and puts the job on `up` too.
+                "honor_labels": True,
+                "file_sd_configs": [{"files": [pattern], "refresh_interval": "30s"}],
+            },
+            {
+                "job_name": "trainprof-exporter",
+                "static_configs": [{"targets": ["gpu-node-01:9945", "gpu-node-02:9945"]}],
+            },
+        ]
+    }
+
+
+def file_sd_scrape_text(generator: str) -> str:
+    from trainprof.render import header, to_yaml
+
+    return (
+        header(generator)
+        + "# SLURM / bare metal: every rank started with TRAINPROF_FILE_SD_DIR writes its\n"
+        '# target into that directory (docs/kubernetes.md, "Outside Kubernetes").\n'
+        + to_yaml(file_sd_scrape_configs())
+    )
