@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from trainprof import metrics as contract
 from trainprof.rules.catalog._text import JOB, PCT
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, ratio
+from trainprof.rules.model import (
+    RATIO_UNIT,
+    Alert,
+    Build,
+    HealthCheck,
+    Recording,
+    Recordings,
+    RuleOutput,
+    RuleSpec,
+    Selects,
+    Signal,
+    percent_threshold,
+    ratio,
+)
 from trainprof.rules.params import COUNT, PERCENT, SCAN_INTERVAL, Param, patience
 from trainprof.rules.promql import selector
 
@@ -34,17 +47,18 @@ def _bottleneck(
         span = b.span(p.window, "window")
         num, den = f"increase({hits}[{span}])", f"increase({samples}[{span}])"
         op, since = f"ratio_increase{span}", f"over the last {span}"
-    record = f"training_job:{counter.removesuffix('_total')}:{op}"
     keep = ", ".join(b.job_labels + (busy_label, "gpu_below"))
     recording = Recording(
-        record,
+        "training_job",
+        counter.removesuffix("_total"),
+        op,
         (
             f"sum by ({keep}) ({num})\n"
             f"/ ignoring ({busy_label}, gpu_below) group_left\n"
             f"sum {b.by_job} ({den})"
         ),
     )
-    condition = f"{selector(record, **grid)} > {ratio(p.threshold)}"
+    condition = f"{selector(recording.record, **grid)} > {ratio(p.threshold)}"
     expr, for_seconds = b.patience(
         condition, p.patience, f"sum {b.by_job} ({samples})", matching=b.on_job
     )
@@ -72,10 +86,72 @@ def _warn_off_grid(b: Build, param: str, percent: float, grid: tuple[float, ...]
         )
 
 
+def _grid(b: Build, counter: str, busy_param: str) -> dict[str, str]:
+    """The counter's labels for the configured thresholds: {"cpu_above": "0.9", ...}."""
+    busy_label, gpu_label = contract.metric(counter).labels
+    return {
+        busy_label: contract.threshold_label(getattr(b.p, busy_param) / 100),
+        gpu_label: contract.threshold_label(b.p.gpu_threshold / 100),
+    }
+
+
+def _signals(counter: str, busy_param: str, busy_text: str):
+    def signals(b: Build, out: RuleOutput, scope: Selects, _: Recordings) -> tuple[Signal, ...]:
+        p = b.p
+        return (
+            Signal(
+                f"Samples with {busy_text} above {getattr(p, busy_param):g}% while a GPU is "
+                f"below {p.gpu_threshold:g}%",
+                scope.sel(out.recordings[0].record, **_grid(b, counter, busy_param)),
+                "{{training_job}}",
+                RATIO_UNIT,
+                percent_threshold("threshold", p.threshold, "above"),
+            ),
+        )
+
+    return signals
+
+
+def _health(name: str, counter: str, busy_param: str):
+    def health(b: Build) -> tuple[HealthCheck, ...]:
+        """The exporters count samples only at the thresholds they were told of."""
+        jl = ", ".join(b.job_labels)
+        busy_label = contract.metric(counter).labels[0]
+        grid = _grid(b, counter, busy_param)
+        served = b.sel(counter, **grid)
+        samples = b.sel("trainprof_samples_total")
+        return (
+            HealthCheck(
+                "TrainprofRuleInputMissing",
+                f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
+                summary="Exporters do not serve a series a rule needs.",
+                description=(
+                    f"The exporters of job {{{{ $labels.training_job }}}} do not count "
+                    f'{counter}{{{busy_label}="{grid[busy_label]}", gpu_below='
+                    f'"{grid["gpu_below"]}"}}, so {name} cannot fire. Start them with '
+                    "--rules.config set to the rule configuration."
+                ),
+            ),
+        )
+
+    return health
+
+
+def _inputs(key: str, busy_param: str):
+    def inputs(b: Build) -> dict[str, tuple[float, float]]:
+        return {key: (getattr(b.p, busy_param) / 100, b.p.gpu_threshold / 100)}
+
+    return inputs
+
+
+_CPU_COUNTER = "trainprof_cpu_bottleneck_samples_total"
+_IO_COUNTER = "trainprof_io_bottleneck_samples_total"
+
+
 def _cpu(b: Build) -> RuleOutput:
     return _bottleneck(
         b,
-        counter="trainprof_cpu_bottleneck_samples_total",
+        counter=_CPU_COUNTER,
         busy_label="cpu_above",
         busy_param="cpu_threshold",
         summary="GPUs starve while a CPU core is saturated.",
@@ -86,7 +162,7 @@ def _cpu(b: Build) -> RuleOutput:
 def _io(b: Build) -> RuleOutput:
     return _bottleneck(
         b,
-        counter="trainprof_io_bottleneck_samples_total",
+        counter=_IO_COUNTER,
         busy_label="iowait_above",
         busy_param="io_threshold",
         summary="GPUs starve while CPU cores wait on I/O.",
@@ -137,6 +213,11 @@ CPU_BOTTLENECK = RuleSpec(
         _WINDOW,
     ),
     build=_cpu,
+    signals=_signals(_CPU_COUNTER, "cpu_threshold", "a CPU core"),
+    inputs=_inputs("cpu_bottleneck", "cpu_threshold"),
+    health=_health("CPUBottleneck", _CPU_COUNTER, "cpu_threshold"),
+    # SageMaker's definition of a starved GPU: the fleet dashboard's idle GPU-hours.
+    gpu_idle_param="gpu_threshold",
     family="bottleneck",
     # Idle GPUs are the symptom of this bottleneck, not a second problem.
     inhibits=("LowGPUUtilization", "BatchSize"),
@@ -178,6 +259,9 @@ IO_BOTTLENECK = RuleSpec(
         _WINDOW,
     ),
     build=_io,
+    signals=_signals(_IO_COUNTER, "io_threshold", "a core's I/O wait"),
+    inputs=_inputs("io_bottleneck", "io_threshold"),
+    health=_health("IOBottleneck", _IO_COUNTER, "io_threshold"),
     family="bottleneck",
     inhibits=("LowGPUUtilization", "BatchSize"),
     differences=_SHARED_DIFFERENCES

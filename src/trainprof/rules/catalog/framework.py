@@ -4,8 +4,22 @@ OverallFrameworkMetrics."""
 from __future__ import annotations
 
 from trainprof import metrics as contract
+from trainprof.names import NOT_STARTED_ALERT
 from trainprof.rules.catalog._text import HOST, JOB
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec
+from trainprof.rules.model import (
+    NUMBER_UNIT,
+    SECONDS_UNIT,
+    Alert,
+    Build,
+    Recording,
+    Recordings,
+    RuleOutput,
+    RuleSpec,
+    Selects,
+    Signal,
+    StateAlert,
+    Threshold,
+)
 from trainprof.rules.params import FACTOR, MINUTES, MODE, OUTLIERS, SCAN_INTERVAL, Param
 
 
@@ -23,6 +37,50 @@ def _max_initialization(b: Build) -> RuleOutput:
                     f"Job {JOB} started {{{{ $value | humanizeDuration }}}} ago and no rank has "
                     f"completed a step yet (threshold {p.threshold:g} minutes)."
                 ),
+            ),
+        ),
+    )
+
+
+def _max_initialization_signals(
+    b: Build, out: RuleOutput, scope: Selects, recordings: Recordings
+) -> tuple[Signal, ...]:
+    """Reads OverallFrameworkMetrics' recording: a MissingRecording without it."""
+    p = b.p
+    initialization = recordings.recording(
+        "trainprof_training_initialization_seconds", level="training_job"
+    )
+    jl = ", ".join(b.job_labels)
+    age = f"max {scope.by_job} (time() - {scope.sel('trainprof_training_start_timestamp_seconds')})"
+    stepped = f"sum {scope.by_job} ({scope.sel('trainprof_training_steps_total')}) > 0"
+    return (
+        Signal(
+            "Time from start to the first step (time since start while there is none)",
+            f"{scope.sel(initialization.record)}\nor\n({age}\nunless on ({jl})\n{stepped})",
+            "{{training_job}}",
+            SECONDS_UNIT,
+            Threshold(p.threshold * 60, f"threshold = {p.threshold:g} min", "above"),
+        ),
+    )
+
+
+def _not_started(b: Build) -> tuple[StateAlert, ...]:
+    """From a job's first training process until its first step.
+
+    Fires at once, so Alertmanager can hold back the host and GPU verdicts of a job that is
+    still loading: they describe initialization, which MaxInitializationTime judges.
+    """
+    start = b.sel("trainprof_training_start_timestamp_seconds")
+    steps = b.sel("trainprof_training_steps_total")
+    return (
+        StateAlert(
+            NOT_STARTED_ALERT,
+            f"max {b.by_job} (time() - {start})\nunless {b.on_job}\nsum {b.by_job} ({steps}) > 0",
+            summary="A training job has not completed its first step yet.",
+            description=(
+                "Job {{ $labels.training_job }} started {{ $value | "
+                "humanizeDuration }} ago and is still initializing; its host "
+                "and GPU alerts are held back until its first step."
             ),
         ),
     )
@@ -48,6 +106,9 @@ MAX_INITIALIZATION_TIME = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_max_initialization,
+    signals=_max_initialization_signals,
+    state=_not_started,
+    reads_exporter=False,
     family="framework",
     # A job that has not stepped yet idles its GPUs and keeps its CPUs busy loading: every
     # host and GPU verdict about it is noise until it starts.
@@ -72,10 +133,7 @@ def _step_outlier(b: Build) -> RuleOutput:
             f"counts by default ({grid}); pass this configuration to trainprof.start() "
             "(rules_config=) so it counts this factor too"
         )
-    equal = {"stddev": contract.threshold_label(p.stddev)}
-    if p.mode:
-        equal["mode"] = p.mode
-    outliers = b.sel("trainprof_training_step_outliers_total", **equal)
+    outliers = b.sel("trainprof_training_step_outliers_total", **_step_outlier_equal(b))
     return RuleOutput(
         (),
         (
@@ -88,6 +146,28 @@ def _step_outlier(b: Build) -> RuleOutput:
                     f"deviations (the rule fires above {p.n_outliers})."
                 ),
             ),
+        ),
+    )
+
+
+def _step_outlier_equal(b: Build) -> dict[str, str]:
+    equal = {"stddev": contract.threshold_label(b.p.stddev)}
+    if b.p.mode:
+        equal["mode"] = b.p.mode
+    return equal
+
+
+def _step_outlier_signals(
+    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    return (
+        Signal(
+            f"Steps slower than the mean + {p.stddev:g} standard deviations",
+            scope.sel("trainprof_training_step_outliers_total", **_step_outlier_equal(b)),
+            "rank {{rank}} {{mode}}",
+            NUMBER_UNIT,
+            Threshold(p.n_outliers, f"n_outliers = {p.n_outliers}", "above"),
         ),
     )
 
@@ -120,6 +200,10 @@ STEP_OUTLIER = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_step_outlier,
+    signals=_step_outlier_signals,
+    # The training API counts outliers at the factors it was told of.
+    inputs=lambda b: {"step_outlier_stddevs": float(b.p.stddev)},
+    reads_exporter=False,
     family="framework",
     differences=(
         "The training process compares each step, as it ends, with the mean and standard "
@@ -143,24 +227,35 @@ def _overall_framework(b: Build) -> RuleOutput:
     return RuleOutput(
         (
             Recording(
-                "rank_phase:trainprof_training_phase_seconds:ratio",
+                "rank_phase",
+                "trainprof_training_phase_seconds",
+                "ratio",
                 f"{phase}\n/ ignoring (phase) group_left\nsum without (phase) ({phase})",
             ),
             Recording(
-                "training_job_phase:trainprof_training_phase_seconds:ratio",
+                "training_job_phase",
+                "trainprof_training_phase_seconds",
+                "ratio",
                 f"sum by ({jl}, phase) ({phase})\n/ ignoring (phase) group_left\n"
                 f"sum {b.by_job} ({phase})",
             ),
             Recording(
-                "training_job_mode:trainprof_training_step_duration_seconds:ratio",
+                "training_job_mode",
+                "trainprof_training_step_duration_seconds",
+                "ratio",
                 f"sum by ({jl}, mode) ({duration})\n/ ignoring (mode) group_left\n"
                 f"sum {b.by_job} ({duration})",
             ),
             Recording(
-                "rank_mode:trainprof_training_step_duration_seconds:mean", f"{duration}\n/\n{count}"
+                "rank_mode",
+                "trainprof_training_step_duration_seconds",
+                "mean",
+                f"{duration}\n/\n{count}",
             ),
             Recording(
-                "training_job:trainprof_training_initialization_seconds:min",
+                "training_job",
+                "trainprof_training_initialization_seconds",
+                "min",
                 f"min {b.by_job} ({first})\n-\nmin {b.by_job} ({start})",
             ),
         ),
@@ -184,6 +279,7 @@ OVERALL_FRAMEWORK_METRICS = RuleSpec(
     severity="info",
     params=(SCAN_INTERVAL,),
     build=_overall_framework,
+    reads_exporter=False,
     family="framework",
     alerting=False,
     differences=(

@@ -7,7 +7,22 @@ import dataclasses
 from trainprof import metrics as contract
 from trainprof.durations import format_duration, parse_duration
 from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, indent, ratio
+from trainprof.rules.model import (
+    NUMBER_UNIT,
+    RATIO_UNIT,
+    Alert,
+    Build,
+    Recording,
+    Recordings,
+    RuleOutput,
+    RuleSpec,
+    Selects,
+    Signal,
+    Threshold,
+    indent,
+    percent_threshold,
+    ratio,
+)
 from trainprof.rules.params import (
     COUNT,
     DISTANCE,
@@ -47,7 +62,9 @@ class QuantileTest:
             share = b.sel(histogram + "_bucket", le=contract.bucket_label(threshold))
             count = b.sel(histogram + "_count")
             rec = Recording(
-                f"{level}:{histogram}:fraction_below{percent:g}_rate{span}",
+                level,
+                histogram,
+                f"fraction_below{percent:g}_rate{span}",
                 f"sum without (le) (rate({share}[{span}]))\n/\nrate({count}[{span}])",
             )
             return cls(
@@ -59,7 +76,9 @@ class QuantileTest:
             )
         buckets = b.sel(histogram + "_bucket")
         rec = Recording(
-            f"{level}:{histogram}:p{q * 100:g}_rate{span}",
+            level,
+            histogram,
+            f"p{q * 100:g}_rate{span}",
             f"histogram_quantile({q:g}, rate({buckets}[{span}]))",
         )
         return cls(
@@ -112,6 +131,39 @@ def _low_gpu(b: Build) -> RuleOutput:
     )
 
 
+_GPU_LEGEND = "{{node}} GPU {{gpu}}"
+
+
+def _quantile(scope: Selects, histogram: str, q: float, span: str) -> str:
+    """The q-quantile over `span` of the panel's selection, computed when the panel loads:
+    the rules decide on the share of samples below the threshold (cheap at fleet scale),
+    the dashboard shows the percentile itself for the few series on screen."""
+    return f"histogram_quantile({q:g}, rate({scope.sel(histogram + '_bucket')}[{span}]))"
+
+
+def _low_gpu_signals(
+    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    span = b.span(p.window, "window")
+    return (
+        Signal(
+            f"95th percentile GPU utilization over {span}",
+            _quantile(scope, _UTIL, 0.95, span),
+            _GPU_LEGEND,
+            RATIO_UNIT,
+            percent_threshold("threshold_p95", p.threshold_p95, "below"),
+        ),
+        Signal(
+            f"5th percentile GPU utilization over {span}",
+            _quantile(scope, _UTIL, 0.05, span),
+            _GPU_LEGEND,
+            RATIO_UNIT,
+            percent_threshold("threshold_p5", p.threshold_p5, "below"),
+        ),
+    )
+
+
 LOW_GPU_UTILIZATION = RuleSpec(
     name="LowGPUUtilization",
     summary="GPU underused or fluctuating",
@@ -144,6 +196,7 @@ LOW_GPU_UTILIZATION = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_low_gpu,
+    signals=_low_gpu_signals,
     family="gpu",
     differences=(
         "Percentiles come from the exporter's utilization histogram (buckets of 1, 2, then "
@@ -192,6 +245,27 @@ def _batch_size(b: Build) -> RuleOutput:
     )
 
 
+def _batch_size_signals(
+    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    span = b.span(p.window, "window")
+    return tuple(
+        Signal(
+            f"95th percentile {what} over {span}",
+            _quantile(scope, metric, 0.95, span),
+            legend,
+            RATIO_UNIT,
+            percent_threshold(param, getattr(p, param), "below"),
+        )
+        for what, metric, param, legend in (
+            ("GPU utilization", _UTIL, "gpu_threshold_p95", _GPU_LEGEND),
+            ("GPU memory", _MEMORY, "gpu_memory_threshold_p95", _GPU_LEGEND),
+            ("CPU utilization (average of the cores)", _CPU, "cpu_threshold_p95", "{{node}}"),
+        )
+    )
+
+
 BATCH_SIZE = RuleSpec(
     name="BatchSize",
     summary="GPU, GPU memory and CPU all lightly used",
@@ -231,6 +305,7 @@ BATCH_SIZE = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_batch_size,
+    signals=_batch_size_signals,
     family="gpu",
     differences=(
         "Percentiles come from the exporter's histograms over `window x datapoint_interval` "
@@ -254,7 +329,7 @@ def _memory_increase(b: Build) -> RuleOutput:
     gap = format_duration(parse_duration(span) + b.scrape_interval)
     mean = f"rate({total}[{span}]) / rate({count}[{span}])"
     before = f"rate({total}[{span}] offset {gap}) / rate({count}[{span}] offset {gap})"
-    mean_record = Recording(f"gpu:{_MEMORY}:mean_rate{span}", mean)
+    mean_record = Recording("gpu", _MEMORY, f"mean_rate{span}", mean)
     rise, for_seconds = b.patience(f"{mean}\n-\n{before}", p.patience, count)
     # Evaluated once per scan interval, but a jump shows for about one window only: look
     # back over the whole scan interval at scrape resolution so none is missed.
@@ -273,6 +348,25 @@ def _memory_increase(b: Build) -> RuleOutput:
                     f"GPU's memory compared with the {span} before (threshold {p.increase:g}%)."
                 ),
             ),
+        ),
+    )
+
+
+def _memory_increase_signals(
+    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    span = b.span(p.window, "window")
+    total, count = scope.sel(_MEMORY + "_sum"), scope.sel(_MEMORY + "_count")
+    mean = f"rate({total}[{span}]) / rate({count}[{span}])"
+    before = f"rate({total}[{span}] offset {span}) / rate({count}[{span}] offset {span})"
+    return (
+        Signal(
+            f"Mean GPU memory over the last {span} minus the mean over the {span} before",
+            f"{mean}\n-\n{before}",
+            _GPU_LEGEND,
+            RATIO_UNIT,
+            percent_threshold("increase", p.increase, "above"),
         ),
     )
 
@@ -305,6 +399,7 @@ GPU_MEMORY_INCREASE = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_memory_increase,
+    signals=_memory_increase_signals,
     family="gpu",
     patience_auto="warmup",
     differences=(
@@ -358,6 +453,21 @@ def _load_balancing(b: Build) -> RuleOutput:
     )
 
 
+def _load_balancing_signals(
+    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    return (
+        Signal(
+            "Jensen-Shannon distance between the utilization of two GPUs",
+            scope.sel("trainprof_gpu_utilization_js_distance"),
+            "{{node}} GPU {{gpu}} vs {{peer_gpu}}",
+            NUMBER_UNIT,
+            Threshold(p.threshold, f"threshold = {p.threshold:g}", "above"),
+        ),
+    )
+
+
 LOAD_BALANCING = RuleSpec(
     name="LoadBalancing",
     summary="GPUs of a host carry unequal load",
@@ -384,6 +494,7 @@ LOAD_BALANCING = RuleSpec(
         SCAN_INTERVAL,
     ),
     build=_load_balancing,
+    signals=_load_balancing_signals,
     family="gpu",
     differences=(
         "SageMaker's public code never compared two GPUs (a mis-indented loop), so the "

@@ -25,7 +25,10 @@ def _overall_system(b: Build) -> RuleOutput:
         if pooled:
             # Pool the node's GPUs once; the three quantiles read the pooled buckets.
             pool = Recording(
-                f"node_le:{histogram}_bucket:sum", f"sum without ({', '.join(pooled)}) ({buckets})"
+                "node_le",
+                histogram + "_bucket",
+                "sum",
+                f"sum without ({', '.join(pooled)}) ({buckets})",
             )
             recordings.append(pool)
             buckets = pool.record
@@ -33,7 +36,9 @@ def _overall_system(b: Build) -> RuleOutput:
             # Cumulative buckets without rate(): the distribution since the exporter started.
             recordings.append(
                 Recording(
-                    f"node:{histogram}:quantile",
+                    "node",
+                    histogram,
+                    "quantile",
                     f"histogram_quantile({q:g}, {buckets})",
                     {"quantile": f"{q:g}"},
                 )
@@ -43,7 +48,9 @@ def _overall_system(b: Build) -> RuleOutput:
         counter = f"trainprof_network_{direction}_bytes_total"
         recordings.append(
             Recording(
-                f"node:trainprof_network_{direction}_bytes:rate{span}",
+                "node",
+                f"trainprof_network_{direction}_bytes",
+                f"rate{span}",
                 f"sum without (device) (rate({b.sel(counter)}[{span}]))",
             )
         )
