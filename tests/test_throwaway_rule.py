@@ -7,6 +7,7 @@ for one test. Nothing else in the product is told about it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -33,12 +34,18 @@ from trainprof.rules.model import (
     percent_threshold,
     ratio,
 )
-from trainprof.rules.params import PERCENT, SCAN_INTERVAL, Param
+from trainprof.rules.params import PERCENT, param, scan_interval_param
 
 _MEMORY = "trainprof_memory_used_sampled_ratio"
 
 
-def _build(b: Build) -> RuleOutput:
+@dataclasses.dataclass(frozen=True)
+class HostMemoryHighParams:
+    threshold: float = param(90, PERCENT, "Host memory use above which the rule fires.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _build(b: Build[HostMemoryHighParams]) -> RuleOutput:
     mean = Recording(
         "node",
         _MEMORY,
@@ -53,7 +60,9 @@ def _build(b: Build) -> RuleOutput:
     return RuleOutput((mean,), (alert,))
 
 
-def _signals(b: Build, out: RuleOutput, scope: Selects, _: Recordings) -> tuple[Signal, ...]:
+def _signals(
+    b: Build[HostMemoryHighParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
     return (
         Signal(
             "Mean host memory over 1m",
@@ -65,7 +74,7 @@ def _signals(b: Build, out: RuleOutput, scope: Selects, _: Recordings) -> tuple[
     )
 
 
-def _health(b: Build) -> tuple[HealthCheck, ...]:
+def _health(b: Build[HostMemoryHighParams]) -> tuple[HealthCheck, ...]:
     return (
         HealthCheck(
             "TrainprofHostMemoryUnsampled",
@@ -82,10 +91,7 @@ HOST_MEMORY_HIGH = RuleSpec(
     detects="The mean host memory use over a minute, per node, above `threshold` percent.",
     recommendation="Lower the DataLoader's prefetching or pick a host with more memory.",
     severity="warning",
-    params=(
-        Param("threshold", 90, PERCENT, "Host memory use above which the rule fires."),
-        SCAN_INTERVAL,
-    ),
+    parameters=HostMemoryHighParams,
     build=_build,
     signals=_signals,
     health=_health,

@@ -45,7 +45,6 @@ from trainprof.rules.model import (
     RuleOutput,
     Selects,
     Signal,
-    Values,
 )
 
 # Kept importable from here: older code and tests name them through the compiler.
@@ -164,7 +163,9 @@ class Compiled:
 
 def compile_rules(config: RulesConfig) -> Compiled:
     warnings = list(config.warnings)
-    groups, seen, compiled = [], {}, []
+    groups: list[dict[str, Any]] = []
+    seen: dict[tuple, str] = {}
+    compiled: list[CompiledRule] = []
     for instance in config.rules:
         build = _build_context(config, instance, warnings)
         output = instance.spec.build(build)
@@ -233,7 +234,7 @@ def _inline(expr: str, recordings: dict[str, str]) -> str:
 def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) -> Build:
     return Build(
         rule=instance.spec,
-        p=Values(instance.values),
+        p=instance.spec.values(instance.values),
         datapoint_interval=config.datapoint_interval,
         scrape_interval=config.scrape_interval,
         patience_mode=instance.patience_mode,

@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from trainprof import metrics as contract
 from trainprof.durations import format_duration
 from trainprof.names import RECORD_NAME, record_name
 from trainprof.rules import promql
-from trainprof.rules.params import Param
+from trainprof.rules.params import Param, params_of
 
 __all__ = ["RECORD_NAME"]  # re-exported: tests and dashboards recognise recordings by it
 SEVERITIES = ("info", "warning", "critical")
@@ -151,15 +151,19 @@ class Recordings(Protocol):
 INPUTS = ("cpu_bottleneck", "io_bottleneck", "step_outlier_stddevs")
 
 
+P = TypeVar("P")
+
+
 @dataclasses.dataclass(frozen=True)
-class RuleSpec:
+class RuleSpec(Generic[P]):
     name: str  # SageMaker's rule name; also the `rule` label
     summary: str  # one line, for tables
     detects: str  # what it detects, for docs and the dashboard
     recommendation: str  # SageMaker report's advice, in our words
     severity: str  # info | warning | critical
-    params: tuple[Param, ...]
-    build: Callable[[Build], RuleOutput]
+    # A frozen dataclass, one `params.param(...)` field per parameter; `Build.p` is one.
+    parameters: type[P]
+    build: Callable[[Build[P]], RuleOutput]
     differences: str = ""  # how trainprof's verdict differs from the original
     patience_auto: str = "for"  # what patience_mode=auto means for this rule
     version: int = 1  # bump when the rule's semantics change
@@ -170,13 +174,13 @@ class RuleSpec:
     inhibits: tuple[str, ...] = ()
     # What the rule's dashboard row and report section draw: (build, its output, where it
     # is drawn, every rule's recordings) -> signals. Every alerting rule has them.
-    signals: Callable[[Build, RuleOutput, Selects, Recordings], tuple[Signal, ...]] | None = None
+    signals: Callable[[Build[P], RuleOutput, Selects, Recordings], tuple[Signal, ...]] | None = None
     # What the exporters / the training API must count for it: input (one of INPUTS) -> value.
-    inputs: Callable[[Build], Mapping[str, Any]] | None = None
+    inputs: Callable[[Build[P]], Mapping[str, Any]] | None = None
     # Alerts saying the exporters do not serve this rule's inputs (group trainprof.health).
-    health: Callable[[Build], tuple[HealthCheck, ...]] | None = None
+    health: Callable[[Build[P]], tuple[HealthCheck, ...]] | None = None
     # Job-state alerts the rule brings (group trainprof.state, rule label TrainprofState).
-    state: Callable[[Build], tuple[StateAlert, ...]] | None = None
+    state: Callable[[Build[P]], tuple[StateAlert, ...]] | None = None
     # False for rules that read only the training API: without any rule reading the
     # exporters, the health group's sampler-interval check is left out.
     reads_exporter: bool = True
@@ -200,8 +204,17 @@ class RuleSpec:
             raise ValueError(
                 f"rule {self.name}: an alerting rule says what its dashboard row draws (signals=)"
             )
+        params_of(self.parameters)  # a TypeError names a field not made by param()
         if self.gpu_idle_param:
             self.param(self.gpu_idle_param)  # a KeyError names a parameter it does not have
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return params_of(self.parameters)
+
+    def values(self, values: Mapping[str, Any]) -> P:
+        """The typed parameters of resolved values (every parameter present)."""
+        return self.parameters(**values)
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -213,22 +226,13 @@ class RuleSpec:
         return {p.name: p.default for p in self.params}
 
 
-class Values:
-    """Resolved parameter values, read as attributes: `p.threshold_p95`."""
-
-    def __init__(self, values: Mapping[str, Any]):
-        self.__dict__.update(values)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 @dataclasses.dataclass
-class Build:
-    """Everything a catalog entry needs to write its PromQL."""
+class Build(Generic[P]):
+    """Everything a catalog entry needs to write its PromQL: `p` holds the rule's typed
+    parameters (its `RuleSpec.parameters` dataclass), the rest the deployment."""
 
-    rule: RuleSpec
-    p: Values
+    rule: RuleSpec[P]
+    p: P
     datapoint_interval: float
     scrape_interval: float
     patience_mode: str  # for | warmup (auto already resolved)

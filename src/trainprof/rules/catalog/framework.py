@@ -3,6 +3,8 @@ OverallFrameworkMetrics."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from trainprof import metrics as contract
 from trainprof.names import NOT_STARTED_ALERT
 from trainprof.rules.catalog._text import HOST, JOB
@@ -20,10 +22,36 @@ from trainprof.rules.model import (
     StateAlert,
     Threshold,
 )
-from trainprof.rules.params import FACTOR, MINUTES, MODE, OUTLIERS, SCAN_INTERVAL, Param
+from trainprof.rules.params import (
+    FACTOR,
+    MINUTES,
+    MODE,
+    OUTLIERS,
+    SummaryParams,
+    param,
+    scan_interval_param,
+)
 
 
-def _max_initialization(b: Build) -> RuleOutput:
+@dataclasses.dataclass(frozen=True)
+class MaxInitializationTimeParams:
+    threshold: float = param(20, MINUTES, "Minutes to wait for the first step.")
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutlierParams:
+    stddev: float = param(
+        3, FACTOR, "A step slower than mean + stddev x standard deviation is an outlier."
+    )
+    mode: str | None = param(
+        None, MODE, "Only count steps of this mode (train, eval); empty for all modes."
+    )
+    n_outliers: int = param(10, OUTLIERS, "Outliers tolerated before the rule fires.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _max_initialization(b: Build[MaxInitializationTimeParams]) -> RuleOutput:
     p = b.p
     age = f"max {b.by_job} (time() - {b.sel('trainprof_training_start_timestamp_seconds')})"
     stepped = f"sum {b.by_job} ({b.sel('trainprof_training_steps_total')}) > 0"
@@ -43,7 +71,7 @@ def _max_initialization(b: Build) -> RuleOutput:
 
 
 def _max_initialization_signals(
-    b: Build, out: RuleOutput, scope: Selects, recordings: Recordings
+    b: Build[MaxInitializationTimeParams], out: RuleOutput, scope: Selects, recordings: Recordings
 ) -> tuple[Signal, ...]:
     """Reads OverallFrameworkMetrics' recording: a MissingRecording without it."""
     p = b.p
@@ -64,7 +92,7 @@ def _max_initialization_signals(
     )
 
 
-def _not_started(b: Build) -> tuple[StateAlert, ...]:
+def _not_started(b: Build[MaxInitializationTimeParams]) -> tuple[StateAlert, ...]:
     """From a job's first training process until its first step.
 
     Fires at once, so Alertmanager can hold back the host and GPU verdicts of a job that is
@@ -101,10 +129,7 @@ MAX_INITIALIZATION_TIME = RuleSpec(
         "could start."
     ),
     severity="critical",
-    params=(
-        Param("threshold", 20, MINUTES, "Minutes to wait for the first step."),
-        SCAN_INTERVAL,
-    ),
+    parameters=MaxInitializationTimeParams,
     build=_max_initialization,
     signals=_max_initialization_signals,
     state=_not_started,
@@ -124,7 +149,7 @@ MAX_INITIALIZATION_TIME = RuleSpec(
 )
 
 
-def _step_outlier(b: Build) -> RuleOutput:
+def _step_outlier(b: Build[StepOutlierParams]) -> RuleOutput:
     p = b.p
     if p.stddev not in contract.OUTLIER_STDDEVS:
         grid = ", ".join(f"{s:g}" for s in contract.OUTLIER_STDDEVS)
@@ -150,7 +175,7 @@ def _step_outlier(b: Build) -> RuleOutput:
     )
 
 
-def _step_outlier_equal(b: Build) -> dict[str, str]:
+def _step_outlier_equal(b: Build[StepOutlierParams]) -> dict[str, str]:
     equal = {"stddev": contract.threshold_label(b.p.stddev)}
     if b.p.mode:
         equal["mode"] = b.p.mode
@@ -158,7 +183,7 @@ def _step_outlier_equal(b: Build) -> dict[str, str]:
 
 
 def _step_outlier_signals(
-    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+    b: Build[StepOutlierParams], out: RuleOutput, scope: Selects, _: Recordings
 ) -> tuple[Signal, ...]:
     p = b.p
     return (
@@ -170,6 +195,10 @@ def _step_outlier_signals(
             Threshold(p.n_outliers, f"n_outliers = {p.n_outliers}", "above"),
         ),
     )
+
+
+def _step_outlier_inputs(b: Build[StepOutlierParams]) -> dict[str, float]:
+    return {"step_outlier_stddevs": float(b.p.stddev)}
 
 
 STEP_OUTLIER = RuleSpec(
@@ -186,23 +215,11 @@ STEP_OUTLIER = RuleSpec(
         "pressure, or one slow rank holding up a collective."
     ),
     severity="warning",
-    params=(
-        Param(
-            "stddev",
-            3,
-            FACTOR,
-            "A step slower than mean + stddev x standard deviation is an outlier.",
-        ),
-        Param(
-            "mode", None, MODE, "Only count steps of this mode (train, eval); empty for all modes."
-        ),
-        Param("n_outliers", 10, OUTLIERS, "Outliers tolerated before the rule fires."),
-        SCAN_INTERVAL,
-    ),
+    parameters=StepOutlierParams,
     build=_step_outlier,
     signals=_step_outlier_signals,
     # The training API counts outliers at the factors it was told of.
-    inputs=lambda b: {"step_outlier_stddevs": float(b.p.stddev)},
+    inputs=_step_outlier_inputs,
     reads_exporter=False,
     family="framework",
     differences=(
@@ -217,7 +234,7 @@ STEP_OUTLIER = RuleSpec(
 )
 
 
-def _overall_framework(b: Build) -> RuleOutput:
+def _overall_framework(b: Build[SummaryParams]) -> RuleOutput:
     phase = b.sel("trainprof_training_phase_seconds_total")
     duration = b.sel("trainprof_training_step_duration_seconds_sum")
     count = b.sel("trainprof_training_step_duration_seconds_count")
@@ -277,7 +294,7 @@ OVERALL_FRAMEWORK_METRICS = RuleSpec(
         "communication or optimizer settings."
     ),
     severity="info",
-    params=(SCAN_INTERVAL,),
+    parameters=SummaryParams,
     build=_overall_framework,
     reads_exporter=False,
     family="framework",

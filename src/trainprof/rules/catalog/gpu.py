@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from trainprof import metrics as contract
 from trainprof.durations import format_duration, parse_duration
@@ -27,14 +28,71 @@ from trainprof.rules.params import (
     COUNT,
     DISTANCE,
     PERCENT,
-    SCAN_INTERVAL,
-    Param,
-    patience,
+    param,
+    patience_param,
+    scan_interval_param,
 )
 
 _UTIL = "trainprof_gpu_utilization_sampled_ratio"
 _MEMORY = "trainprof_gpu_memory_used_sampled_ratio"
 _CPU = "trainprof_cpu_utilization_sampled_ratio"
+
+
+def _window_param(default: int, help: str) -> Any:
+    return param(default, COUNT, help)
+
+
+_PERCENTILES_WINDOW = "Datapoints the percentiles are computed over."
+
+
+@dataclasses.dataclass(frozen=True)
+class LowGPUUtilizationParams:
+    threshold_p95: float = param(
+        70, PERCENT, "A 95th percentile utilization below this means underuse."
+    )
+    threshold_p5: float = param(
+        10, PERCENT, "A 5th percentile below this, with a high 95th percentile, means fluctuation."
+    )
+    window: int = _window_param(500, _PERCENTILES_WINDOW)
+    patience: int = patience_param()
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSizeParams:
+    cpu_threshold_p95: float = param(
+        70, PERCENT, "Threshold for the 95th percentile of the host's average CPU utilization."
+    )
+    gpu_threshold_p95: float = param(
+        70, PERCENT, "Threshold for the 95th percentile of GPU utilization."
+    )
+    gpu_memory_threshold_p95: float = param(
+        70, PERCENT, "Threshold for the 95th percentile of GPU memory use."
+    )
+    patience: int = patience_param()
+    window: int = _window_param(500, _PERCENTILES_WINDOW)
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUMemoryIncreaseParams:
+    increase: float = param(
+        5, PERCENT, "Rise of the mean memory use, in percentage points, that fires the rule."
+    )
+    patience: int = patience_param()
+    window: int = _window_param(10, "Datapoints each of the two compared means covers.")
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadBalancingParams:
+    threshold: float = param(
+        0.5,
+        DISTANCE,
+        "Jensen-Shannon distance between two GPUs' utilization histograms that fires the rule.",
+    )
+    patience: int = patience_param()
+    scan_interval_us: int = scan_interval_param()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +113,7 @@ class QuantileTest:
 
     @classmethod
     def of(
-        cls, b: Build, level: str, histogram: str, q: float, percent: float, span: str
+        cls, b: Build[Any], level: str, histogram: str, q: float, percent: float, span: str
     ) -> QuantileTest:
         threshold = percent / 100
         if threshold in contract.UTILIZATION_BUCKETS and 0 < threshold < 1:
@@ -94,7 +152,7 @@ def _ordinal(q: float) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-def _low_gpu(b: Build) -> RuleOutput:
+def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     p95 = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.threshold_p95, span)
@@ -142,7 +200,7 @@ def _quantile(scope: Selects, histogram: str, q: float, span: str) -> str:
 
 
 def _low_gpu_signals(
-    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+    b: Build[LowGPUUtilizationParams], out: RuleOutput, scope: Selects, _: Recordings
 ) -> tuple[Signal, ...]:
     p = b.p
     span = b.span(p.window, "window")
@@ -181,20 +239,7 @@ LOW_GPU_UTILIZATION = RuleSpec(
         "ranks, or logging and checkpointing inside the loop."
     ),
     severity="warning",
-    params=(
-        Param(
-            "threshold_p95", 70, PERCENT, "A 95th percentile utilization below this means underuse."
-        ),
-        Param(
-            "threshold_p5",
-            10,
-            PERCENT,
-            "A 5th percentile below this, with a high 95th percentile, means fluctuation.",
-        ),
-        Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
-        patience(),
-        SCAN_INTERVAL,
-    ),
+    parameters=LowGPUUtilizationParams,
     build=_low_gpu,
     signals=_low_gpu_signals,
     family="gpu",
@@ -214,7 +259,7 @@ LOW_GPU_UTILIZATION = RuleSpec(
 )
 
 
-def _batch_size(b: Build) -> RuleOutput:
+def _batch_size(b: Build[BatchSizeParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     gpu = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.gpu_threshold_p95, span)
@@ -246,7 +291,7 @@ def _batch_size(b: Build) -> RuleOutput:
 
 
 def _batch_size_signals(
-    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+    b: Build[BatchSizeParams], out: RuleOutput, scope: Selects, _: Recordings
 ) -> tuple[Signal, ...]:
     p = b.p
     span = b.span(p.window, "window")
@@ -281,29 +326,7 @@ BATCH_SIZE = RuleSpec(
         "up front."
     ),
     severity="info",
-    params=(
-        Param(
-            "cpu_threshold_p95",
-            70,
-            PERCENT,
-            "Threshold for the 95th percentile of the host's average CPU utilization.",
-        ),
-        Param(
-            "gpu_threshold_p95",
-            70,
-            PERCENT,
-            "Threshold for the 95th percentile of GPU utilization.",
-        ),
-        Param(
-            "gpu_memory_threshold_p95",
-            70,
-            PERCENT,
-            "Threshold for the 95th percentile of GPU memory use.",
-        ),
-        patience(),
-        Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
-        SCAN_INTERVAL,
-    ),
+    parameters=BatchSizeParams,
     build=_batch_size,
     signals=_batch_size_signals,
     family="gpu",
@@ -318,7 +341,7 @@ BATCH_SIZE = RuleSpec(
 )
 
 
-def _memory_increase(b: Build) -> RuleOutput:
+def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     total, count = b.sel(_MEMORY + "_sum"), b.sel(_MEMORY + "_count")
@@ -353,7 +376,7 @@ def _memory_increase(b: Build) -> RuleOutput:
 
 
 def _memory_increase_signals(
-    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+    b: Build[GPUMemoryIncreaseParams], out: RuleOutput, scope: Selects, _: Recordings
 ) -> tuple[Signal, ...]:
     p = b.p
     span = b.span(p.window, "window")
@@ -387,17 +410,7 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "memory. If growth is expected, raise `increase` or give the job a larger GPU."
     ),
     severity="warning",
-    params=(
-        Param(
-            "increase",
-            5,
-            PERCENT,
-            "Rise of the mean memory use, in percentage points, that fires the rule.",
-        ),
-        patience(),
-        Param("window", 10, COUNT, "Datapoints each of the two compared means covers."),
-        SCAN_INTERVAL,
-    ),
+    parameters=GPUMemoryIncreaseParams,
     build=_memory_increase,
     signals=_memory_increase_signals,
     family="gpu",
@@ -421,7 +434,7 @@ GPU_MEMORY_INCREASE = RuleSpec(
 )
 
 
-def _load_balancing(b: Build) -> RuleOutput:
+def _load_balancing(b: Build[LoadBalancingParams]) -> RuleOutput:
     p = b.p
     if p.threshold > 0.8326:
         b.warnings.append(
@@ -454,7 +467,7 @@ def _load_balancing(b: Build) -> RuleOutput:
 
 
 def _load_balancing_signals(
-    b: Build, out: RuleOutput, scope: Selects, _: Recordings
+    b: Build[LoadBalancingParams], out: RuleOutput, scope: Selects, _: Recordings
 ) -> tuple[Signal, ...]:
     p = b.p
     return (
@@ -483,16 +496,7 @@ LOAD_BALANCING = RuleSpec(
         "work off the training ranks."
     ),
     severity="warning",
-    params=(
-        Param(
-            "threshold",
-            0.5,
-            DISTANCE,
-            "Jensen-Shannon distance between two GPUs' utilization histograms that fires the rule.",
-        ),
-        patience(),
-        SCAN_INTERVAL,
-    ),
+    parameters=LoadBalancingParams,
     build=_load_balancing,
     signals=_load_balancing_signals,
     family="gpu",

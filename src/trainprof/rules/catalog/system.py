@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainprof.durations import format_duration
 from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
-from trainprof.rules.params import SCAN_INTERVAL
+from trainprof.rules.params import SummaryParams
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -18,7 +18,7 @@ _HISTOGRAMS = (
 )
 
 
-def _overall_system(b: Build) -> RuleOutput:
+def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
     recordings = []
     for histogram, pooled in _HISTOGRAMS:
         buckets = b.sel(histogram + "_bucket")
@@ -71,7 +71,7 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
         "problem; every node low points at a job that could use fewer or smaller machines."
     ),
     severity="info",
-    params=(SCAN_INTERVAL,),
+    parameters=SummaryParams,
     build=_overall_system,
     family="system",
     alerting=False,
