@@ -1,4 +1,5 @@
-"""Names trainprof gives things outside itself: alerts, rule groups, recordings, dashboards.
+"""Names trainprof gives things outside itself: alerts, rule groups, recordings, dashboards,
+exit codes.
 
 Every identifier a user, Prometheus, Alertmanager or Grafana sees is spelled here once, so a
 rename moves the rules, the routing, the dashboards and the docs together.
@@ -72,3 +73,10 @@ class Dashboard:
 
 JOB_DASHBOARD = Dashboard("trainprof-job", "Trainprof job")
 FLEET_DASHBOARD = Dashboard("trainprof-fleet", "Trainprof fleet")
+
+
+# --- exit codes of every command --------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command could not do its job (a server down, a file not writable)
+EXIT_BAD_INPUT = 2  # what the user gave is wrong; the message says what and where

@@ -88,13 +88,14 @@ class HealthCheck:
 
 @dataclasses.dataclass(frozen=True)
 class StateAlert:
-    """An alert of the `trainprof.state` group: a job's state, for Alertmanager to inhibit
-    on, fired at once (no `for:`)."""
+    """An alert of the `trainprof.state` group: a job's state, fired at once (no `for:`).
+    While it fires, Alertmanager holds back the alerts its rule inhibits (`inhibits`)."""
 
     alert: str
     expr: str
     summary: str
     description: str
+    why: str  # what the state means for those alerts, for the inhibit rule's comment
 
 
 # --- what a dashboard row and the report draw --------------------------------------------------

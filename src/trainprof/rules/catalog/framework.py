@@ -110,6 +110,7 @@ def _not_started(b: Build[MaxInitializationTimeParams]) -> tuple[StateAlert, ...
                 "humanizeDuration }} ago and is still initializing; its host "
                 "and GPU alerts are held back until its first step."
             ),
+            why="a job that has not completed its first step is initializing",
         ),
     )
 
