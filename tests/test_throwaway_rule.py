@@ -192,3 +192,35 @@ def test_the_docs_describe_it(throwaway):
 
 def test_without_the_fixture_the_catalog_does_not_know_it():
     assert catalog.lookup("HostMemoryHigh") is None
+
+
+def test_a_rule_declared_wrong_is_refused_when_its_module_is_imported():
+    declared = dict(
+        name="Broken",
+        summary="s",
+        detects="d",
+        recommendation="r",
+        severity="warning",
+        parameters=HostMemoryHighParams,
+        build=_build,
+        signals=_signals,
+    )
+    RuleSpec(**declared)  # as declared, it is fine
+    with pytest.raises(ValueError, match="rule Broken: an alerting rule says what its dashboard"):
+        RuleSpec(**{**declared, "signals": None})
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        threshold: float = 90
+
+    with pytest.raises(TypeError, match=r"Plain.threshold is not declared with param\(\)"):
+        RuleSpec(**{**declared, "parameters": Plain})
+    with pytest.raises(KeyError, match="gpu_threshold"):
+        RuleSpec(**{**declared, "gpu_idle_param": "gpu_threshold"})
+
+
+def test_a_recording_name_is_built_from_its_parts_and_checked_as_it_is_made():
+    rec = Recording("node", _MEMORY, "mean_rate1m", "1")
+    assert rec.record == "node:trainprof_memory_used_sampled_ratio:mean_rate1m"
+    with pytest.raises(ValueError, match="recording part 'mean:1m' is not lower_snake_case"):
+        Recording("node", _MEMORY, "mean:1m", "1")
