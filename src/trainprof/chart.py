@@ -24,8 +24,9 @@ import json
 import os
 from typing import Any
 
+from trainprof.names import GROUP_PREFIX
+
 CHART_DIR = "helm/trainprof"
-GROUP_PREFIX = "trainprof."
 
 
 def rule_key(group_name: str) -> str:
