@@ -209,11 +209,41 @@ def test_prometheusrule_spec_passes_promtool(case, rendered, promtool, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_default_prometheusrule_holds_the_committed_rules(rendered, root):
+def test_default_prometheusrule_is_the_catalog_compiled_for_a_daemonset(rendered, root):
+    from trainprof.rules.compiler import compile_rules
+    from trainprof.rules.config import default_config
+
     (rule,) = by_kind(objects(rendered["default"]), "PrometheusRule")
-    committed = yaml.safe_load((root / "rules" / "trainprof.rules.yaml").read_text())["groups"]
     by_name = lambda groups: {g["name"]: g for g in groups}
-    assert by_name(rule["spec"]["groups"]) == by_name(committed)
+    chart_groups = by_name(rule["spec"]["groups"])
+    assert chart_groups == by_name(compile_rules(chart.chart_config(default_config())).groups)
+    # Against the committed rules/ (attribution by the exporter's labels), only the per-GPU
+    # alerts differ (joined to the GPU's job) and the health group gains the shared-GPU alert.
+    committed = by_name(
+        yaml.safe_load((root / "rules" / "trainprof.rules.yaml").read_text())["groups"]
+    )
+    assert chart_groups.keys() == committed.keys()
+    joined = set()
+    for name, group in committed.items():
+        mine = chart_groups[name]["rules"]
+        extra = [r for r in mine if r.get("alert") == "TrainprofGPUSharedByJobs"]
+        mine = [r for r in mine if r not in extra]
+        assert len(mine) == len(group["rules"]), name
+        for theirs, ours in zip(group["rules"], mine):
+            if theirs != ours:
+                assert {k: v for k, v in ours.items() if k != "expr"} == {
+                    k: v for k, v in theirs.items() if k != "expr"
+                }
+                assert "group_left (namespace, training_job)" in ours["expr"]
+                assert "trainprof_gpu_assignment_info" in ours["expr"]
+                joined.add(ours["alert"])
+        assert bool(extra) == (name == "trainprof.health"), name
+    assert joined == {
+        "TrainingLowGPUUtilization",
+        "TrainingBatchSize",
+        "TrainingGPUMemoryIncrease",
+        "TrainingLoadBalancing",
+    }
 
 
 # --- rules: switches and a user's configuration -------------------------------------------

@@ -22,7 +22,7 @@ import yaml
 import trainprof.exporter
 from trainprof import relabel
 from trainprof.exporter.sources.gpu import GpuSource
-from trainprof.localstack import prometheus, query, stop_process
+from trainprof.localstack import get_json, prometheus, query, stop_process
 
 from fakes import GIB, FakeGpu, FakeNvml
 from helm_render import by_kind, helm_env, objects, render
@@ -211,6 +211,7 @@ def kubernetes_like_scrape(chart_relabelings, prometheus_bin, tmp_path_factory):
         (workdir / "exporter.json").write_text(json.dumps([exporter_target]))
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": ["rules.yaml"],
             "scrape_configs": [
                 {
                     "job_name": "trainprof-ranks",
@@ -227,7 +228,8 @@ def kubernetes_like_scrape(chart_relabelings, prometheus_bin, tmp_path_factory):
                 },
             ],
         }
-        with prometheus(prometheus_bin, workdir, yaml.safe_dump(config), {}) as base:
+        rules = {"rules.yaml": yaml.safe_dump({"groups": _fast_chart_rules()})}
+        with prometheus(prometheus_bin, workdir, yaml.safe_dump(config), rules) as base:
             wait_for_targets(base, 4)
             yield base
     finally:
@@ -236,6 +238,27 @@ def kubernetes_like_scrape(chart_relabelings, prometheus_bin, tmp_path_factory):
             proc.stdout.close()
         if exporter is not None:
             exporter.stop()
+
+
+def _fast_chart_rules() -> list[dict]:
+    """LowGPUUtilization as the chart compiles it (GPU alerts joined to the GPU's job), at a
+    speed a test can wait for: 1 s scrapes and evaluations, a 5 s window, 2 s of patience."""
+    from trainprof.chart import chart_config
+    from trainprof.rules.compiler import compile_rules
+    from trainprof.rules.config import load_config
+
+    config = load_config(
+        {
+            "scrape_interval": "1s",
+            "rules": [
+                {
+                    "rule": "LowGPUUtilization",
+                    "parameters": {"window": 10, "patience": 4, "scan_interval_us": 1_000_000},
+                }
+            ],
+        }
+    )
+    return compile_rules(chart_config(config)).groups
 
 
 def _series(base: str, expr: str, want: int, timeout: float = 20.0) -> list[dict]:
@@ -285,3 +308,21 @@ def test_the_rank_reports_its_gpu_with_its_identity(kubernetes_like_scrape):
         "team-a",
         "gpu-node-1",
     )
+
+
+def test_the_compiled_rules_attribute_the_starved_gpu_to_its_job(kubernetes_like_scrape):
+    base = kubernetes_like_scrape
+    deadline = time.monotonic() + 60
+    while True:
+        alerts = get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
+        firing = [a["labels"] for a in alerts if a["state"] == "firing"]
+        if firing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    time.sleep(3)  # a few more evaluations: the unassigned GPU must still be quiet
+    alerts = get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
+    low = [a["labels"] for a in alerts if a["labels"]["alertname"] == "TrainingLowGPUUtilization"]
+    assert [(a["uuid"], a["training_job"], a["namespace"], a["node"]) for a in low] == [
+        ("GPU-n1-0", "bert", "team-a", "gpu-node-1")
+    ], low
+    assert not [k for a in low for k in a if k.startswith("exported_")]

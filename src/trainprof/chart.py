@@ -4,7 +4,8 @@ The chart templates read these with `.Files.Get` / `.Files.Glob`, so no PromQL, 
 dashboard is re-templated in Helm; `make generate` writes them, and the drift test fails when
 a copy differs from what this module produces.
 
-    files/rules/<Rule>.yaml          one rule group each (the PrometheusRule's per-rule switch)
+    files/rules/<Rule>.yaml          one rule group each (the PrometheusRule's per-rule switch),
+                                     GPU alerts joined to jobs by GPU assignment
     files/dashboards/<name>.json     the Grafana dashboards, compact (each under 256 KiB)
     files/alertmanagerconfig.yaml    the AlertmanagerConfig spec (route, inhibitions, receivers)
     files/actions-kinds.yaml         what the actions receiver patches or deletes, per kind
@@ -20,6 +21,7 @@ a copy differs from what this module produces.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -34,11 +36,19 @@ def rule_key(group_name: str) -> str:
     return group_name[len(GROUP_PREFIX) :] if group_name.startswith(GROUP_PREFIX) else group_name
 
 
+def chart_config(config):
+    """The chart runs a node-wide exporter, so unless a configuration says otherwise its GPU
+    alerts take their job from the ranks' GPU assignment (trainprof.rules.attribution)."""
+    if config.gpu_attribution == "auto":
+        return dataclasses.replace(config, gpu_attribution="assignment")
+    return config
+
+
 def _groups(config=None) -> list[dict[str, Any]]:
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import default_config
 
-    return compile_rules(config or default_config()).groups
+    return compile_rules(chart_config(config or default_config())).groups
 
 
 def rule_files(generator: str = "make generate") -> dict[str, str]:
@@ -173,7 +183,12 @@ def artifacts(generator: str = "make generate") -> dict[str, str]:
 def helm_values(compiled, generator: str) -> str:
     """A values file that puts a user's compiled rules into the chart (`trainprof rules
     compile --format helm-values`): the PrometheusRule then renders these groups instead of
-    the chart's defaults; `prometheusRule.rules.<Rule>: false` still switches one off."""
+    the chart's defaults; `prometheusRule.rules.<Rule>: false` still switches one off.
+    Compiled for the chart's DaemonSet: `gpu_attribution: auto` means assignment here."""
     from trainprof.render import to_yaml
+    from trainprof.rules.compiler import compile_rules
+
+    if compiled.config.gpu_attribution == "auto":
+        compiled = compile_rules(chart_config(compiled.config))
 
     return to_yaml({"prometheusRule": {"groups": compiled.groups}}, generator)
