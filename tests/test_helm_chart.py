@@ -542,3 +542,60 @@ def test_notes_say_what_to_check(helm, helm_home, tmp_path):
     assert "kubectl -n monitoring get daemonset t-trainprof-exporter" in notes
     assert 'release="kube-prometheus-stack"' in notes
     assert 'container port "trainprof" (local rank 0, port 9946)' in notes
+
+
+# --- the chart's rules give the committed rules' verdicts ---------------------------------
+
+
+def _default_cases():
+    from scenario import load_cases
+
+    return [(i, c) for i, c in load_cases() if "config" not in c]
+
+
+def _with_assignments(case: dict) -> dict:
+    """The case with every GPU held by the job its exporter names, as ranks would say."""
+    from scenario import host_labels
+
+    case = copy.deepcopy(case)
+    for name, host in case.get("hosts", {}).items():
+        labels = host_labels(case, name)
+        for i in range(host.get("gpus", 1)):
+            who = {k: labels[k] for k in ("namespace", "training_job") if k in labels}
+            text = ", ".join(f'{k}="{v}"' for k, v in sorted(who.items()))
+            case.setdefault("series", []).append(
+                {
+                    "series": f'trainprof_gpu_assignment_info{{job="ranks", {text}, '
+                    f'gpu="{i}", uuid="GPU-{name}-{i}"}}',
+                    "values": "1x" + str(int(4 * 60 * 2)),
+                }
+            )
+    return case
+
+
+@pytest.fixture(scope="module")
+def chart_rules_file(rendered, tmp_path_factory) -> Path:
+    (rule,) = by_kind(objects(rendered["default"]), "PrometheusRule")
+    path = tmp_path_factory.mktemp("chart-rules") / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "case", [c for _, c in _default_cases()], ids=[i for i, _ in _default_cases()]
+)
+def test_scenarios_hold_for_the_charts_prometheusrule(
+    case, chart_rules_file, promtool, tmp_path, monkeypatch
+):
+    import scenario
+
+    monkeypatch.setattr(scenario, "DEFAULT_RULES", chart_rules_file)
+    test_file = scenario.promtool_files(_with_assignments(case), tmp_path)
+    result = subprocess.run(
+        [promtool, "test", "rules", test_file.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
