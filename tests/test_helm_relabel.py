@@ -326,3 +326,53 @@ def test_the_compiled_rules_attribute_the_starved_gpu_to_its_job(kubernetes_like
         ("GPU-n1-0", "bert", "team-a", "gpu-node-1")
     ], low
     assert not [k for a in low for k in a if k.startswith("exported_")]
+
+
+def _gpu_queries(dashboard: dict) -> list[tuple[str, str]]:
+    from trainprof.dashboards import panel_queries
+
+    return [
+        (title, expr)
+        for title, _, expr in panel_queries(dashboard)
+        if "trainprof_gpu_utilization_sampled_ratio_bucket" in expr and ":" not in expr
+    ]
+
+
+def test_the_charts_job_dashboard_shows_the_jobs_gpus(kubernetes_like_scrape, helm, tmp_path):
+    from trainprof.dashboards.queries import interpolate
+
+    docs = objects(render(helm, helm_env(tmp_path)))
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if "trainprof-job.json" in d.get("data", {})]
+    queries = _gpu_queries(json.loads(cm["data"]["trainprof-job.json"]))
+    assert queries
+    values = {"namespace": "team-a", "training_job": "bert", "node": None, "gpu": None}
+    builtins = {"__rate_interval": "4s", "__range": "1m", "__interval": "1s"}
+    deadline = time.monotonic() + 30
+    for title, expr in queries:
+        text = interpolate(expr, values, builtins)
+        while True:
+            result = query(kubernetes_like_scrape, text)["data"]["result"]
+            if result or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert result, f"{title}: {text}"
+        assert {r["metric"].get("node") for r in result} == {"gpu-node-1"}, title
+
+
+def test_the_charts_job_dashboard_variables_follow_the_job(kubernetes_like_scrape, helm, tmp_path):
+    import re
+
+    docs = objects(render(helm, helm_env(tmp_path)))
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if "trainprof-job.json" in d.get("data", {})]
+    variables = {
+        v["name"]: v for v in json.loads(cm["data"]["trainprof-job.json"])["templating"]["list"]
+    }
+    # "All" nodes is the job's nodes, not every node the DaemonSet covers.
+    assert variables["node"]["includeAll"] and not variables["node"].get("allValue")
+    query_text = variables["gpu"]["query"]
+    query_text = query_text["query"] if isinstance(query_text, dict) else query_text
+    series = re.match(r"label_values\((.*), gpu\)$", query_text).group(1)
+    series = series.replace("$training_job", "bert").replace("$namespace", "team-a")
+    series = series.replace("$node", "gpu-node-1")
+    result = query(kubernetes_like_scrape, series)["data"]["result"]
+    assert [(r["metric"]["gpu"], r["metric"]["uuid"]) for r in result] == [("0", "GPU-n1-0")]

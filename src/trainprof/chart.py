@@ -75,7 +75,7 @@ def dashboard_files() -> dict[str, str]:
 
     out = {}
     for path in dashboards.DASHBOARDS:
-        model = json.loads(dashboards.render(path, default_config()))
+        model = json.loads(dashboards.render(path, chart_config(default_config())))
         text = json.dumps(model, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         out[f"files/dashboards/{os.path.basename(path)}"] = text + "\n"
     return out
