@@ -605,3 +605,20 @@ def test_scenarios_hold_for_the_charts_prometheusrule(
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "setting, where",
+    [
+        ("exporter.port=abc", "/exporter/port"),
+        ("exporter.serviceMonitor.interval=15 seconds", "/exporter/serviceMonitor/interval"),
+        ("exporter.hostPath=/proc", "hostPath"),
+        ("dashboards.label=", "/dashboards/label"),
+        ("actions.dryRun=maybe", "/actions/dryRun"),
+    ],
+)
+def test_bad_values_name_the_key(setting, where, helm, helm_home):
+    result = run_helm(helm, helm_home, "template", "t", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert where in result.stderr, result.stderr
+    assert "panic" not in result.stderr and "goroutine" not in result.stderr
