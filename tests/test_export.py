@@ -97,3 +97,39 @@ def test_generate_check_runs_in_the_checkout(root):
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_wheel_exports_the_chart_without_the_source_tree(root, tmp_path):
+    """Build the wheel, import trainprof from it alone, export outside any checkout."""
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "--no-build-isolation"]
+        + ["-q", "-w", str(wheels)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = wheels.glob("trainprof-*.whl")
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    work = tmp_path / "work"
+    work.mkdir()
+    code = (
+        "import sys, trainprof; from trainprof.cli import main; "
+        "assert trainprof.__file__.startswith(sys.argv[1]), trainprof.__file__; "
+        "sys.exit(main(['export', 'chart', '-o', 'out']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(site)],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert _tree(work / "out") == _tree(root / "helm")
