@@ -148,12 +148,17 @@ def _device_time(trace: Trace, out: dict[str, Any], top: int) -> None:
         }
         for name, m in sorted(memory.items())
     }
+    out["launch_latency_seconds"] = distribution(launch_latencies(trace))
+
+
+def launch_latencies(trace: Trace) -> list[int]:
+    """Device start minus host launch start (ns) of every event paired by correlation."""
     latencies = []
-    for e in events:
+    for e in trace.device:
         launch = trace.launches.get(e.correlation) if e.correlation is not None else None
         if launch is not None and e.start >= launch.start:
             latencies.append(e.start - launch.start)
-    out["launch_latency_seconds"] = distribution(latencies)
+    return latencies
 
 
 def _gpu(trace: Trace) -> dict[str, Any]:
