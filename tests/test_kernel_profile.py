@@ -169,3 +169,16 @@ def test_real_trace_folds_into_bounded_series():
         )
         == 3
     )
+
+
+def test_a_profiler_already_running_skips_the_window_once(session, tmp_path, caplog):
+    s = trainprof.start(
+        serve=False, training_job="busy", kernel_profile=f"steps=2,every=1h,first=1,dir={tmp_path}"
+    )
+    with torch.profiler.profile():  # the user's own profiler holds the profiler
+        train(5)
+    errors = s.value("trainprof_instrumentation_errors_total")
+    assert errors == 0
+    said = [r.getMessage() for r in caplog.records if "window not started" in r.getMessage()]
+    assert len(said) == 1  # once, then the next try waits `every`
+    assert s.value("trainprof_training_steps_total", mode="train") == 5

@@ -37,7 +37,9 @@ def load_traces(paths: list[str]) -> tuple[list, list[str]]:
     """Read every trace; return the good ones (distinct ranks) and one error line per bad one."""
     from trainprof.trace.load import TraceError, read_trace
 
-    traces, errors, seen = [], [], {}
+    traces: list = []
+    errors: list[str] = []
+    seen: dict[int, str] = {}
     for path in paths:
         try:
             trace = read_trace(path)

@@ -155,27 +155,43 @@ class KernelProfiler:
         if self._queue.full():  # the last window is still being written: try again later
             self._next = time.monotonic() + min(self.config.every, 60.0)
             return
-        import torch.profiler as tp
+        try:
+            import torch
+            import torch.profiler as tp
 
-        activities = [tp.ProfilerActivity.CPU]
-        import torch
-
-        if torch.cuda.is_available():
-            activities.append(tp.ProfilerActivity.CUDA)
-        # A schedule that always records: the same as none, but it makes torch.profiler mark
-        # each step with a ProfilerStep#N range, which the step statistics read.
-        self._profiler = tp.profile(
-            activities=activities, schedule=lambda _step: tp.ProfilerAction.RECORD
-        )
-        self._profiler.start()
+            if torch._C._autograd._profiler_enabled():
+                raise RuntimeError("another profiler is running; trainprof leaves it alone")
+            activities = [tp.ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(tp.ProfilerActivity.CUDA)
+            # A schedule that always records: the same as none, but it makes torch.profiler
+            # mark each step with a ProfilerStep#N range, which the step statistics read.
+            profiler = tp.profile(
+                activities=activities, schedule=lambda _step: tp.ProfilerAction.RECORD
+            )
+            profiler.start()
+        except Exception as e:  # another profiler running, say: skip this window
+            self._next = time.monotonic() + self.config.every
+            log.warning(
+                "trainprof: kernel profile window not started (%s: %s); next try in %gs",
+                type(e).__name__,
+                e,
+                self.config.every,
+            )
+            return
+        self._profiler = profiler
         self._in_window = 0
         self._overhead = perf_counter() - t0
 
     def _end(self) -> None:
         t0 = perf_counter()
         profiler, self._profiler = self._profiler, None
-        profiler.stop()
         self._next = time.monotonic() + self.config.every
+        try:
+            profiler.stop()
+        except Exception as e:
+            log.warning("trainprof: kernel profile window dropped (%s: %s)", type(e).__name__, e)
+            return
         overhead = self._overhead + perf_counter() - t0
         self._queue.put((profiler, self._in_window, overhead))
 

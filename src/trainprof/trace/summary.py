@@ -22,6 +22,7 @@ Definitions (all from device timestamps; a class or key with no time is left out
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -193,19 +194,20 @@ def _steps(trace: Trace) -> dict[str, Any]:
     if not windows:
         return {"count": 0}
     busy = merged((e.start, e.end) for e in trace.device)
-    per_step: dict[int, list[int]] = {}
-    launch_starts = sorted(
+    caused_by = sorted(
         (trace.launches[e.correlation].start, e.start, e.end)
         for e in trace.device
         if e.correlation in trace.launches
     )
+    launch_times = [c[0] for c in caused_by]
     idle_in_steps = 0
     device_windows = []
-    for i, (_, s, t) in enumerate(windows):
-        caused = [(a, b) for launch, a, b in launch_starts if s <= launch < t]
+    for _, s, t in windows:
+        caused = caused_by[
+            bisect.bisect_left(launch_times, s) : bisect.bisect_left(launch_times, t)
+        ]
         if caused:
-            first, last = min(a for a, _ in caused), max(b for _, b in caused)
-            per_step[i] = [first, last]
+            first, last = min(c[1] for c in caused), max(c[2] for c in caused)
             idle_in_steps += (last - first) - clipped_length(busy, first, last)
             device_windows.append(last - first)
     return {
