@@ -140,64 +140,64 @@ class KernelSeries:
         return s
 
     def families(self, ident_names: list[str], ident: list[str]) -> Iterator:
-        fam = Families(ident_names)
+        """The series as metric families, rendered under the lock in one go."""
         with self.lock:
-            yield fam.counter(
-                "trainprof_kernel_profile_windows_total",
-                ["gpu_activity"],
-                [(ident + [k], v) for k, v in sorted(self.windows.items())],
+            return iter(list(self._families(ident_names, ident)))
+
+    def _families(self, ident_names: list[str], ident: list[str]) -> Iterator:
+        fam = Families(ident_names)
+        yield fam.counter(
+            "trainprof_kernel_profile_windows_total",
+            ["gpu_activity"],
+            [(ident + [k], v) for k, v in sorted(self.windows.items())],
+        )
+        yield fam.counter("trainprof_kernel_profiled_steps_total", [], [(ident, self.steps)])
+        yield fam.counter(
+            "trainprof_kernel_profile_overhead_seconds_total", [], [(ident, self.overhead)]
+        )
+        if self.last_window is not None:
+            yield fam.gauge(
+                "trainprof_kernel_last_window_timestamp_seconds",
+                [],
+                [(ident, self.last_window)],
             )
-            yield fam.counter("trainprof_kernel_profiled_steps_total", [], [(ident, self.steps)])
-            yield fam.counter(
-                "trainprof_kernel_profile_overhead_seconds_total", [], [(ident, self.overhead)]
+        yield fam.counter(
+            "trainprof_kernel_host_device_busy_seconds_total",
+            ["side"],
+            [(ident + [k], v) for k, v in sorted(self.host_device.items())],
+        )
+        yield fam.counter(
+            "trainprof_kernel_cpu_op_seconds_total",
+            ["op"],
+            [(ident + [k], v) for k, v in sorted(self.cpu_ops.values.items())],
+        )
+        if not self.windows.get("yes"):
+            return  # no GPU activity profiled yet: the GPU series are absent, not zero
+        if self.gpu:
+            yield fam.gauge(
+                "trainprof_kernel_gpu_info",
+                ["gpu_name", "tensor_cores"],
+                [(ident + list(self.gpu), 1)],
             )
-            if self.last_window is not None:
-                yield fam.gauge(
-                    "trainprof_kernel_last_window_timestamp_seconds",
-                    [],
-                    [(ident, self.last_window)],
-                )
-            yield fam.counter(
-                "trainprof_kernel_host_device_busy_seconds_total",
-                ["side"],
-                [(ident + [k], v) for k, v in sorted(self.host_device.items())],
-            )
-            yield fam.counter(
-                "trainprof_kernel_cpu_op_seconds_total",
-                ["op"],
-                [(ident + [k], v) for k, v in sorted(self.cpu_ops.values.items())],
-            )
-            if not self.windows.get("yes"):
-                return  # no GPU activity profiled yet: the GPU series are absent, not zero
-            if self.gpu:
-                yield fam.gauge(
-                    "trainprof_kernel_gpu_info",
-                    ["gpu_name", "tensor_cores"],
-                    [(ident + list(self.gpu), 1)],
-                )
-            for name, key in (
-                ("trainprof_kernel_span_seconds_total", "span"),
-                ("trainprof_kernel_gpu_idle_seconds_total", "idle"),
-                ("trainprof_kernel_step_window_seconds_total", "step_window"),
-                ("trainprof_kernel_step_idle_seconds_total", "step_idle"),
-                ("trainprof_kernel_memcpy_pageable_seconds_total", "pageable"),
-            ):
-                yield fam.counter(name, [], [(ident, self.totals.get(key, 0.0))])
-            for name, label, values in (
-                ("trainprof_kernel_gpu_busy_seconds_total", "overlap", self.busy),
-                ("trainprof_kernel_seconds_total", "kernel", self.kernel_seconds.values),
-                ("trainprof_kernel_launches_total", "kernel", self.kernel_launches),
-                ("trainprof_kernel_activity_seconds_total", "activity", self.activity),
-                ("trainprof_kernel_memcpy_bytes_total", "activity", self.memcpy_bytes),
-            ):
-                yield fam.counter(
-                    name, [label], [(ident + [k], v) for k, v in sorted(values.items())]
-                )
-            yield fam.counter(
-                "trainprof_kernel_precision_seconds_total",
-                ["precision", "kernel_class"],
-                [(ident + list(k), v) for k, v in sorted(self.precision.items())],
-            )
-            yield fam.histogram(
-                "trainprof_kernel_launch_latency_seconds", [], [(ident, self.latency)]
-            )
+        for name, key in (
+            ("trainprof_kernel_span_seconds_total", "span"),
+            ("trainprof_kernel_gpu_idle_seconds_total", "idle"),
+            ("trainprof_kernel_step_window_seconds_total", "step_window"),
+            ("trainprof_kernel_step_idle_seconds_total", "step_idle"),
+            ("trainprof_kernel_memcpy_pageable_seconds_total", "pageable"),
+        ):
+            yield fam.counter(name, [], [(ident, self.totals.get(key, 0.0))])
+        for name, label, values in (
+            ("trainprof_kernel_gpu_busy_seconds_total", "overlap", self.busy),
+            ("trainprof_kernel_seconds_total", "kernel", self.kernel_seconds.values),
+            ("trainprof_kernel_launches_total", "kernel", self.kernel_launches),
+            ("trainprof_kernel_activity_seconds_total", "activity", self.activity),
+            ("trainprof_kernel_memcpy_bytes_total", "activity", self.memcpy_bytes),
+        ):
+            yield fam.counter(name, [label], [(ident + [k], v) for k, v in sorted(values.items())])
+        yield fam.counter(
+            "trainprof_kernel_precision_seconds_total",
+            ["precision", "kernel_class"],
+            [(ident + list(k), v) for k, v in sorted(self.precision.items())],
+        )
+        yield fam.histogram("trainprof_kernel_launch_latency_seconds", [], [(ident, self.latency)])
