@@ -58,9 +58,13 @@ def test_cpu_only_windows_end_to_end(session, tmp_path, caplog):
         training_job="cpu-job",
         kernel_profile=f"steps=4,every=0.2s,first=3,keep=2,dir={tmp_path}",
     )
-    train(40, pause=0.01)
-    assert s._kernel.wait_idle()
-    windows = s.value("trainprof_kernel_profile_windows_total", gpu_activity="no")
+    deadline = time.monotonic() + 60  # a loaded machine writes traces slowly: train on
+    while time.monotonic() < deadline:
+        train(10, pause=0.01)
+        assert s._kernel.wait_idle()
+        windows = s.value("trainprof_kernel_profile_windows_total", gpu_activity="no")
+        if windows and windows >= 3:
+            break
     assert windows and windows >= 3
     assert s.value("trainprof_kernel_profiled_steps_total") == 4 * windows
     assert s.value("trainprof_kernel_cpu_op_seconds_total", op="aten::addmm") > 0
