@@ -98,6 +98,7 @@ def test_trace_only_report_has_the_profiler_panels(trace_report, chromium):
     for caption in TABLES:
         assert any(c.startswith(caption) for c in dom.captions), caption
     assert "Skipped unreadable trace" in dom.text
+    assert "CPU active (operators)" in dom.text and "GPU active time" in dom.text
     assert "AMD Radeon Graphics" in dom.text and "NVIDIA A100-PG509-200" in dom.text
     assert dom.scripts == 0 and not dom.external
 

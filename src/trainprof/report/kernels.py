@@ -86,12 +86,16 @@ def kernel_section(ranks: dict[str, dict[str, Any]], notes: list[str] | None = N
     idle = sum(s["idle_seconds"] for s in ranks.values())
     gpus = sorted({s["gpu"].get("name", "") for s in ranks.values() if s.get("gpu")})
     launches = sum(s.get("kernels", {}).get("launches", 0) for s in ranks.values())
+    cpu = sum(s["cpu_gpu_overlap"]["cpu_busy_seconds"] for s in ranks.values())
+    both = sum(s["cpu_gpu_overlap"]["both_busy_seconds"] for s in ranks.values())
     section.facts += [
         ("Ranks", str(len(ranks))),
         ("GPU", ", ".join(gpus) or "-"),
         ("GPU active time", f"{fmt.duration(span - idle)} of {fmt.duration(span)}"),
         ("GPU active", fmt.value((span - idle) / span, "percentunit") if span else "-"),
         ("Kernels and copies launched", fmt.number(launches)),
+        ("CPU active (operators)", fmt.duration(cpu)),
+        ("CPU and GPU busy at once", fmt.duration(both)),
     ]
     section.tables.append(
         Table(
