@@ -108,6 +108,13 @@ def test_top_kernels_activity_precision_and_latency(tmp_path):
     assert memcpy == {"count": 1, "seconds": pytest.approx(15e-6), "bytes": 4096, "pageable": True}
 
 
+def test_a_driver_call_inside_the_runtime_call_does_not_shorten_the_latency(tmp_path):
+    driver = launch(-1, 1, name="cuLaunchKernel") | {"cat": "cuda_driver"}
+    s = summarize(read_trace(write(tmp_path, [*OVERLAPPING, driver])))
+    assert s["launch_latency_seconds"]["max"] == pytest.approx(5e-6)
+    assert s["launch_latency_seconds"]["mean"] == pytest.approx(4e-6)  # 3 us from -3, not 1
+
+
 def test_steps_and_idle_inside_steps(tmp_path):
     def annotation(name, ts, dur):
         return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur}

@@ -171,7 +171,11 @@ def _add(trace: Trace, event: Any) -> None:
     elif category in LAUNCH_CATEGORIES:
         correlation = _int_or_none(args.get("correlation"))
         if correlation is not None:
-            trace.launches[correlation] = Span(name, start, end)
+            # a runtime call and the driver call inside it share a correlation: the launch
+            # began with the outer (earlier) one
+            known = trace.launches.get(correlation)
+            if known is None or start < known.start:
+                trace.launches[correlation] = Span(name, start, end)
     elif category == SYNC_CATEGORY:
         trace.syncs.append(Span(name, start, end))
     elif category == "cpu_op":
