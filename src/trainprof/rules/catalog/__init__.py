@@ -2,6 +2,15 @@
 
 `ProfilerReport` is not an entry of its own: it stands for all of them (as it did in
 SageMaker), with `<Rule>_<parameter>` overrides.
+
+Adding a rule touches one module: write its `RuleSpec` in the family's module (bottleneck,
+gpu, framework, system, kernels) and list it in `CATALOG` below. The spec carries everything:
+`parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
+alerts), `signals` (what its dashboard row and report section draw, thresholds from the same
+parameters), and, when it needs them, `inputs` (what exporters must count), `health`
+(alerts when they do not), `state` (job-state alerts) and `reads_exporter`. The compiler,
+dashboards, report, alerting routes, replay and docs pick it up; `make generate` rewrites
+the artifacts. tests/test_throwaway_rule.py adds a complete rule in one test module.
 """
 
 from __future__ import annotations
@@ -18,6 +27,11 @@ from trainprof.rules.catalog.gpu import (
     LOAD_BALANCING,
     LOW_GPU_UTILIZATION,
 )
+from trainprof.rules.catalog.kernels import (
+    LAUNCH_BOUND_STEPS,
+    MEMCPY_HEAVY_STEPS,
+    NO_REDUCED_PRECISION,
+)
 from trainprof.rules.catalog.system import OVERALL_SYSTEM_USAGE
 from trainprof.rules.model import RuleSpec
 
@@ -30,6 +44,9 @@ CATALOG: tuple[RuleSpec, ...] = (
     LOAD_BALANCING,
     MAX_INITIALIZATION_TIME,
     STEP_OUTLIER,
+    LAUNCH_BOUND_STEPS,
+    MEMCPY_HEAVY_STEPS,
+    NO_REDUCED_PRECISION,
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
 )
