@@ -109,3 +109,23 @@ def test_gpu_utilization_above_100_percent_is_clamped_and_negative_power_left_ou
     [gpu] = sample.gpus
     assert gpu.utilization == 1.0
     assert gpu.power_watts is None
+
+
+def test_a_stalled_sampler_reports_every_collector_as_failed():
+    from trainprof.exporter.sampler import Sampler
+    from trainprof.sampling import SampleAccumulator
+
+    now = [100.0]
+    cpu = ScriptedCpu([([0.5], [0.0])])
+    sampler = Sampler(
+        SourceRunner([cpu]),
+        SampleAccumulator(0.5, {"node": "n1"}),
+        clock=lambda: now[0],
+    )
+    sampler._last_sample = now[0]
+    sampler.sample_once()
+    assert sample_value(sampler.families(), "trainprof_collector_success", collector="cpu") == 1
+    now[0] += sampler.stall_after + 1  # no sample finished since: the thread is stuck
+    assert sample_value(sampler.families(), "trainprof_collector_success", collector="cpu") == 0
+    sampler.sample_once()
+    assert sample_value(sampler.families(), "trainprof_collector_success", collector="cpu") == 1
