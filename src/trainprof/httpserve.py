@@ -268,12 +268,18 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         waiting = [c for c in self._connections.values() if c.state == _WAITING]
         if not waiting:
             return slow
-        try:
-            readable, _, _ = select.select([c.sock for c in waiting], [], [], 0)
-        except (OSError, ValueError):
-            readable = []
-        unread = {id(sock) for sock in readable}
-        return slow + [c for c in waiting if id(c.sock) not in unread]
+        poller = select.poll()  # not select(): descriptors above 1024 are fine
+        by_fd = {}
+        for c in waiting:
+            try:
+                fd = c.sock.fileno()
+            except (OSError, ValueError):
+                continue
+            if fd >= 0:
+                by_fd[fd] = c
+                poller.register(fd, select.POLLIN)
+        unread = {fd for fd, _ in poller.poll(0)}
+        return slow + [c for fd, c in by_fd.items() if fd not in unread]
 
     def get_request(self):
         conn, address = self.socket.accept()
