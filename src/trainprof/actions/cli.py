@@ -13,14 +13,19 @@ import signal
 import ssl
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 
-def add_parser(commands) -> None:
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     actions = commands.add_parser(
         "actions", help="StopTraining: an Alertmanager webhook receiver that stops jobs"
     )
+    actions.set_defaults(run=run)
     sub = actions.add_subparsers(dest="actions_command", metavar="SUBCOMMAND", required=True)
     serve = sub.add_parser("serve", help="receive Alertmanager webhooks and act on them")
     serve.add_argument(
@@ -52,6 +57,7 @@ def add_parser(commands) -> None:
         metavar="NS",
         help="namespace the receiver runs in (default: trainprof)",
     )
+    return actions
 
 
 def run(args: argparse.Namespace) -> int:
