@@ -43,7 +43,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from trainprof import process
 from trainprof.identity import Identity, resolve
-from trainprof.timing import NOOP, Phase, Step, TimedIterable
+from trainprof.timing import NOOP, HotPath, Phase, Step, TimedIterable
 from trainprof.training_state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
 
 log = logging.getLogger("trainprof")
@@ -61,11 +61,14 @@ class Session:
     """
 
     def __init__(self) -> None:
-        self._state = TrainingState()
-        self._lock = threading.Lock()
-        self._tls = threading.local()
-        self._sync: Callable[[], Any] | None = None
-        self._offset = time.time() - perf_counter()
+        self._hot = HotPath(
+            TrainingState(),
+            offset=time.time() - perf_counter(),
+            error=self._error,
+            first_step=self._on_first_step,
+            current=current,
+        )
+        self._state = self._hot.state  # the same object: the session's own bookkeeping
         self._modes: dict[Any, tuple[str, str]] = {}
         self._bad_modes: set[str] = set()
         self._error_logged = False
@@ -76,9 +79,20 @@ class Session:
         self.port: int | None = None
         self.system: Any = None  # the in-process system exporter, if started here
         self.recorder: Any = None  # StepRecorder, with start(record=...)
-        self._step_log: list | None = None
         self.started = False
         self.inert = False
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._hot.lock
+
+    @property
+    def _tls(self) -> threading.local:
+        return self._hot.tls
+
+    @property
+    def _sync(self) -> Callable[[], Any] | None:
+        return self._hot.sync
 
     # --- hot path ------------------------------------------------------------------------
 
@@ -93,7 +107,7 @@ class Session:
                 resolved = self._resolve_mode(mode)
                 if resolved is None:
                     return NOOP
-            return Step(self, resolved[0], resolved[1], samples, tokens)
+            return Step(self._hot, resolved[0], resolved[1], samples, tokens)
         except Exception:
             self._error()
             return NOOP
@@ -107,7 +121,7 @@ class Session:
             except TypeError:
                 self._error()
             return NOOP
-        return Phase(self, name)
+        return Phase(self._hot, name)
 
     def add(self, samples: float = 0, tokens: float = 0) -> None:
         if self.inert:
@@ -169,7 +183,7 @@ class Session:
         """This rank's metric families (what /metrics serves), rendered from a snapshot."""
         # Re-anchor perf_counter to the wall clock on every scrape, off the hot path, so
         # step timestamps follow NTP corrections.
-        self._offset = time.time() - perf_counter()
+        self._hot.offset = time.time() - perf_counter()
         with self._lock:
             snapshot = self._state.copy()
         name, version = self._framework or process.framework_info()
@@ -205,7 +219,7 @@ class Session:
             if gpus is not None:
                 state.set_gpus((str(i), str(u)) for i, u in gpus)
         self.identity = identity
-        self._sync = sync
+        self._hot.sync = sync
         self._gpus_explicit = gpus is not None
         self._framework = framework
         if gpus is None:
@@ -227,7 +241,7 @@ class Session:
                 "trainprof: cannot record to %s: %s; training goes on", path, e.strerror or e
             )
             return
-        self._step_log = self.recorder.log
+        self._hot.step_log = self.recorder.log
 
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
         from prometheus_client.exposition import start_http_server
@@ -263,7 +277,7 @@ class Session:
         system, self.system = self.system, None
         if system is not None:
             system.stop()
-        recorder, self.recorder, self._step_log = self.recorder, None, None
+        recorder, self.recorder, self._hot.step_log = self.recorder, None, None
         if recorder is not None:
             recorder.close()
 
@@ -274,10 +288,10 @@ class Session:
         system, self.system = self.system, None
         if system is not None:
             system.abandon_in_forked_child()
-        recorder, self.recorder, self._step_log = self.recorder, None, None
+        recorder, self.recorder, self._hot.step_log = self.recorder, None, None
         if recorder is not None:
             recorder.abandon_in_forked_child()
-        self._lock = threading.Lock()
+        self._hot.lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
             try:
@@ -305,12 +319,12 @@ class _Collector:
         return []
 
 
-_current = Session()
-
-
 def current() -> Session:
     """This process's session (started or not)."""
     return _current
+
+
+_current = Session()
 
 
 def step(
@@ -326,7 +340,7 @@ def step(
     resolved = session._modes.get(mode) if type(mode) is str else None
     if resolved is None or session.inert:
         return session.step(mode, samples, tokens)
-    return Step(session, resolved[0], resolved[1], samples, tokens)
+    return Step(session._hot, resolved[0], resolved[1], samples, tokens)
 
 
 def phase(name: str) -> Phase | Any:
@@ -337,7 +351,7 @@ def phase(name: str) -> Phase | Any:
     session = _current
     if session.inert or type(name) is not str:
         return session.phase(name)
-    return Phase(session, name)
+    return Phase(session._hot, name)
 
 
 def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:
