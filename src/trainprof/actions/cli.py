@@ -134,7 +134,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
             )
             return EXIT_BAD_INPUT
     client = None
-    if config.kubernetes:
+    if config.kubernetes and api_url:  # resolve_api_url gave one for every kubernetes target
         try:
             client = kubernetes.Client(
                 api_url, config.kubernetes.token_file, config.kubernetes.ca_file
@@ -165,7 +165,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
         )
         log.close()
         return EXIT_FAILED
-    host, port = server.server_address[:2]
+    host, port = server.socket.getsockname()[:2]
     log.write(
         "start",
         listen=f"{host}:{port}",

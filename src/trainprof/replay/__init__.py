@@ -86,8 +86,8 @@ class ReplayResult:
     scrape_interval: float
     evaluation_interval: float
     notes: list[str]
+    config: RulesConfig  # what the rules were compiled from
     training_job: str = ""
-    config: RulesConfig | None = None
     # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
 

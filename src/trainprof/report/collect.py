@@ -14,6 +14,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from trainprof.dashboards.queries import PRESENCE
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
@@ -121,7 +122,8 @@ class Prometheus:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _get(self, path: str, params: dict[str, str]) -> dict:
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        """The `data` of Prometheus' answer: a dict for queries, a list for label values."""
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
