@@ -10,34 +10,35 @@ SageMaker's default ProfilerReport); `panels` is the house style over grafanalib
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
-from trainprof.rules.config import RulesConfig
+from trainprof.rules.compiler import Compiled
 
 
-def _job(config: RulesConfig):
+def _job(compiled: Compiled) -> Any:
     from trainprof.dashboards import job
 
-    return job.dashboard(config)
+    return job.dashboard(compiled.config, compiled)
 
 
-def _fleet(config: RulesConfig):
+def _fleet(compiled: Compiled) -> Any:
     from trainprof.dashboards import fleet
 
-    return fleet.dashboard(config)
+    return fleet.dashboard(compiled.config, compiled)
 
 
-DASHBOARDS: dict[str, Callable] = {
+DASHBOARDS: dict[str, Callable[[Compiled], Any]] = {
     JOB_DASHBOARD.file: _job,
     FLEET_DASHBOARD.file: _fleet,
 }
 
 
-def render(path: str, config: RulesConfig) -> str:
-    """The JSON text of the dashboard committed at `path`."""
+def render(path: str, compiled: Compiled) -> str:
+    """The JSON text of the dashboard committed at `path`, for the compiled rules."""
     from trainprof.dashboards import panels
 
-    return panels.render(DASHBOARDS[path](config))
+    return panels.render(DASHBOARDS[path](compiled))
 
 
 def iter_panels(data: dict):

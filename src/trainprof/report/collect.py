@@ -19,6 +19,7 @@ from typing import Any
 from trainprof.dashboards.queries import PRESENCE
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, resolved
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
 
@@ -43,11 +44,15 @@ class Collected:
     start: float
     end: float
     step: float
-    config: RulesConfig
+    compiled: Compiled  # the rules the job was watched with, compiled once for the report
     queries: dict[str, ReportQuery]
     results: dict[str, Series]
     verdicts: dict[str, Verdict]
     notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def config(self) -> RulesConfig:
+        return self.compiled.config
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -64,9 +69,9 @@ def from_replay(
     rules and evaluate the report's queries over it with promtool."""
     asked: dict[str, ReportQuery] = {}
 
-    def build(config: RulesConfig, job: str, seconds: float) -> dict[str, Query]:
-        step = query_step(seconds, config.scrape_interval, POINTS)
-        asked.update(resolved(config, job, None, seconds, step))
+    def build(compiled: Compiled, job: str, seconds: float) -> dict[str, Query]:
+        step = query_step(seconds, compiled.config.scrape_interval, POINTS)
+        asked.update(resolved(compiled, job, None, seconds, step))
         return {name: Query(q.expr, q.over_time) for name, q in asked.items()}
 
     result = replay(
@@ -97,7 +102,7 @@ def from_replay(
         start=result.start,
         end=result.end,
         step=query_step(seconds, result.scrape_interval, POINTS),
-        config=result.config,
+        compiled=result.compiled,
         queries=asked,
         results=results,
         verdicts={
@@ -272,7 +277,8 @@ def from_prometheus(
     if _extreme(api, "max", presence, end - start, end) is None:
         raise ReportError(_no_such_job(api, training_job, namespace, "in that time range"))
 
-    queries = resolved(config, training_job, namespace, end - start, step)
+    compiled = compile_rules(config)
+    queries = resolved(compiled, training_job, namespace, end - start, step)
     results: dict[str, Series] = {}
     for name, q in queries.items():
         results[name] = (
@@ -285,7 +291,7 @@ def from_prometheus(
         start=start,
         end=end,
         step=step,
-        config=config,
+        compiled=compiled,
         queries=queries,
         results=results,
         verdicts=verdicts,

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from trainprof.rules import sdk
-from trainprof.rules.compiler import Compiled, compile_rules
-from trainprof.rules.config import ConfigError, Problem, RulesConfig, default_config, load_config
+from trainprof.rules.compiler import Compiled
+from trainprof.rules.config import ConfigError, Problem, RulesConfig, load_config
 
 FORMATS = ("rules", "prometheusrule")
 OUTPUT_NAMES = {"rules": "trainprof.rules.yaml", "prometheusrule": "trainprof.prometheusrule.yaml"}
@@ -79,7 +79,3 @@ def render(
     if fmt == "rules":
         return r.to_yaml({"groups": compiled.groups}, generator)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
-
-
-def default_rules_text(fmt: str, generator: str) -> str:
-    return render(compile_rules(default_config()), fmt, generator)
