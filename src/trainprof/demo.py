@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainprof.names import EXIT_FAILED
 from trainprof.sampling import GpuSample, HostSample
 
 JOB = "demo"
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             "(scripts/install-tools.sh)",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_FAILED
 
     import trainprof
     import trainprof.exporter
@@ -333,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the demo could not listen on a local port", file=sys.stderr)
         exporter.stop()
         trainprof.stop()
-        return 1
+        return EXIT_FAILED
     hook, hook_url = _webhook(say)
     seen: dict[tuple, dict] = {}
     fired: dict[str, float] = {}

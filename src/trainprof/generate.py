@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from trainprof.names import EXIT_FAILED, EXIT_OK
+
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
     from trainprof.rules.compiler import Compiled
@@ -113,7 +115,7 @@ def main(root: str = ".", check: bool = False) -> int:
             print(p, file=sys.stderr)
         if problems:
             print("run: make generate", file=sys.stderr)
-        return 1 if problems else 0
+        return EXIT_FAILED if problems else EXIT_OK
     wanted = {path: make() for path, make in artifacts().items()}
     for path, text in wanted.items():
         full = os.path.join(root, path)
@@ -123,7 +125,7 @@ def main(root: str = ".", check: bool = False) -> int:
     for path in _stale(root, set(wanted)):
         os.remove(os.path.join(root, path))
         print(f"removed {path}", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def _arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
