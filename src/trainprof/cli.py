@@ -5,6 +5,7 @@
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof report (--prometheus URL --job NAME [--from T --to T] | --replay SOURCE) -o FILE
+    trainprof trace summarize TRACE... [--json -|FILE] [--top N]
     trainprof generate [--check]
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     from trainprof.replay import cli as replay
     from trainprof.report import cli as report
     from trainprof.rules import cli as rules
+    from trainprof.trace import cli as trace
 
     parser = argparse.ArgumentParser(
         prog="trainprof",
@@ -43,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainprof {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (rules, replay, report, generate, actions, exporter):
+    for command in (rules, replay, report, trace, generate, actions, exporter):
         command.add_parser(commands)
     return parser
 

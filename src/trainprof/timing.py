@@ -50,6 +50,7 @@ class HotPath:
         "sync",
         "offset",
         "step_log",
+        "kernel",
         "error",
         "first_step",
         "current",
@@ -69,6 +70,7 @@ class HotPath:
         self.sync: Callable[[], Any] | None = None  # e.g. torch.cuda.synchronize
         self.offset = offset  # add to perf_counter() for Unix time
         self.step_log: list[tuple[str, float, float]] | None = None  # steps to record
+        self.kernel: Any = None  # trace.live.KernelProfiler, told when each step ends
         self.error = error  # counts (and logs once) an exception inside instrumentation
         self.first_step = first_step
         # The process's session when a decorated function is called (a later start() or
@@ -236,6 +238,9 @@ class Step(_Frame):
                     state.add_tokens(self._tokens)
             if first:
                 hot.first_step()
+            kernel = hot.kernel
+            if kernel is not None:
+                kernel.step_ended()
         except Exception:
             hot.error()
         return False
