@@ -13,7 +13,17 @@ import pytest
 
 from trainprof import cli, cliargs
 
-SUB_CLIS = ("rules", "replay", "report", "trace", "generate", "actions", "exporter", "record")
+SUB_CLIS = (
+    "rules",
+    "replay",
+    "report",
+    "trace",
+    "export",
+    "generate",
+    "actions",
+    "exporter",
+    "record",
+)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -1,12 +1,13 @@
 """The `trainprof` command line.
 
-    trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
+    trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule|helm-values]
     trainprof rules validate [-c rules.yaml]
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof report (--prometheus URL --job NAME [--from T --to T] | --replay SOURCE) -o FILE
     trainprof trace summarize TRACE... [--json -|FILE] [--top N]
-    trainprof generate [--check]
+    trainprof generate [--check]                    (inside a source checkout only)
+    trainprof export rules|dashboards|alerting|chart -o DIR [-c rules.yaml] [--force]
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
     trainprof record FILE [exporter flags]
@@ -31,7 +32,7 @@ _MISSING_EXTRA = (
 
 def _parser() -> argparse.ArgumentParser:
     """Every sub-command is a module with `add_parser(subparsers)` and `run(args) -> int`."""
-    from trainprof import generate
+    from trainprof import export, generate
     from trainprof.actions import cli as actions
     from trainprof.exporter import cli as exporter
     from trainprof.replay import cli as replay
@@ -45,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainprof {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (rules, replay, report, trace, generate, actions, exporter):
+    for command in (rules, replay, report, trace, export, generate, actions, exporter):
         command.add_parser(commands)
     return parser
 

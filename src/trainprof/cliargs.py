@@ -24,7 +24,15 @@ if TYPE_CHECKING:
     # What `ArgumentParser.add_subparsers()` returns; each sub-CLI's `add_parser` takes it.
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "duration", "label", "positive_int"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "add_rule_config_arguments",
+    "duration",
+    "label",
+    "positive_int",
+]
 
 
 def duration(text: str) -> float:
@@ -59,3 +67,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
     return value
+
+
+def add_rule_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """-c/--config, --scrape-interval and --datapoint-interval, as every command that reads
+    a rule configuration takes them."""
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="rule configuration: YAML, JSON, a DescribeTrainingJob response, "
+        "or Python with SageMaker SDK rule calls; - reads stdin "
+        "(default: ProfilerReport with SageMaker's defaults)",
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        type=duration,
+        metavar="DURATION",
+        help="how often Prometheus scrapes the exporters (default: the "
+        "configuration's scrape_interval, else 15s)",
+    )
+    parser.add_argument(
+        "--datapoint-interval",
+        metavar="DURATION",
+        help="what one SageMaker datapoint lasts (default: the "
+        "configuration's datapoint_interval, else 0.5s)",
+    )

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, label
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments, label
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -25,7 +25,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     rule_commands = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
 
     compile_ = rule_commands.add_parser("compile", help="write Prometheus rule files")
-    _config_args(compile_)
+    add_rule_config_arguments(compile_)
     compile_.add_argument(
         "-o",
         "--output",
@@ -35,10 +35,11 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     )
     compile_.add_argument(
         "--format",
-        choices=("rules", "prometheusrule"),
+        choices=("rules", "prometheusrule", "helm-values"),
         default="rules",
-        help="plain rule file (Prometheus, Thanos, Mimir, vmalert) or a "
-        "prometheus-operator PrometheusRule (default: rules)",
+        help="plain rule file (Prometheus, Thanos, Mimir, vmalert), a "
+        "prometheus-operator PrometheusRule, or a values file for the helm/trainprof "
+        "chart (helm install -f trainprof.values.yaml) (default: rules)",
     )
     compile_.add_argument(
         "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
@@ -57,34 +58,10 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     validate = rule_commands.add_parser(
         "validate", help="check a configuration and show the resolved parameters"
     )
-    _config_args(validate)
+    add_rule_config_arguments(validate)
 
     rule_commands.add_parser("list", help="the rule catalog with SageMaker's defaults")
     return rules
-
-
-def _config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-c",
-        "--config",
-        metavar="FILE",
-        help="rule configuration: YAML, JSON, a DescribeTrainingJob response, "
-        "or Python with SageMaker SDK rule calls; - reads stdin "
-        "(default: ProfilerReport with SageMaker's defaults)",
-    )
-    p.add_argument(
-        "--scrape-interval",
-        type=duration,
-        metavar="DURATION",
-        help="how often Prometheus scrapes the exporters (default: the "
-        "configuration's scrape_interval, else 15s)",
-    )
-    p.add_argument(
-        "--datapoint-interval",
-        metavar="DURATION",
-        help="what one SageMaker datapoint lasts (default: the "
-        "configuration's datapoint_interval, else 0.5s)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
