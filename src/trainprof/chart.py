@@ -75,10 +75,11 @@ def dashboard_files() -> dict[str, str]:
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import default_config
 
-    compiled = compile_rules(chart_config(default_config()))
+    config = chart_config(default_config())
+    compiled = compile_rules(config)
     out = {}
     for path in dashboards.DASHBOARDS:
-        model = json.loads(dashboards.render(path, compiled))
+        model = json.loads(dashboards.render(path, config, compiled))
         text = json.dumps(model, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         out[f"files/dashboards/{os.path.basename(path)}"] = text + "\n"
     return out

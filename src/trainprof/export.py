@@ -69,7 +69,7 @@ def _from_config(kind: str, config, name: str) -> dict[str, Callable[[], str]]:
         from trainprof import dashboards
 
         return {
-            os.path.basename(path): functools.partial(dashboards.render, path, compiled)
+            os.path.basename(path): functools.partial(dashboards.render, path, config, compiled)
             for path in dashboards.DASHBOARDS
         }
     if kind == "chart":

@@ -31,7 +31,8 @@ GENERATED_DIRS = ("rules", "docs", "alerting", "dashboards", "helm/trainprof")
 def _dashboard(path: str, compiled: Callable[[], Compiled]) -> str:
     from trainprof import dashboards
 
-    return dashboards.render(path, compiled())
+    rules = compiled()
+    return dashboards.render(path, rules.config, rules)
 
 
 def artifacts() -> dict[str, Callable[[], str]]:

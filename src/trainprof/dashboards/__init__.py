@@ -14,31 +14,33 @@ from typing import Any
 
 from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.compiler import Compiled
+from trainprof.rules.config import RulesConfig
 
 
-def _job(compiled: Compiled) -> Any:
+def _job(config: RulesConfig, compiled: Compiled | None) -> Any:
     from trainprof.dashboards import job
 
-    return job.dashboard(compiled.config, compiled)
+    return job.dashboard(config, compiled)
 
 
-def _fleet(compiled: Compiled) -> Any:
+def _fleet(config: RulesConfig, compiled: Compiled | None) -> Any:
     from trainprof.dashboards import fleet
 
-    return fleet.dashboard(compiled.config, compiled)
+    return fleet.dashboard(config, compiled)
 
 
-DASHBOARDS: dict[str, Callable[[Compiled], Any]] = {
+DASHBOARDS: dict[str, Callable[[RulesConfig, Compiled | None], Any]] = {
     JOB_DASHBOARD.file: _job,
     FLEET_DASHBOARD.file: _fleet,
 }
 
 
-def render(path: str, compiled: Compiled) -> str:
-    """The JSON text of the dashboard committed at `path`, for the compiled rules."""
+def render(path: str, config: RulesConfig, compiled: Compiled | None = None) -> str:
+    """The JSON text of the dashboard committed at `path`; `compiled` is `config` compiled,
+    if the caller has it already."""
     from trainprof.dashboards import panels
 
-    return panels.render(DASHBOARDS[path](compiled))
+    return panels.render(DASHBOARDS[path](config, compiled))
 
 
 def iter_panels(data: dict):
