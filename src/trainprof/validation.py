@@ -11,7 +11,7 @@ listing all of them, so a user fixes a file in one pass:
       dryrun: unknown key (did you mean dry_run?); valid keys: dry_run, listen
       listen: expected host:port
 
-A single problem without a path reads as one line: `web.yml: cannot read: No such file`.
+A single problem reads as one line: `web.yml: line 2, column 1: not valid YAML: ...`.
 Files are read with `read_text` and parsed with `parse_yaml`, which never lets a reader error,
 a too-deep document or a tab-indented JSON file end in a traceback.
 """
@@ -50,8 +50,8 @@ class ConfigError(ValueError):
 
     def __str__(self) -> str:
         n = len(self.problems)
-        if n == 1 and not self.problems[0].path:
-            return f"{self.source}: {self.problems[0].message}"
+        if n == 1:
+            return f"{self.source}: {self.problems[0]}"
         head = f"{self.source}: {n} problem{'s' if n != 1 else ''}"
         return head + "".join(f"\n  {p}" for p in self.problems)
 
@@ -121,6 +121,7 @@ class Problems:
         keys: Iterable[str],
         not_implemented: Iterable[str] = (),
         list_valid: bool = True,
+        product: str = "trainprof",
     ) -> None:
         """A problem per key of `mapping` not in `keys`, with the nearest valid one."""
         keys, not_implemented = tuple(keys), tuple(not_implemented)
@@ -129,10 +130,10 @@ class Problems:
                 continue
             where = f"{path}.{key}" if path else str(key)
             if key in not_implemented:
-                self.add(where, "not implemented by trainprof")
+                self.add(where, f"not implemented by {product}")
                 continue
             valid = f"; valid keys: {', '.join(keys)}" if list_valid else ""
-            self.add(where, "unknown key" + nearest(str(key), keys) + valid)
+            self.add(where, "unknown key" + nearest(str(key), keys + not_implemented) + valid)
 
     def one_of(self, path: str, value: Any, choices: Iterable[str]) -> bool:
         """True if `value` is one of `choices`; else a problem naming them and the nearest."""

@@ -37,7 +37,16 @@ from typing import Any
 from trainprof.actions import kubernetes, local
 from trainprof.durations import parse_duration
 from trainprof.rules import catalog
-from trainprof.rules.config import ConfigError, Problem, nearest
+from trainprof.validation import (
+    ConfigError,
+    Problem,
+    Problems,
+    check_deep,
+    describe,
+    nearest,
+    parse_yaml,
+    read_text,
+)
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
@@ -107,67 +116,48 @@ class ActionsConfig:
         return "local" if self.local_jobs else "none"
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return {dict: "a mapping", list: "a list", str: f"the string {value!r}"}.get(
-        type(value), f"{type(value).__name__} {value!r}"
-    )
-
-
 def _is_one_of(value: Any, choices) -> bool:
     return isinstance(value, str) and value in choices
 
 
-class _Checker:
-    def __init__(self):
-        self.problems: list[Problem] = []
-
+class _Checker(Problems):
     def problem(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
+        self.add(path, message)
 
     def mapping(self, value: Any, path: str, keys: tuple[str, ...]) -> Mapping:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            self.problem(path, f"expected a mapping, got {_kind(value)}")
+            self.problem(path, f"expected a mapping, got {describe(value)}")
             return {}
-        for key in value:
-            if key not in keys:
-                where = f"{path}.{key}" if path else str(key)
-                self.problem(
-                    where,
-                    "unknown key" + nearest(str(key), keys) + f"; valid keys: {', '.join(keys)}",
-                )
+        self.unknown_keys(value, path, keys)
         return value
 
     def string(self, data: Mapping, key: str, path: str, default: str | None = None):
         value = data.get(key, default)
         if value is not None and not (isinstance(value, str) and value):
-            self.problem(path, f"expected a non-empty string, got {_kind(value)}")
+            self.problem(path, f"expected a non-empty string, got {describe(value)}")
             return default
         return value
 
     def boolean(self, data: Mapping, key: str, path: str, default: bool) -> bool:
         value = data.get(key, default)
         if not isinstance(value, bool):
-            self.problem(path, f"expected true or false, got {_kind(value)}")
+            self.problem(path, f"expected true or false, got {describe(value)}")
             return default
         return value
 
     def positive_int(self, data: Mapping, key: str, path: str, default: int) -> int:
         value = data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.problem(path, f"expected a whole number of 1 or more, got {_kind(value)}")
+            self.problem(path, f"expected a whole number of 1 or more, got {describe(value)}")
             return default
         return value
 
     def string_list(self, data: Mapping, key: str, path: str) -> list[str]:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.problem(path, f"expected a list of strings, got {_kind(value)}")
+            self.problem(path, f"expected a list of strings, got {describe(value)}")
             return []
         return value
 
@@ -204,7 +194,7 @@ class _Checker:
             if not _is_one_of(action, RULE_ACTIONS):
                 self.problem(
                     path,
-                    f"{_kind(action)} is not one of {', '.join(RULE_ACTIONS)}"
+                    f"{describe(action)} is not one of {', '.join(RULE_ACTIONS)}"
                     + nearest(str(action), RULE_ACTIONS),
                 )
                 continue
@@ -226,7 +216,7 @@ class _Checker:
         if not _is_one_of(signal, local.SIGNALS):
             self.problem(
                 "local.signal",
-                f"{_kind(signal)} is not one of "
+                f"{describe(signal)} is not one of "
                 f"{', '.join(local.SIGNALS)}" + nearest(str(signal), local.SIGNALS),
             )
             signal = "SIGTERM"
@@ -260,14 +250,14 @@ class _Checker:
         if not _is_one_of(resource, kubernetes.KINDS):
             self.problem(
                 "kubernetes.resource",
-                f"{_kind(resource)} is not one of "
+                f"{describe(resource)} is not one of "
                 f"{', '.join(kubernetes.KINDS)}" + nearest(str(resource), kubernetes.KINDS),
             )
         action = data.get("action", "suspend")
         if not _is_one_of(action, kubernetes.ACTIONS):
             self.problem(
                 "kubernetes.action",
-                f"{_kind(action)} is not one of "
+                f"{describe(action)} is not one of "
                 f"{', '.join(kubernetes.ACTIONS)}" + nearest(str(action), kubernetes.ACTIONS),
             )
         api_url = self.string(data, "api_url", "kubernetes.api_url")
@@ -300,16 +290,17 @@ def parse_listen(value: Any) -> tuple[str, int]:
         except ValueError:
             pass
     raise ValueError(
-        f"{_kind(value)} is not host:port with an IP address or localhost "
+        f"{describe(value)} is not host:port with an IP address or localhost "
         "(e.g. 127.0.0.1:9095, 0.0.0.0:9095, [::1]:9095)"
     )
 
 
 def load_actions_config(data: Any, source: str = "configuration") -> ActionsConfig:
     """Check a parsed configuration; raises ConfigError listing every problem."""
+    check_deep(data, source)
     c = _Checker()
     if not isinstance(data, Mapping):
-        raise ConfigError([Problem("", f"expected a mapping, got {_kind(data)}")], source)
+        raise ConfigError([Problem("", f"expected a mapping, got {describe(data)}")], source)
     c.mapping(data, "", _TOP)
 
     listen = c.listen(data.get("listen", "127.0.0.1:9095"))
@@ -413,24 +404,7 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
 
 def read_actions_config(path: str) -> ActionsConfig:
     """Load a YAML file; ConfigError for unreadable files and invalid YAML too."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError([Problem("", f"cannot read: {e.strerror or e}")], path) from None
-    except UnicodeDecodeError:
-        raise ConfigError([Problem("", "not a UTF-8 text file")], path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(
-            [Problem(where, f"not valid YAML: {getattr(e, 'problem', e)}")], path
-        ) from None
-    return load_actions_config(data, path)
+    return load_actions_config(parse_yaml(read_text(path), path), path)
 
 
 def read_token(config: ActionsConfig, source: str = "configuration") -> str:
