@@ -182,6 +182,9 @@ def parse_yaml(text: str, source: str) -> Any:
         error = e
     except (RecursionError, MemoryError):
         raise ConfigError([Problem("", "nested too deeply to read")], source) from None
+    except ValueError as e:  # an integer of more than 4300 digits
+        reason = str(e).split(";")[0]
+        raise ConfigError([Problem("", f"a value cannot be read: {reason}")], source) from None
     if text.lstrip()[:1] in ("{", "["):
         try:
             return json.loads(text)

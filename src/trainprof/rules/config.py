@@ -257,10 +257,10 @@ class _Loader(Problems):
                     f"links.{key}",
                     "unknown key" + nearest(str(key), ("runbook_url", "grafana_url")),
                 )
+            elif isinstance(url, str) and template_problem(url):
+                self.problem(f"links.{key}", template_problem(url))
             elif not isinstance(url, str) or not _URL.match(url):
                 self.problem(f"links.{key}", f"{short(url)} is not an http(s) URL")
-            elif template_problem(url):
-                self.problem(f"links.{key}", template_problem(url))
             elif key == "runbook_url":
                 runbook = url
             else:

@@ -232,7 +232,8 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
     try:
         tree = ast.parse(source, filename)
     except SyntaxError as e:
-        return Extracted({}, [(f"{filename}:{e.lineno}", f"not valid Python: {e.msg}")], [])
+        where = f"{filename}:{e.lineno}" if e.lineno else filename
+        return Extracted({}, [(where, f"not valid Python: {e.msg.split(' - ')[0]}")], [])
     except (RecursionError, MemoryError):
         return Extracted({}, [(filename, "nested too deeply to read")], [])
     except ValueError as e:  # a NUL byte
