@@ -64,8 +64,8 @@ _TOP = (
     "local",
     "kubernetes",
 )
-_TLS = ("cert_file", "key_file")
-_LIMITS = ("max_body_bytes", "requests_per_minute", "burst")
+TLS_KEYS = ("cert_file", "key_file")
+LIMIT_KEYS = ("max_body_bytes", "requests_per_minute", "burst")
 _ALLOW = ("namespaces", "training_jobs")
 _LOCAL = ("signal", "jobs")
 _LOCAL_JOB = ("pid_file", "process_group")
@@ -306,7 +306,7 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
     listen = c.listen(data.get("listen", "127.0.0.1:9095"))
     tls = None
     if "tls" in data:
-        tls_data = c.mapping(data["tls"], "tls", _TLS)
+        tls_data = c.mapping(data["tls"], "tls", TLS_KEYS)
         cert = c.string(tls_data, "cert_file", "tls.cert_file")
         key = c.string(tls_data, "key_file", "tls.key_file")
         if cert is None or key is None:
@@ -326,7 +326,7 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
         c.problem("token_env", f"{token_env!r} is not an environment variable name")
     audit_log = c.string(data, "audit_log", "audit_log", "-")
 
-    limits_data = c.mapping(data.get("limits"), "limits", _LIMITS)
+    limits_data = c.mapping(data.get("limits"), "limits", LIMIT_KEYS)
     limits = Limits(
         c.positive_int(
             limits_data, "max_body_bytes", "limits.max_body_bytes", Limits.max_body_bytes
