@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+MAX_DEPTH = 64  # no configuration needs more; parsers recurse per level
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 80
 _REPR.maxlevel = 3
@@ -176,6 +177,8 @@ def parse_yaml(text: str, source: str) -> Any:
     """
     import yaml
 
+    if _flow_depth(text) > MAX_DEPTH:
+        raise ConfigError([Problem("", f"nested more than {MAX_DEPTH} levels deep")], source)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -196,6 +199,25 @@ def parse_yaml(text: str, source: str) -> Any:
     raise ConfigError([Problem(where, f"not valid YAML: {what}")], source) from None
 
 
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside quotes: the YAML parser recurses per level,
+    slowly, so a document of thousands of brackets is refused before it is parsed."""
+    depth = deepest = 0
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def _reader_error(error: Exception) -> str:
     """yaml's ReaderError (a control character) has a position, not a mark."""
     character = getattr(error, "character", None)
@@ -206,7 +228,7 @@ def _reader_error(error: Exception) -> str:
     return str(error)
 
 
-def check_deep(value: Any, source: str, limit: int = 64) -> None:
+def check_deep(value: Any, source: str, limit: int = MAX_DEPTH) -> None:
     """Refuse a document nested deeper than any configuration needs (YAML anchors can
     also make a small file expand into a huge tree); ConfigError, not a RecursionError."""
     stack = [(value, 0)]
