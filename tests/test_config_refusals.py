@@ -302,3 +302,35 @@ def test_defaults_still_compile_and_match_the_committed_rules(root):
     committed = yaml.safe_load((root / "rules" / "trainprof.rules.yaml").read_text())
     assert committed == yaml.safe_load(files.default_rules_text("rules", "make generate"))
     assert default_config().job_labels == ("namespace", "training_job")
+
+
+# --- warnings only about what the user wrote ---------------------------------------------------
+
+
+def test_a_default_configuration_compiles_without_warnings(tmp_path, capsys):
+    from trainprof.rules.compiler import compile_rules
+
+    assert compile_rules(default_config()).warnings == ()
+    assert main(["rules", "compile", "-o", str(tmp_path)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_window_the_user_set_too_short_still_warns():
+    from trainprof.rules.compiler import compile_rules
+
+    config = load_config({"rules": [{"rule": "GPUMemoryIncrease", "parameters": {"window": 12}}]})
+    (warning,) = compile_rules(config).warnings
+    assert warning.startswith("rules[0].parameters.window: GPUMemoryIncrease's window of 12")
+    report = load_config({"rules": [{"rule": "ProfilerReport"}]})
+    assert compile_rules(report).warnings == ()
+
+
+def test_the_default_window_adjustment_stays_out_of_the_report_notes(tmp_path, promtool):
+    from trainprof.replay import replay
+    from trainprof.replay.synthetic import write_system
+
+    hosts = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.9, "cpu": 0.5}]}}
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=1_700_000_000, duration=120, interval=0.5, hosts=hosts)
+    result = replay(str(tmp_path / "job"), None, scrape_interval=15)
+    assert not [n for n in result.notes if "GPUMemoryIncrease" in n], result.notes

@@ -88,6 +88,9 @@ class RuleInstance:
     severity: str
     patience_mode: str  # for | warmup
     where: str  # config path of a parameter: where.format(param="window")
+    # The parameters the configuration set: only these are warned about (a default that
+    # trainprof adjusts is documented, not repeated at every compile).
+    given: frozenset[str] = frozenset()
 
     @property
     def evaluation_interval(self) -> float:
@@ -430,12 +433,16 @@ class _Loader(Problems):
             given = per_rule[spec.name]
             if scan is not None and "scan_interval_us" not in given:
                 given["scan_interval_us"] = (scan, f"{path}.parameters.scan_interval_us")
-            values = self.parse_values(spec, given)
-            out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", values)
+            parsed = self.parse_values(spec, given)
+            out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", parsed)
         return out
 
-    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> dict:
+    def parse_values(
+        self, spec: RuleSpec, given: dict[str, tuple[Any, str]]
+    ) -> tuple[dict, frozenset[str]]:
+        """(every parameter's value, the names the configuration set)."""
         values = spec.defaults()
+        written = set()
         names = [p.name for p in spec.params]
         for key, (raw, where) in given.items():
             match = next((n for n in names if n.lower() == key.lower()), None)
@@ -453,6 +460,7 @@ class _Loader(Problems):
             except ValueError as e:
                 self.problem(where, str(e))
                 continue
+            written.add(match)
             if kind is PERCENT and 0 < values[match] < 1:
                 self.warn(
                     where,
@@ -460,7 +468,7 @@ class _Loader(Problems):
                     f"{values[match] * 100:g} %; percentages are 0 to 100 (if you meant "
                     f"{values[match] * 100:g} %, write {values[match] * 100:g})",
                 )
-        return values
+        return values, frozenset(written)
 
     def check_spans(self, rules: tuple[RuleInstance, ...], datapoint: float) -> None:
         """Windows and intervals Prometheus can still write as a duration."""
@@ -488,11 +496,13 @@ class _Loader(Problems):
             path, f"unknown rule {name!r}" + nearest(name, valid) + f"; rules: {', '.join(valid)}"
         )
 
-    def instance(self, where, spec, values, options, default_mode) -> RuleInstance:
+    def instance(self, where, spec, parsed, options, default_mode) -> RuleInstance:
+        values, given = parsed
         mode = options.get("patience_mode", default_mode)
         if mode == "auto":
             mode = spec.patience_auto
-        return RuleInstance(spec, values, options.get("severity", spec.severity), mode, where)
+        severity = options.get("severity", spec.severity)
+        return RuleInstance(spec, values, severity, mode, where, given)
 
 
 def load_config(
