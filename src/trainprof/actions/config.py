@@ -274,7 +274,10 @@ class _Checker(Problems):
         name_label = self.string(data, "name_label", "kubernetes.name_label", "training_job")
         if not (_is_one_of(resource, kubernetes.KINDS) and _is_one_of(action, kubernetes.ACTIONS)):
             return None
-        return KubernetesTarget(resource, action, api_url, token_file, ca_file, name_label)
+        assert token_file is not None and name_label is not None  # they have defaults
+        return KubernetesTarget(
+            str(resource), str(action), api_url, token_file, ca_file, name_label
+        )
 
 
 def parse_listen(value: Any) -> tuple[str, int]:
@@ -355,7 +358,8 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
     job_patterns = c.string_list(allow, "training_jobs", "allow.training_jobs")
     training_jobs = c.patterns(job_patterns, "allow.training_jobs")
 
-    signal, local_jobs, target = "SIGTERM", {}, None
+    signal, target = "SIGTERM", None
+    local_jobs: dict[str, local.LocalJob] = {}
     if "local" in data and "kubernetes" in data:
         c.problem("kubernetes", "configure one target: local or kubernetes, not both")
     elif "local" in data:
@@ -417,6 +421,7 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
             )
     else:
         path = "token_file"
+        assert config.token_file is not None  # the loader requires one of the two
         try:
             with open(config.token_file, encoding="utf-8") as f:
                 token = f.read()
@@ -447,6 +452,7 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
 
 
 def resolve_api_url(config: ActionsConfig, source: str = "configuration") -> str:
+    assert config.kubernetes is not None, "only called for a kubernetes target"
     url = config.kubernetes.api_url or kubernetes.in_cluster_url()
     if url is None:
         raise ConfigError(

@@ -119,6 +119,9 @@ def alerting(config: RulesConfig) -> tuple[RuleInstance, ...]:
     return tuple(i for i in config.rules if i.spec.alerting)
 
 
+_Parsed = tuple[dict[str, Any], frozenset[str]]  # a rule's values, and the names set
+
+
 class _Loader(Problems):
     def problem(self, path: str, message: str) -> None:
         self.add(path, message)
@@ -270,8 +273,8 @@ class _Loader(Problems):
                     f"links.{key}",
                     "unknown key" + nearest(str(key), ("runbook_url", "grafana_url")),
                 )
-            elif isinstance(url, str) and template_problem(url):
-                self.problem(f"links.{key}", template_problem(url))
+            elif isinstance(url, str) and (why := template_problem(url)):
+                self.problem(f"links.{key}", why)
             elif not isinstance(url, str) or not _URL.match(url):
                 self.problem(f"links.{key}", f"{short(url)} is not an http(s) URL")
             elif key == "runbook_url":
@@ -362,8 +365,8 @@ class _Loader(Problems):
     # --- resolution --------------------------------------------------------------------
 
     def resolve(self, entries, default_mode) -> tuple[RuleInstance, ...]:
-        report: dict[str, tuple[str, dict, dict]] = {}  # from ProfilerReport
-        explicit: dict[str, tuple[str, dict, dict]] = {}
+        report: dict[str, tuple[str, _Parsed, dict]] = {}  # from ProfilerReport
+        explicit: dict[str, tuple[str, _Parsed, dict]] = {}
         for path, name, params, options in entries:
             params.pop("rule_to_invoke", None)
             if name.lower() == catalog.PROFILER_REPORT.lower():
@@ -403,9 +406,9 @@ class _Loader(Problems):
             instances.append(self.instance(path, spec, values, options, default_mode))
         return tuple(instances)
 
-    def report_params(self, path, params) -> dict[str, tuple[str, dict]]:
+    def report_params(self, path, params) -> dict[str, tuple[str, _Parsed]]:
         """Split ProfilerReport's `<Rule>_<param>` overrides onto every catalog rule."""
-        per_rule = {spec.name: {} for spec in catalog.CATALOG}
+        per_rule: dict[str, dict[str, tuple[Any, str]]] = {s.name: {} for s in catalog.CATALOG}
         scan = None
         for key, value in params.items():
             key = str(key)
@@ -437,9 +440,7 @@ class _Loader(Problems):
             out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", parsed)
         return out
 
-    def parse_values(
-        self, spec: RuleSpec, given: dict[str, tuple[Any, str]]
-    ) -> tuple[dict, frozenset[str]]:
+    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> _Parsed:
         """(every parameter's value, the names the configuration set)."""
         values = spec.defaults()
         written = set()

@@ -359,7 +359,8 @@ class _Extractor:
                         entry["parameters"] = cfg[1]
                     found.append((node.lineno, node.col_offset, entry))
 
-        entries, lines = [], {}
+        entries: list[dict[str, Any]] = []
+        lines: dict[str, int] = {}
         for line, _, entry in sorted(found, key=lambda f: (f[0], f[1])):
             if "_bound" in entry:  # bound to a name but never wrapped: still a rule
                 name, params = bound[entry["_bound"]]
