@@ -116,10 +116,6 @@ class ActionsConfig:
         return "local" if self.local_jobs else "none"
 
 
-def _is_one_of(value: Any, choices) -> bool:
-    return isinstance(value, str) and value in choices
-
-
 class _Checker(Problems):
     def problem(self, path: str, message: str) -> None:
         self.add(path, message)
@@ -191,12 +187,7 @@ class _Checker(Problems):
                     + f"; rules: {', '.join(names)}",
                 )
                 continue
-            if not _is_one_of(action, RULE_ACTIONS):
-                self.problem(
-                    path,
-                    f"{describe(action)} is not one of {', '.join(RULE_ACTIONS)}"
-                    + nearest(str(action), RULE_ACTIONS),
-                )
+            if not self.one_of(path, action, RULE_ACTIONS):
                 continue
             out[match] = action
         return out
@@ -213,12 +204,7 @@ class _Checker(Problems):
     def local(self, value: Any) -> tuple[str, dict[str, local.LocalJob]]:
         data = self.mapping(value, "local", _LOCAL)
         signal = data.get("signal", "SIGTERM")
-        if not _is_one_of(signal, local.SIGNALS):
-            self.problem(
-                "local.signal",
-                f"{describe(signal)} is not one of "
-                f"{', '.join(local.SIGNALS)}" + nearest(str(signal), local.SIGNALS),
-            )
+        if not self.one_of("local.signal", signal, local.SIGNALS):
             signal = "SIGTERM"
         jobs_value = data.get("jobs")
         if not isinstance(jobs_value, Mapping) or not jobs_value:
@@ -247,19 +233,9 @@ class _Checker(Problems):
     def kubernetes(self, value: Any) -> KubernetesTarget | None:
         data = self.mapping(value, "kubernetes", _KUBERNETES)
         resource = data.get("resource")
-        if not _is_one_of(resource, kubernetes.KINDS):
-            self.problem(
-                "kubernetes.resource",
-                f"{describe(resource)} is not one of "
-                f"{', '.join(kubernetes.KINDS)}" + nearest(str(resource), kubernetes.KINDS),
-            )
+        known_resource = self.one_of("kubernetes.resource", resource, kubernetes.KINDS)
         action = data.get("action", "suspend")
-        if not _is_one_of(action, kubernetes.ACTIONS):
-            self.problem(
-                "kubernetes.action",
-                f"{describe(action)} is not one of "
-                f"{', '.join(kubernetes.ACTIONS)}" + nearest(str(action), kubernetes.ACTIONS),
-            )
+        known_action = self.one_of("kubernetes.action", action, kubernetes.ACTIONS)
         api_url = self.string(data, "api_url", "kubernetes.api_url")
         if api_url and not (api_url.startswith("https://") or _LOOPBACK_URL.match(api_url)):
             self.problem(
@@ -272,7 +248,7 @@ class _Checker(Problems):
         )
         ca_file = self.string(data, "ca_file", "kubernetes.ca_file", kubernetes.IN_CLUSTER_CA)
         name_label = self.string(data, "name_label", "kubernetes.name_label", "training_job")
-        if not (_is_one_of(resource, kubernetes.KINDS) and _is_one_of(action, kubernetes.ACTIONS)):
+        if not (known_resource and known_action):
             return None
         assert token_file is not None and name_label is not None  # they have defaults
         return KubernetesTarget(

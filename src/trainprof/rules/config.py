@@ -145,18 +145,14 @@ class _Loader(Problems):
         if scrape_interval is not None:
             scrape = scrape_interval
         mode = data.get("patience_mode", "auto")
-        if mode not in PATIENCE_MODES:
-            self.problem(
-                "patience_mode",
-                f"{mode!r} is not one of {', '.join(PATIENCE_MODES)}"
-                + nearest(str(mode), PATIENCE_MODES),
-            )
+        if not self.one_of("patience_mode", mode, PATIENCE_MODES):
+            mode = "auto"
         job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
 
         entries = self.entries(data)
-        rules = self.resolve(entries, mode if mode in PATIENCE_MODES else "auto")
+        rules = self.resolve(entries, mode)
         self.check_spans(rules, datapoint)
         if self.problems:
             return None
@@ -341,14 +337,8 @@ class _Loader(Problems):
         for key, valid in (("severity", SEVERITIES), ("patience_mode", PATIENCE_MODES)):
             if key not in item:
                 continue
-            if item[key] in valid:
+            if self.one_of(f"{path}.{key}", item[key], valid):
                 options[key] = item[key]
-            else:
-                self.problem(
-                    f"{path}.{key}",
-                    f"{item[key]!r} is not one of {', '.join(valid)}"
-                    + nearest(str(item[key]), valid),
-                )
         return [(path, str(item["rule"]), dict(params), options)]
 
     def api_entry(self, path, item):
