@@ -76,11 +76,14 @@ DURATIONS = st.one_of(
     NUMBERS,
 )
 REGEX_PARTS = ["bert", "-.*", "(?=x)", "\\1", "(a)", "a++", "(?x)", "\\Z", "[[:alpha:]]", "{2}"]
-REGEXES = st.lists(st.sampled_from(REGEX_PARTS), max_size=4).map("".join)
+# Text that travels into PromQL strings and YAML: quotes, escapes, braces, control characters,
+# a line separator and a lone surrogate (from a "\\ud800" escape in YAML or JSON).
+WEIRD_PARTS = ['"', "\\", "\n", "}", "{{", "\x00", "\x1b", "\u2028", "\ud800", "é", "$1"]
+REGEXES = st.lists(st.sampled_from(REGEX_PARTS + WEIRD_PARTS), max_size=4).map("".join)
 LABELS = st.sampled_from(["namespace", "training_job", "node", "__name__", "le", "bad-label", ""])
 URLS = st.sampled_from(
     ["https://g.example.com", "https://g/{{ .Value }}", "https://g/{{", "http://x/}}", "ftp://x"]
-)
+) | st.sampled_from(WEIRD_PARTS).map(lambda w: "https://g/" + w)
 
 
 @st.composite

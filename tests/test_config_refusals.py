@@ -238,6 +238,8 @@ PROMTOOL_REJECTS = [
     ({"links": {"runbook_url": "https://runbooks/{{ end }}"}}, "links.runbook_url", "template"),
     # a well-formed template passes promtool, and runs in every alert: injection
     ({"links": {"runbook_url": "https://runbooks/{{.Value}}"}}, "links.runbook_url", "template"),
+    ({"job_selector": {"__name__": "up"}}, "job_selector.__name__", "Prometheus's own"),
+    ({"job_selector": {"training_job": "bert\ud800"}}, "job_selector.training_job", "surrogate"),
     ({"job_selector": {"training_job": {"regex": "bert(?=-)"}}}, "job_selector", "lookahead"),
     ({"job_selector": {"training_job": {"not_regex": "(a)\\1"}}}, "job_selector", "backref"),
     ({"job_selector": {"training_job": {"regex": "a++"}}}, "job_selector", "possessive"),
@@ -273,8 +275,12 @@ def _compiled_with(change: dict, tmp_path) -> str:
         fields["runbook_url"] = change["links"].get("runbook_url", config.runbook_url)
     if "job_selector" in change:
         ((label, spec),) = change["job_selector"].items()
-        ((op, text),) = spec.items()
-        fields["job_selector"] = (Matcher(label, {"regex": "=~", "not_regex": "!~"}[op], text),)
+        ops = {"regex": "=~", "not_regex": "!~"}
+        if isinstance(spec, dict):
+            ((op, text),) = spec.items()
+            fields["job_selector"] = (Matcher(label, ops[op], text),)
+        else:
+            fields["job_selector"] = (Matcher(label, "=", spec),)
     config = dataclasses.replace(config, **fields)
     path = tmp_path / "rules.yaml"
     path.write_text(files.render(compile_rules(config), "rules", "test"))

@@ -175,7 +175,7 @@ def rules_schema() -> dict[str, Any]:
             },
             "job_selector": {
                 "type": "object",
-                "propertyNames": {"pattern": _LABEL_NAME},
+                "propertyNames": {"pattern": _LABEL_NAME, "not": {"pattern": "^__"}},
                 "additionalProperties": matcher,
             },
             "links": {

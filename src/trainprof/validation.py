@@ -229,22 +229,41 @@ def _reader_error(error: Exception) -> str:
 
 
 def check_deep(value: Any, source: str, limit: int = MAX_DEPTH) -> None:
-    """Refuse a document nested deeper than any configuration needs (YAML anchors can
-    also make a small file expand into a huge tree); ConfigError, not a RecursionError."""
-    stack = [(value, 0)]
+    """Refuse what no configuration needs and later stages cannot take: nesting deeper than
+    `limit` (YAML anchors can also make a small file expand into a huge tree), and text
+    that is not Unicode (a lone surrogate from a "\\ud800" escape, which YAML readers such as
+    Prometheus's refuse). ConfigError, not a RecursionError or an encoding error on output.
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
     seen = 0
     while stack:
-        node, depth = stack.pop()
+        node, depth, path = stack.pop()
         if depth > limit:
             raise ConfigError([Problem("", f"nested more than {limit} levels deep")], source)
         seen += 1
         if seen > 1_000_000:
             raise ConfigError([Problem("", "more than a million values")], source)
-        if isinstance(node, Mapping):
-            stack.extend((v, depth + 1) for v in node.values())
-            stack.extend((k, depth + 1) for k in node if not isinstance(k, str))
+        if isinstance(node, str):
+            if not _is_unicode(node):
+                raise ConfigError(
+                    [Problem(path, f"{short(node)} holds a lone surrogate, not Unicode text")],
+                    source,
+                )
+        elif isinstance(node, Mapping):
+            for k, v in node.items():
+                where = f"{path}.{k}" if path else str(k)
+                stack.append((v, depth + 1, where))
+                stack.append((k, depth + 1, path))
         elif isinstance(node, (list, tuple)):
-            stack.extend((v, depth + 1) for v in node)
+            stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(node))
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def template_problem(text: str) -> str | None:

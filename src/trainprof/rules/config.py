@@ -232,7 +232,10 @@ class _Loader(Problems):
         for label, spec in value.items():
             path = f"job_selector.{label}"
             if not isinstance(label, str) or not LABEL_NAME.match(label):
-                self.problem(path, f"{label!r} is not a valid label name")
+                self.problem(path, f"{short(label)} is not a valid label name")
+                continue
+            if label.startswith("__"):
+                self.problem(path, f"{label!r}: names starting with __ are Prometheus's own")
                 continue
             if isinstance(spec, Mapping):
                 if len(spec) != 1 or next(iter(spec)) not in _SELECTOR_OPS:
