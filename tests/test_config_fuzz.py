@@ -5,7 +5,8 @@ Python, and DescribeTrainingJob responses. Inputs are built from the real vocabu
 and parameter names, near misses, and the values that broke the loader before: unitless
 durations, numbers beyond a float, braces in URLs, regexes only Python accepts, deep nesting)
 so most examples reach the compiler. Everything that exits 0 is then checked by the real
-`promtool check rules`. The example count is bounded (derandomized, a few seconds in CI).
+`promtool check rules`. The example count is bounded (derandomized, a few seconds in CI);
+TRAINPROF_FUZZ_EXAMPLES=3000 TRAINPROF_FUZZ_RANDOM=1 runs a longer, fresh search.
 """
 
 from __future__ import annotations
@@ -227,7 +228,8 @@ def compile_in_process(text: str, suffix: str) -> tuple[int, str, str]:
 @settings(
     max_examples=int(os.environ.get("TRAINPROF_FUZZ_EXAMPLES", "300")),
     deadline=5000,
-    derandomize=True,
+    # CI replays the same bounded set; TRAINPROF_FUZZ_RANDOM=1 explores new inputs.
+    derandomize=os.environ.get("TRAINPROF_FUZZ_RANDOM") != "1",
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
