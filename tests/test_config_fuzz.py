@@ -24,48 +24,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainprof.cli import main
+from trainprof.rules import catalog
 
-RULES = [
-    "ProfilerReport",
-    "CPUBottleneck",
-    "IOBottleneck",
-    "LowGPUUtilization",
-    "BatchSize",
-    "GPUMemoryIncrease",
-    "LoadBalancing",
-    "MaxInitializationTime",
-    "StepOutlier",
-    "OverallSystemUsage",
-    "OverallFrameworkMetrics",
-]
+# Inputs are drawn from the catalog's names (so a new rule is fuzzed too) and near misses.
+RULES = [catalog.PROFILER_REPORT] + [spec.name for spec in catalog.CATALOG]
 NEAR_RULES = ["LowGPUUtilisation", "lowgpuutilization", "Dataloader", "vanishing_gradient", "X"]
-PARAMS = [
-    "threshold",
-    "threshold_p95",
-    "threshold_p5",
-    "cpu_threshold",
-    "gpu_threshold",
-    "io_threshold",
-    "window",
-    "patience",
-    "scan_interval_us",
-    "increase",
-    "stddev",
-    "n_outliers",
-    "mode",
-    "n_steps",
-    "gpu_memory_threshold_p95",
-    "cpu_threshold_p95",
-    "gpu_threshold_p95",
-    "threshhold",
-]
+PARAMS = sorted({p.name for spec in catalog.CATALOG for p in spec.params}) + ["threshhold"]
 NUMBERS = st.one_of(
     st.integers(min_value=-10, max_value=2000),
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.7, 1e308, 10**400, 10**20, 2**63, -0.0]),
 )
 TEXT_NUMBERS = st.sampled_from(["70", " 5 ", "1e400", "nan", "-1", "0x10", "", "1_000", "½"])
+PLAUSIBLE = st.integers(min_value=1, max_value=100)
 VALUES = st.one_of(
+    PLAUSIBLE,
+    PLAUSIBLE.map(str),
     NUMBERS,
     TEXT_NUMBERS,
     st.booleans(),
@@ -73,7 +47,8 @@ VALUES = st.one_of(
     st.sampled_from(["train", "ModeKeys.EVAL", "global", [], {}]),
 )
 DURATIONS = st.one_of(
-    st.sampled_from(["0.5s", "500ms", "15s", "1m", "4m10s", "0", "500", "1e400s", "fast"]),
+    st.sampled_from(["0.5s", "500ms", "100ms", "15s", "1m", "4m10s"]),
+    st.sampled_from(["0", "500", "1e400s", "fast", "0.0001ms"]),
     NUMBERS,
 )
 REGEX_PARTS = ["bert", "-.*", "(?=x)", "\\1", "(a)", "a++", "(?x)", "\\Z", "[[:alpha:]]", "{2}"]
@@ -129,7 +104,7 @@ def yaml_configs(draw):
     entries = draw(st.lists(rule_entries(), max_size=3))
     if entries or draw(st.booleans()):
         data["rules"] = entries
-    if draw(st.booleans()):
+    if draw(st.integers(min_value=0, max_value=4)) == 0:
         data[draw(st.sampled_from(["patience_mod", "rule"]))] = 1
     style = draw(st.sampled_from(["yaml", "json", "tab-json", "deep"]))
     if style == "yaml":

@@ -340,3 +340,16 @@ def test_the_default_window_adjustment_stays_out_of_the_report_notes(tmp_path, p
     write_system(str(out), start=1_700_000_000, duration=120, interval=0.5, hosts=hosts)
     result = replay(str(tmp_path / "job"), None, scrape_interval=15)
     assert not [n for n in result.notes if "GPUMemoryIncrease" in n], result.notes
+
+
+def test_a_window_of_minutes_with_a_fraction_compiles_to_valid_durations(tmp_path, promtool):
+    """Kernel-profile windows are minutes: 1.5 once became `[1.5m]` and a traceback."""
+    text = "rules: [{rule: LaunchBoundSteps, parameters: {window: 1.5}}, MemcpyHeavySteps]\n"
+    (tmp_path / "rules.yaml").write_text(text)
+    assert main(["rules", "compile", "-c", str(tmp_path / "rules.yaml"), "-o", str(tmp_path)]) == 0
+    rules = tmp_path / "trainprof.rules.yaml"
+    assert "[1m30s]" in rules.read_text()
+    result = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True)
+    assert result.returncode == 0, result.stdout
+    with pytest.raises(ConfigError, match="less than a second"):
+        load_config({"rules": [{"rule": "LaunchBoundSteps", "parameters": {"window": 0.001}}]})

@@ -31,7 +31,7 @@ from typing import Any
 from trainprof.durations import parse_duration
 from trainprof.rules import catalog
 from trainprof.rules.model import PATIENCE_MODES, SEVERITIES, RuleSpec
-from trainprof.rules.params import COUNT, MICROS, PERCENT
+from trainprof.rules.params import COUNT, MICROS, MINUTES, PERCENT
 from trainprof.rules.promql import LABEL_NAME, Matcher
 from trainprof.validation import (
     ConfigError,
@@ -473,6 +473,14 @@ class _Loader(Problems):
                     seconds, what = value * datapoint, f"{value} datapoints x {datapoint:g}s"
                 elif param.kind is MICROS and value is not None:
                     seconds, what = value / 1e6, f"{value} microseconds"
+                elif param.kind is MINUTES and value is not None:
+                    seconds, what = value * 60, f"{value:g} minutes"
+                    if seconds < 1:
+                        self.problem(
+                            instance.where.format(param=param.name),
+                            f"{what} is less than a second; write at least 0.0167 (1 s)",
+                        )
+                        continue
                 else:
                     continue
                 if seconds > MAX_SPAN_SECONDS:
