@@ -134,13 +134,18 @@ def test_a_duration_without_a_unit_is_refused_with_the_fix(tmp_path, capsys):
     assert "has no unit: write 500ms" in capsys.readouterr().err
 
 
+def test_a_duration_below_prometheus_resolution_is_refused_in_files():
+    with pytest.raises(ConfigError, match="shorter than a millisecond"):
+        load_config({"scrape_interval": "0.0001ms"})
+
+
 def test_zero_and_durations_with_units_are_still_accepted():
     config = load_config({"datapoint_interval": "500ms", "scrape_interval": "1m"})
     assert (config.datapoint_interval, config.scrape_interval) == (0.5, 60.0)
 
 
 @pytest.mark.parametrize("flag", ["--scrape-interval", "--datapoint-interval"])
-@pytest.mark.parametrize("value", ["1e400", "inf", "nan", "1e300s"])
+@pytest.mark.parametrize("value", ["1e400", "inf", "nan", "1e300s", "0.0001ms"])
 def test_durations_prometheus_cannot_count_are_refused_on_the_command_line(
     tmp_path, capsys, flag, value
 ):

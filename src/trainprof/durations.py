@@ -61,6 +61,8 @@ def parse_duration(value: str | int | float) -> float:
         ) from None
     if not seconds < MAX_SECONDS:
         raise ValueError(f"{_show(value)} is longer than Prometheus can count (292 years)")
+    if 0 < seconds < 0.001:
+        raise ValueError(f"{_show(value)} is shorter than a millisecond, Prometheus's resolution")
     return seconds
 
 
