@@ -156,3 +156,13 @@ def test_every_rule_and_parameter_of_the_catalog_is_in_the_schema(root):
         assert set(defs[f"parameters.{spec.name}"]["properties"]) == {p.name for p in spec.params}
         report = defs["parameters.ProfilerReport"]["properties"]
         assert all(f"{spec.name}_{p.name}" in report for p in spec.params)
+
+
+def test_every_key_the_loaders_read_is_in_the_schemas(root):
+    from trainprof.actions import config as actions
+    from trainprof.rules import config as rules
+
+    rules_keys = set(_schema(root, schemas.RULES_SCHEMA)["properties"])
+    assert rules_keys == set(rules._TOP_KEYS)
+    actions_keys = set(_schema(root, schemas.ACTIONS_SCHEMA)["properties"])
+    assert actions_keys == set(actions._TOP)

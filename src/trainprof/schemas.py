@@ -85,6 +85,7 @@ def _param_schema(param: Any) -> dict[str, Any]:
 def rules_schema() -> dict[str, Any]:
     """The rule configuration (YAML or JSON) that `trainprof rules compile -c` reads."""
     from trainprof.rules import catalog
+    from trainprof.rules.config import GPU_ATTRIBUTIONS
     from trainprof.rules.model import PATIENCE_MODES, SEVERITIES
 
     rule_names = [catalog.PROFILER_REPORT] + [spec.name for spec in catalog.CATALOG]
@@ -166,6 +167,12 @@ def rules_schema() -> dict[str, Any]:
                 "description": "How often Prometheus scrapes the exporters (default 15s).",
             },
             "patience_mode": {"enum": list(PATIENCE_MODES), "default": "auto"},
+            "gpu_attribution": {
+                "enum": list(GPU_ATTRIBUTIONS),
+                "default": "auto",
+                "description": "How a GPU's alerts find its job: the exporter's labels, or "
+                "the ranks' trainprof_gpu_assignment_info (auto = exporter).",
+            },
             "job_labels": {
                 "type": "array",
                 "items": {"type": "string", "pattern": _LABEL_NAME, "not": {"pattern": "^__"}},

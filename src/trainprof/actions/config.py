@@ -395,9 +395,10 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
             raise ConfigError(
                 [Problem(path, f"environment variable {config.token_env} is not set")], source
             )
+    elif config.token_file is None:
+        raise ConfigError([Problem("", "configure token_file or token_env")], source)
     else:
         path = "token_file"
-        assert config.token_file is not None  # the loader requires one of the two
         try:
             with open(config.token_file, encoding="utf-8") as f:
                 token = f.read()
@@ -428,7 +429,8 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
 
 
 def resolve_api_url(config: ActionsConfig, source: str = "configuration") -> str:
-    assert config.kubernetes is not None, "only called for a kubernetes target"
+    if config.kubernetes is None:
+        raise ValueError("the configuration has no kubernetes target")
     url = config.kubernetes.api_url or kubernetes.in_cluster_url()
     if url is None:
         raise ConfigError(

@@ -7,12 +7,16 @@ import sys
 from typing import Any
 
 from trainprof.rules import sdk
-from trainprof.rules.compiler import Compiled, compile_rules
-from trainprof.rules.config import RulesConfig, default_config, load_config
+from trainprof.rules.compiler import Compiled
+from trainprof.rules.config import RulesConfig, load_config
 from trainprof.validation import ConfigError, Problem, parse_yaml, read_text
 
-FORMATS = ("rules", "prometheusrule")
-OUTPUT_NAMES = {"rules": "trainprof.rules.yaml", "prometheusrule": "trainprof.prometheusrule.yaml"}
+FORMATS = ("rules", "prometheusrule", "helm-values")
+OUTPUT_NAMES = {
+    "rules": "trainprof.rules.yaml",
+    "prometheusrule": "trainprof.prometheusrule.yaml",
+    "helm-values": "trainprof.values.yaml",
+}
 
 
 def read_config(
@@ -77,8 +81,8 @@ def render(
 
     if fmt == "rules":
         return r.to_yaml({"groups": compiled.groups}, generator)
+    if fmt == "helm-values":
+        from trainprof.chart import helm_values
+
+        return helm_values(compiled, generator)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
-
-
-def default_rules_text(fmt: str, generator: str) -> str:
-    return render(compile_rules(default_config()), fmt, generator)
