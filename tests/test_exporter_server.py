@@ -353,9 +353,9 @@ def test_a_web_config_lists_every_problem_with_its_path(tmp_path):
         )
     message = str(raised.value)
     for expected in (
-        "basic_auth_user: unknown key; did you mean basic_auth_users?",
+        "basic_auth_user: unknown key (did you mean basic_auth_users?)",
         "tls_server_config.cipher_suites: not implemented by trainprof exporter",
-        "tls_server_config.min_verison: unknown key; did you mean min_version?",
+        "tls_server_config.min_verison: unknown key (did you mean min_version?)",
         "tls_server_config.key_file: required for TLS",
         "tls_server_config.client_auth_type: 'Maybe' is not one of NoClientCert",
         "basic_auth_users.alice: not a bcrypt hash",
@@ -369,7 +369,9 @@ def test_unreadable_certificates_and_bad_yaml_name_the_file(tmp_path):
         webconfig.parse({"tls_server_config": {"cert_file": "nope.crt", "key_file": "nope.key"}})
     bad = tmp_path / "web.yml"
     bad.write_text("tls_server_config: [\n")
-    with pytest.raises(webconfig.WebConfigError, match=r"web.yml: not valid YAML \(line 2\)"):
+    with pytest.raises(
+        webconfig.WebConfigError, match=r"web.yml: line 2, column 1: not valid YAML"
+    ):
         webconfig.load(str(bad))
     with pytest.raises(webconfig.WebConfigError, match="missing.yml: cannot read"):
         webconfig.load(str(tmp_path / "missing.yml"))
