@@ -286,7 +286,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "",
         ("label_class", "predicted_class"),
         "Saved samples by true and predicted class: the confusion matrix (classes beyond 20 "
-        "are counted as class \"other\").",
+        'are counted as class "other").',
         "training",
         _HEALTH,
     ),
@@ -295,8 +295,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "counter",
         "",
         (),
-        "Saved input samples (images) whose channels are averaged in "
-        "trainprof_input_channel_mean.",
+        "Saved input samples (images) whose channels are averaged in trainprof_input_channel_mean.",
         "training",
         _HEALTH,
     ),

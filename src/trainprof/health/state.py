@@ -303,7 +303,9 @@ class HealthState:
     def _loss_families(self, fam: Families, ident: list[str]) -> Iterator[MetricFamily]:
         modes = sorted(self.losses.items())
         latest = [(m, h.latest) for m, h in modes if h.latest is not None]
-        yield fam.gauge("trainprof_training_loss", ["mode"], [(ident + [m], v) for m, (_, v) in latest])
+        yield fam.gauge(
+            "trainprof_training_loss", ["mode"], [(ident + [m], v) for m, (_, v) in latest]
+        )
         yield fam.gauge(
             "trainprof_training_loss_step", ["mode"], [(ident + [m], s) for m, (s, _) in latest]
         )
