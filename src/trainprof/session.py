@@ -139,12 +139,11 @@ class Session:
             if step is None:
                 if watcher is not None and mode == "train":
                     step = watcher.step
+                    if step % watcher.save_interval:
+                        return
                 else:
                     step = self._loss_calls.get(mode, 0)
                     self._loss_calls[mode] = step + 1
-            interval = watcher.save_interval if watcher is not None else 1
-            if step % interval:
-                return
             loss = float(value.item() if hasattr(value, "item") else value)
             with self._lock:
                 self.health.observe_loss(mode, int(step), loss, time.time())
@@ -405,10 +404,10 @@ def add(*, samples: float = 0, tokens: float = 0) -> None:
 def log_loss(value: Any, mode: str = "train", *, step: int | None = None) -> None:
     """Log a loss (a float or a 0-d tensor) for LossNotDecreasing, Overfit, Overtraining.
 
-    `step`: the training step; by default the watcher's (`trainprof.torch.watch`) for train
-    losses, else this mode's count of calls. Only steps that are multiples of the watcher's
-    `save_interval` (every step without a watcher) are saved, so a tensor is read on the host
-    only then.
+    `step`: the training step. Given, the loss is saved at that step. Omitted, a train loss
+    takes the watcher's step (`trainprof.torch.watch`) and is saved only on the watcher's
+    saving steps, so a tensor is read on the host only then; without a watcher (and for
+    other modes) each call is the next step of its mode and is saved.
     """
     _current.log_loss(value, mode, step)
 
