@@ -224,6 +224,8 @@ class HealthState:
             for v in ranked[:TOP_FEATURES]:
                 running += v
                 self.feature_top.append(running / total)
+            # Features without importance add nothing: the top n hold everything beyond.
+            self.feature_top += [1.0] * (TOP_FEATURES - len(self.feature_top))
 
     def observe_tree_depth(self, depth: float) -> None:
         self.tree_depth = float(depth)
