@@ -370,7 +370,8 @@ class _Loader:
                 )
                 continue
             given = {str(k): (v, f"{path}.parameters.{k}") for k, v in params.items()}
-            explicit[spec.name] = (path, self.parse_values(spec, given), options)
+            values = self.parse_values(spec, given, f"{path}.parameters")
+            explicit[spec.name] = (path, values, options)
 
         instances = []
         for spec in catalog.CATALOG:
@@ -430,7 +431,9 @@ class _Loader:
             out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", values)
         return out
 
-    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> dict:
+    def parse_values(
+        self, spec: RuleSpec, given: dict[str, tuple[Any, str]], where_params: str = ""
+    ) -> dict:
         values = spec.defaults()
         names = [p.name for p in spec.params]
         for key, (raw, where) in given.items():
@@ -451,11 +454,7 @@ class _Loader:
         if spec.check is not None:
             wheres = {k.lower(): w for k, (_, w) in given.items()}
             for name, message in spec.check(spec.values(values)):
-                where = wheres.get(name.lower()) or (
-                    next(iter(wheres.values())).rpartition(".")[0] + f".{name}"
-                    if wheres
-                    else f"{spec.name}.parameters.{name}"
-                )
+                where = wheres.get(name.lower()) or f"{where_params or spec.name}.{name}"
                 self.problem(where, message)
         return values
 
