@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from smdebug_writer import write_trial
 
 pytestmark = pytest.mark.tools
