@@ -324,6 +324,7 @@ def watch(
     loss_num_steps: Iterable[int] = contract.LOSS_NUM_STEPS,
     loss_delta: float = 0.01,
     token_values: Iterable[int] = (0,),
+    rules_config: str | None = None,
 ) -> Watcher:
     """Watch `model` (and `optimizer`) for the tensor rules; returns the `Watcher`.
 
@@ -334,10 +335,30 @@ def watch(
     too (the rule compiler says so). `track_unchanged` keeps a copy of each watched tensor
     from the previous save for UnchangedTensor; turn it off to save that memory.
 
+    `rules_config`: a rule configuration file; the values its tensor rules need replace
+    those keyword arguments (LossNotDecreasing's num_steps are added to `loss_num_steps`).
+    An unreadable file is one warning, and the arguments are used.
+
     Raises ValueError for a bad collection name or save_interval (a programming error, at
     setup); errors inside the hooks are counted, never raised into the training loop.
     """
     from trainprof.session import current
+
+    if rules_config:
+        try:
+            from trainprof.replay.tensors import health_inputs
+            from trainprof.rules import files
+
+            inputs = health_inputs(files.read_config(rules_config))
+        except Exception as e:  # a ConfigError, a missing pyyaml: keep the arguments
+            log.warning("trainprof: cannot read rules_config %s (%s)", rules_config, e)
+        else:
+            loss_num_steps = tuple(sorted(set(loss_num_steps) | set(inputs["loss_num_steps"])))
+            token_values = tuple(sorted(set(token_values) | set(inputs["token_values"])))
+            rtol = inputs.get("rtol", rtol)
+            atol = inputs.get("atol", atol)
+            loss_delta = inputs.get("loss_delta", loss_delta)
+            threshold_inactivity = inputs.get("threshold_inactivity", threshold_inactivity)
 
     session = current()
     with session._lock:

@@ -76,8 +76,8 @@ class TrainprofCallback(xgboost.callback.TrainingCallback):
 def tree_depth(node: dict) -> int:
     """Depth of a tree of XGBoost's JSON dump: 0 for a single leaf.
 
-    >>> tree_depth({"nodeid": 0, "children": [{"nodeid": 1, "leaf": 0.1},
-    ...            {"nodeid": 2, "children": [{"nodeid": 3, "leaf": 1}, {"nodeid": 4, "leaf": 2}]}]})
+    >>> leaf = {"leaf": 0.1}
+    >>> tree_depth({"children": [leaf, {"children": [leaf, leaf]}]})
     2
     """
     depth, stack = 0, [(node, 0)]

@@ -38,6 +38,8 @@ _NAME_RULES = (
     (re.compile(r"labels?$"), "labels"),
     (re.compile(r"predictions?$"), "predictions"),
     (re.compile(r"feature_importance"), "feature_importance"),
+    (re.compile(r"embedding\d*_input_\d+$"), "tokens"),
+    (re.compile(r"_input_\d+$"), "inputs"),
     (re.compile(r"bias$"), "biases"),
     (re.compile(r"weight$"), "weights"),
 )
@@ -169,6 +171,19 @@ def fold(
                 predictions[e.name] = t
                 continue
             if collection == "feature_importance":
+                continue
+            if collection == "tokens" or (
+                collection == "inputs" and t.dtype.is_floating_point is False
+            ):
+                counts = r.token_counts(t, tuple(int(v) for v in state.token_matches)).tolist()
+                state.observe_tokens(
+                    counts[0], dict(zip(map(int, state.token_matches), counts[1:]))
+                )
+                continue
+            if collection == "inputs":
+                if t.dim() >= 2:
+                    sums = r.channel_sums(t, contract.MAX_CHANNELS).tolist()
+                    state.observe_inputs(float(t.shape[0]), dict(enumerate(sums)))
                 continue
             tensors_seen = True
             key = (collection, e.name)

@@ -84,27 +84,25 @@ def _number(value: float | None):
 
 
 def health_inputs(config: Any) -> dict[str, Any]:
-    """What the reductions must compute for these rules (watch()'s keyword arguments)."""
-    out: dict[str, Any] = {"loss_num_steps": set(), "token_values": set()}
-    for instance in config.rules:
-        for key, value in getattr(instance.spec, "health_inputs", _no_inputs)(
-            _values(instance)
-        ).items():
-            if isinstance(out.get(key), set):
-                out[key].update(value)
-            else:
-                out[key] = value
-    out["loss_num_steps"] = tuple(sorted(out["loss_num_steps"])) or (10,)
-    out["token_values"] = tuple(sorted(out["token_values"])) or (0,)
+    """What the reductions must compute for these rules, as `watch()`'s keyword arguments.
+
+    Several rules asking for one input (two UnchangedTensor tolerances cannot both be
+    computed): the first configured wins, the others are reported by the rules' warnings.
+    """
+    from trainprof.rules.compiler import required_inputs
+
+    needed = required_inputs(config)
+    out: dict[str, Any] = {
+        "loss_num_steps": tuple(sorted(set(needed["loss_num_steps"]) | {10})),
+        "token_values": tuple(sorted({t for ts in needed["token_values"] for t in ts} | {0})),
+    }
+    if needed["loss_delta"]:
+        out["loss_delta"] = needed["loss_delta"][0]
+    if needed["unchanged_tolerance"]:
+        out["rtol"], out["atol"] = needed["unchanged_tolerance"][0]
+    if needed["threshold_inactivity"]:
+        out["threshold_inactivity"] = needed["threshold_inactivity"][0]
     return out
-
-
-def _no_inputs(values: Any) -> dict:
-    return {}
-
-
-def _values(instance: Any) -> Any:
-    return getattr(instance, "params", None) or instance.values
 
 
 def replay_trial(
@@ -116,8 +114,7 @@ def replay_trial(
     workdir: str | None = None,
     include_regex: str | None = None,
 ) -> TrialReplay:
-    from trainprof.rules.compiler import compile_rules
-
+    """Fold the trial at `source` through the reductions and evaluate `config`'s rules."""
     trial = smdebug.read_trial(source)
     inputs = health_inputs(config)
     state = HealthState(
@@ -127,52 +124,72 @@ def replay_trial(
     )
     job = training_job or _job_name(trial.root)
     identity = {"training_job": job, "rank": "0"}
+    saves = [
+        Save(snap.step, snap.wall_time, list(snap.state.families(identity)))
+        for snap in smdebug.fold(
+            trial,
+            rtol=inputs.get("rtol", 1e-5),
+            atol=inputs.get("atol", 1e-8),
+            threshold_inactivity=inputs.get("threshold_inactivity", 1.0),
+            include_regex=include_regex,
+            state=state,
+        )
+    ]
+    result = evaluate_saves(saves, config, promtool=promtool, workdir=workdir)
+    result.source, result.training_job = source, job
+    result.notes[:0] = trial.problems
+    return result
+
+
+@dataclasses.dataclass
+class Save:
+    """The health series as scraped right after one saved step."""
+
+    step: int
+    wall_time: float
+    families: list
+
+
+def evaluate_saves(
+    saves: list[Save], config: Any, *, promtool: str | None = None, workdir: str | None = None
+) -> TrialReplay:
+    """Evaluate the compiled rules once after each save (one scrape per save), through
+    promtool; the live tests feed the session's families here, replay a trial's."""
+    from trainprof.rules.compiler import compile_rules
+
     series: dict[str, list[float | None]] = {}
-    steps, walls = [], []
-    snapshots = smdebug.fold(
-        trial,
-        rtol=inputs.get("rtol", 1e-5),
-        atol=inputs.get("atol", 1e-8),
-        threshold_inactivity=inputs.get("threshold_inactivity", 1.0),
-        include_regex=include_regex,
-        state=state,
-    )
-    for index, snap in enumerate(snapshots):
-        steps.append(snap.step)
-        walls.append(snap.wall_time)
-        for family in snap.state.families(identity):
+    for index, save in enumerate(saves):
+        for family in save.families:
             for sample in family.samples:
                 if sample.name.endswith("_created"):
                     continue
                 key = series_text(sample.name, dict(sample.labels))
-                values = series.setdefault(key, [None] * (index + 1))
-                values.extend([None] * (index + 1 - len(values)))
-                values[index] = sample.value
+                values = series.setdefault(key, [])
+                values.extend([None] * (index - len(values)))
+                values.append(sample.value)
     for values in series.values():
-        values.extend([None] * (len(steps) - len(values)))
-        values.insert(0, None)  # nothing at t=0: the first saved step is evaluated at 1 x STEP
+        values.extend([None] * (len(saves) - len(values)))
+        values.insert(0, None)  # nothing at t=0: the first save is evaluated at 1 x STEP
     compiled = compile_rules(config)
     groups = [{**g, "interval": f"{STEP_SECONDS:g}s"} for g in compiled.groups]
-    end = len(steps) * STEP_SECONDS
-    notes = list(trial.problems) + list(compiled.warnings)
+    end = len(saves) * STEP_SECONDS
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(groups, series, STEP_SECONDS, STEP_SECONDS, end, Path(tmp), promtool)
-    names = [i.spec.name for i in config.rules]
-    verdicts = {name: StepVerdict() for name in names}
+    verdicts = {i.spec.name: StepVerdict() for i in config.rules}
     previous: set[tuple] = set()
-    for index in range(len(steps)):
-        t = (index + 1) * STEP_SECONDS
+    for index, save in enumerate(saves):
         now = {
             tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
-            for labels in run.firing.get(t, [])
+            for labels in run.firing.get((index + 1) * STEP_SECONDS, [])
         }
         for key in sorted(now - previous):
             labels = dict(key)
             verdict = verdicts.get(labels.get("rule", ""))
             if verdict is not None:
-                verdict.alerts.append(StepAlert(labels, steps[index], walls[index]))
+                verdict.alerts.append(StepAlert(labels, save.step, save.wall_time))
         previous = now
-    return TrialReplay(source, verdicts, steps, notes, job)
+    steps = [s.step for s in saves]
+    return TrialReplay("", verdicts, steps, list(compiled.warnings), "")
 
 
 def _job_name(root: Path) -> str:

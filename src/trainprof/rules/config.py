@@ -370,7 +370,8 @@ class _Loader:
                 )
                 continue
             given = {str(k): (v, f"{path}.parameters.{k}") for k, v in params.items()}
-            explicit[spec.name] = (path, self.parse_values(spec, given), options)
+            values = self.parse_values(spec, given, f"{path}.parameters")
+            explicit[spec.name] = (path, values, options)
 
         instances = []
         for spec in catalog.CATALOG:
@@ -391,7 +392,7 @@ class _Loader:
 
     def report_params(self, path, params) -> dict[str, tuple[str, dict]]:
         """Split ProfilerReport's `<Rule>_<param>` overrides onto every catalog rule."""
-        per_rule = {spec.name: {} for spec in catalog.CATALOG}
+        per_rule = {spec.name: {} for spec in catalog.profiler_rules()}
         scan = None
         for key, value in params.items():
             key = str(key)
@@ -401,11 +402,18 @@ class _Loader:
                 continue
             rule_name, sep, param = key.partition("_")
             spec = catalog.lookup(rule_name) if sep else None
+            if spec is not None and spec not in catalog.profiler_rules():
+                self.problem(
+                    where,
+                    f"{spec.name} is not part of ProfilerReport; configure it as a rule of "
+                    f"its own (- rule: {spec.name})",
+                )
+                continue
             if spec is None:
                 if rule_name in catalog.NOT_IMPLEMENTED:
                     self.warnings.append(f"{where}: ignored; {catalog.NOT_IMPLEMENTED[rule_name]}")
                     continue
-                valid = [r.name for r in catalog.CATALOG]
+                valid = [r.name for r in catalog.profiler_rules()]
                 self.problem(
                     where,
                     "expected <Rule>_<parameter> with a rule of the report"
@@ -415,7 +423,7 @@ class _Loader:
                 continue
             per_rule[spec.name][param] = (value, where)
         out = {}
-        for spec in catalog.CATALOG:
+        for spec in catalog.profiler_rules():
             given = per_rule[spec.name]
             if scan is not None and "scan_interval_us" not in given:
                 given["scan_interval_us"] = (scan, f"{path}.parameters.scan_interval_us")
@@ -423,7 +431,9 @@ class _Loader:
             out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", values)
         return out
 
-    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> dict:
+    def parse_values(
+        self, spec: RuleSpec, given: dict[str, tuple[Any, str]], where_params: str = ""
+    ) -> dict:
         values = spec.defaults()
         names = [p.name for p in spec.params]
         for key, (raw, where) in given.items():
@@ -440,6 +450,12 @@ class _Loader:
                 values[match] = spec.param(match).kind.parse(raw)
             except ValueError as e:
                 self.problem(where, str(e))
+                return values
+        if spec.check is not None:
+            wheres = {k.lower(): w for k, (_, w) in given.items()}
+            for name, message in spec.check(spec.values(values)):
+                where = wheres.get(name.lower()) or f"{where_params or spec.name}.{name}"
+                self.problem(where, message)
         return values
 
     def unknown_rule(self, path, name):
