@@ -15,3 +15,14 @@ def default_tensor_config() -> RulesConfig:
         if r.family == "health" and not (r.check and r.check(r.values(r.defaults())))
     ]
     return load_config({"rules": [{"rule": n} for n in names]}, "tensor-rule defaults")
+
+
+def example_tensor_config() -> RulesConfig:
+    """Every tensor rule, TensorVariance with an example max_threshold: what the docs show."""
+    example = {"TensorVariance": {"max_threshold": 10}}
+    rules = [
+        {"rule": r.name, **({"parameters": example[r.name]} if r.name in example else {})}
+        for r in catalog.CATALOG
+        if r.family == "health"
+    ]
+    return load_config({"rules": rules}, "tensor-rule examples")

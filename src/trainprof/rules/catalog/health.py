@@ -1179,7 +1179,7 @@ def _nlp_ratio(b: Build[NLPSequenceRatioParams]) -> RuleOutput:
     parts = []
     for token, percent in zip(p.token_values, p.token_thresholds_percent):
         matches = b.sel("trainprof_input_token_matches_total", token=str(int(token)))
-        parts.append(f"{matches}\n/ ignoring (token)\n{total}\n> {percent / 100:.10g}")
+        parts.append(f"{matches}\n/ ignoring (token) group_left\n{total}\n> {percent / 100:.10g}")
     return RuleOutput(
         alerts=(
             Alert(
@@ -1217,7 +1217,7 @@ def _nlp_inputs(b: Build[NLPSequenceRatioParams]):
 
 def _nlp_signals(b, out, scope, _):
     expr = (
-        f"{scope.sel('trainprof_input_token_matches_total')}\n/ ignoring (token)\n"
+        f"{scope.sel('trainprof_input_token_matches_total')}\n/ ignoring (token) group_left\n"
         f"{scope.sel('trainprof_input_tokens_total')}"
     )
     t = b.p.token_thresholds_percent[0] if b.p.token_thresholds_percent else 50
