@@ -192,9 +192,14 @@ them gets a clear error).
 
 | SageMaker action | trainprof |
 |---|---|
-| `rule_configs.StopTraining()` | the rule's alerts carry `action="stop"`; the StopTraining receiver (`trainprof actions`) stops the job, as for a rule configured `stop` in its configuration |
-| `rule_configs.Email(address)` | the alerts carry `notify="email"` and also reach the `trainprof-notify` receiver, whatever their severity (give it an email integration) |
-| `rule_configs.SMS(number)` | the alerts carry `notify="sms"` and also reach the `trainprof-page` receiver |
+| `rule_configs.StopTraining()` | the alerts carry `action="stop"`: the StopTraining \
+receiver (`trainprof actions`) stops the job, within its allow lists and dry-run setting, \
+unless its own `rules:` says `notify` for that rule |
+| `rule_configs.Email(address)` | the alerts carry `notify="email"` and also reach the \
+`trainprof-notify` receiver (besides their severity's receiver) |
+| `rule_configs.SMS(number)` | the alerts carry `notify="sms"` and also reach the \
+`trainprof-page` receiver |
+| `StalledTrainingRule(stop_training_on_fire=True)` | as StopTraining |
 
 Addresses and phone numbers are not copied into the rules: they belong in Alertmanager's
 receivers.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -42,8 +43,12 @@ def encode(values: Sequence[float | None]) -> str:
             out.append("_" if j == i else f"_x{j - i + 1}")
             i = j + 1
             continue
+        if not math.isfinite(v):  # promtool expands no runs of NaN or Inf
+            out.append(_num(v))
+            i += 1
+            continue
         j, step = i, None
-        while j + 1 < len(values) and values[j + 1] is not None:
+        while j + 1 < len(values) and values[j + 1] is not None and math.isfinite(values[j + 1]):
             d = values[j + 1] - values[j]
             if step is None:
                 step = d
@@ -61,6 +66,10 @@ def encode(values: Sequence[float | None]) -> str:
 
 
 def _num(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Inf" if v > 0 else "-Inf"
     return repr(float(v)) if v != int(v) else str(int(v))
 
 

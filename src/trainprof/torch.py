@@ -118,6 +118,12 @@ class Watcher:
             if kind is not None and kind[0] in self.collections:
                 hooks.append(module.register_forward_hook(self._activation_hook(name, *kind)))
 
+    def publish(self) -> None:
+        """Publish what was logged for the current step now rather than at the next forward
+        (a loop about to be scraped or checkpointed; costs one host copy on a saving step)."""
+        if self.saving:
+            self._guard(self._flush)
+
     def close(self) -> None:
         """Remove the hooks (a pending save is published first)."""
         self._guard(self._flush)

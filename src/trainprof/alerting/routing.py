@@ -13,7 +13,7 @@ bottlenecked job silences the idle-GPU verdicts it explains) plus one convention
 alert silences the warning and info alerts of the same rule and job.
 
     >>> [r.receiver.removeprefix("trainprof-") for r in tree().routes]
-    ['actions', 'notify', 'page', 'notify', 'info', 'notify']
+    ['actions', 'page', 'notify', 'info', 'notify', 'page', 'notify', 'info', 'notify']
 """
 
 from __future__ import annotations
@@ -93,6 +93,20 @@ def tree(
                 continue_=True,
                 why="every rule alert also reaches the StopTraining receiver, which acts "
                 "only on the rules its configuration opts into",
+            ),
+            Route(
+                PAGE,
+                (Matcher("notify", "=~", ".*sms.*"),),
+                timing=timing[PAGE],
+                continue_=True,
+                why="a rule configured with SageMaker's SMS action also pages",
+            ),
+            Route(
+                NOTIFY,
+                (Matcher("notify", "=~", ".*email.*"),),
+                timing=timing[NOTIFY],
+                continue_=True,
+                why="a rule configured with SageMaker's Email action also notifies",
             ),
             Route(
                 INFO,

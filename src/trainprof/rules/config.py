@@ -46,7 +46,9 @@ _TOP_KEYS = (
     "rules",
     "ProfilerRuleConfigurations",
 )
-_ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name")
+_ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name", "actions")
+# SageMaker's rule actions (rule_configs.StopTraining(), Email(...), SMS(...)).
+ACTIONS = ("StopTraining", "Email", "SMS")
 _SELECTOR_OPS = {"regex": "=~", "not": "!=", "not_regex": "!~"}
 
 
@@ -80,6 +82,7 @@ class RuleInstance:
     severity: str
     patience_mode: str  # for | warmup
     where: str  # config path of a parameter: where.format(param="window")
+    actions: tuple[str, ...] = ()  # of ACTIONS, in that order
 
     @property
     def evaluation_interval(self) -> float:
@@ -334,7 +337,28 @@ class _Loader:
                     f"{item[key]!r} is not one of {', '.join(valid)}"
                     + nearest(str(item[key]), valid),
                 )
+        if "actions" in item:
+            options["actions"] = self.actions(f"{path}.actions", item["actions"])
         return [(path, str(item["rule"]), dict(params), options)]
+
+    def actions(self, path: str, value: Any) -> tuple[str, ...]:
+        """StopTraining, Email, SMS: names, or mappings such as {Email: address} (the
+        address belongs in Alertmanager's receiver, not in the rules)."""
+        items = value if isinstance(value, list) else [value]
+        found = set()
+        for i, item in enumerate(items):
+            name = next(iter(item), None) if isinstance(item, Mapping) and len(item) == 1 else item
+            match = next((a for a in ACTIONS if str(name).lower() == a.lower()), None)
+            if match is None:
+                self.problem(
+                    f"{path}[{i}]",
+                    f"{_kind(item)} is not an action"
+                    + nearest(str(name), ACTIONS)
+                    + f"; actions: {', '.join(ACTIONS)}",
+                )
+            else:
+                found.add(match)
+        return tuple(a for a in ACTIONS if a in found)
 
     def api_entry(self, path, item):
         """An entry of DescribeTrainingJob's ProfilerRuleConfigurations."""
@@ -471,7 +495,14 @@ class _Loader:
         mode = options.get("patience_mode", default_mode)
         if mode == "auto":
             mode = spec.patience_auto
-        return RuleInstance(spec, values, options.get("severity", spec.severity), mode, where)
+        return RuleInstance(
+            spec,
+            values,
+            options.get("severity", spec.severity),
+            mode,
+            where,
+            tuple(options.get("actions", ())),
+        )
 
 
 def _kind(value: Any) -> str:
