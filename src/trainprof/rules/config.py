@@ -125,6 +125,7 @@ class _Loader:
     def __init__(self):
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
+        self.custom: dict[str, RuleSpec] = {}  # custom rules of this configuration, by name
 
     def problem(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
@@ -310,6 +311,8 @@ class _Loader:
             return []
         if "RuleParameters" in item:
             return self.api_entry(path, item)
+        if "custom" in item:
+            return self.custom_entry(path, item)
         for key in item:
             if key not in _ENTRY_KEYS:
                 self.problem(
@@ -340,6 +343,32 @@ class _Loader:
         if "actions" in item:
             options["actions"] = self.actions(f"{path}.actions", item["actions"])
         return [(path, str(item["rule"]), dict(params), options)]
+
+    def custom_entry(self, path, item):
+        """A custom rule (trainprof.rules.custom): defined here, then used like a rule."""
+        from trainprof.rules import custom
+
+        reserved = {r.name.lower() for r in catalog.CATALOG} | {
+            n.lower() for n in (*catalog.NOT_IMPLEMENTED, catalog.PROFILER_REPORT)
+        }
+        definition = custom.definition(path, item, self.problem, reserved)
+        if definition is None:
+            return []
+        if definition.name in self.custom:
+            self.problem(f"{path}.custom", f"custom rule {definition.name} is defined twice")
+            return []
+        if custom.shutil.which("promtool") is None:
+            self.warnings.append(f"{path}.expr: not checked (promtool is not installed)")
+        self.custom[definition.name] = custom.spec_of(definition)
+        options = {}
+        if "actions" in item:
+            options["actions"] = self.actions(f"{path}.actions", item["actions"])
+        if "severity" in item:
+            options["severity"] = item["severity"]
+        return [(path, definition.name, {}, options)]
+
+    def lookup(self, name: str) -> RuleSpec | None:
+        return self.custom.get(name) or catalog.lookup(name)
 
     def actions(self, path: str, value: Any) -> tuple[str, ...]:
         """StopTraining, Email, SMS: names, or mappings such as {Email: address} (the
@@ -382,7 +411,7 @@ class _Loader:
                 for rule_name, (sub_path, values) in self.report_params(path, params).items():
                     report[rule_name] = (sub_path, values, options)
                 continue
-            spec = catalog.lookup(name)
+            spec = self.lookup(name)
             if spec is None:
                 self.unknown_rule(path, name)
                 continue
@@ -398,7 +427,7 @@ class _Loader:
             explicit[spec.name] = (path, values, options)
 
         instances = []
-        for spec in catalog.CATALOG:
+        for spec in catalog.CATALOG + tuple(self.custom.values()):
             if spec.name in explicit:
                 path, values, options = explicit[spec.name]
                 if spec.name in report:

@@ -35,7 +35,7 @@ __all__ = ["RECORD_NAME"]  # re-exported: tests and dashboards recognise recordi
 SEVERITIES = ("info", "warning", "critical")
 # Rule families, one per catalog module: what kind of trouble a rule points at. Alerting
 # inhibitions name families, so a new rule of a family is silenced like its siblings.
-FAMILIES = ("bottleneck", "gpu", "framework", "system", "health")
+FAMILIES = ("bottleneck", "gpu", "framework", "system", "health", "custom")
 PATIENCE_MODES = ("auto", "for", "warmup")
 
 
