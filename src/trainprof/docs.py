@@ -214,10 +214,21 @@ configuration is loaded. The gradient-too-large rule of the SageMaker book chapt
 ```yaml
 rules:
   - custom: GradientTooLarge
-    expr: 'max by (training_job) (trainprof_tensor_mean_abs{collection="gradients", aggregate="max"}) > {threshold}'
+    expr: >-
+      max by (training_job)
+      (trainprof_tensor_mean_abs{collection="gradients", aggregate="max"}) > {threshold}
     parameters: {threshold: 20}
     severity: warning
     description: Mean |gradient| above {threshold}.
     recommendation: Lower the learning rate or clip gradients.
 ```
+
+Placeholders are bare names in braces (`{threshold}`; PromQL never writes those), replaced
+by the parameters' values, which a configuration may override like any rule's
+(`- rule: GradientTooLarge` with `parameters:`). Optional `window: N` makes `{window}` a
+range of N x `datapoint_interval` and `patience: N` the alert's `for:`, as for the built-in
+rules; `actions` work as above. A custom rule is compiled, routed, drawn in the job
+dashboard (the left side of a top-level `> {parameter}` comparison, against that
+parameter), reported and replayed like a built-in rule. Its expression is used as written:
+it is not narrowed by the configuration's `selector`.
 """

@@ -360,7 +360,7 @@ class _Loader:
         if custom.shutil.which("promtool") is None:
             self.warnings.append(f"{path}.expr: not checked (promtool is not installed)")
         self.custom[definition.name] = custom.spec_of(definition)
-        options = {}
+        options: dict[str, Any] = {"definition": True}
         if "actions" in item:
             options["actions"] = self.actions(f"{path}.actions", item["actions"])
         if "severity" in item:
@@ -415,7 +415,11 @@ class _Loader:
             if spec is None:
                 self.unknown_rule(path, name)
                 continue
-            if spec.name in explicit:
+            definition = explicit.get(spec.name, (None, None, {}))[2].get("definition")
+            if spec.name in explicit and definition:
+                # a custom rule's definition, then an entry overriding its parameters
+                options = {**explicit[spec.name][2], **options, "definition": False}
+            elif spec.name in explicit:
                 self.problem(
                     path,
                     f"{spec.name} is configured twice (also at "
