@@ -97,3 +97,21 @@ def test_class_imbalance_990_to_10_fires(promtool, tmp_path):
 def test_balanced_classes_do_not_fire(promtool, tmp_path):
     y = np.array([0, 1] * 300)
     assert not run(tmp_path, {3: {"labels": y, "predictions": y}}, "ClassImbalance").fired
+
+
+def test_stalled_training_fires_on_the_trials_own_clock(promtool, tmp_path):
+    # saves every 4 s (steps 0-16), then nothing until step 20, 40 minutes later
+    steps = {s: {"fc.weight": np.full(2, float(s), dtype=np.float32)} for s in (0, 4, 8, 12, 16)}
+    root = write_trial(tmp_path / "t", {**steps, 20: {"fc.weight": np.ones(2, np.float32)}})
+    # the writer stamps step s at 1.7e9 + s: move step 20's event 40 minutes later
+    from smdebug_writer import event, record
+
+    late = root / "events" / f"{20:012d}" / f"{20:012d}_worker_0.tfevents"
+    late.write_bytes(record(event("fc.weight", np.ones(2, np.float32), 20, wall_time=1.7e9 + 2400)))
+    config = load_config({"rules": [{"rule": "StalledTrainingRule"}, {"rule": "AllZero"}]})
+    result = replay_trial(str(root), config)
+    verdict = result.rules["StalledTrainingRule"]
+    assert verdict.first_fired_step == 16  # the last save before the stall
+    assert 1.7e9 + 16 + 1800 <= verdict.first_fired_at <= 1.7e9 + 16 + 1800 + 30
+    quick = run(tmp_path / "q", steps, "StalledTrainingRule")
+    assert not quick.fired

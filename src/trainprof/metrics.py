@@ -140,7 +140,7 @@ _TENSOR = ("collection", "tensor", "aggregate")
 _HEALTH = "health"
 
 
-def _tensor_gauge(name, unit, what):
+def _tensor_gauge(name, unit, what, used_by=()):
     return _m(
         name,
         "gauge",
@@ -151,6 +151,7 @@ def _tensor_gauge(name, unit, what):
         "tensors matching include_regex.",
         "training",
         _HEALTH,
+        used_by,
     )
 
 
@@ -181,6 +182,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Unix time of the latest save of the watched tensors or of a logged loss.",
         "training",
         _HEALTH,
+        ("StalledTrainingRule",),
     ),
     _m(
         "trainprof_tensor_series_cut",
@@ -192,35 +194,55 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "training",
         _HEALTH,
     ),
-    _tensor_gauge("trainprof_tensor_mean_abs", "", "Mean absolute value"),
-    _tensor_gauge("trainprof_tensor_nan_values", "", "Number of NaN elements"),
-    _tensor_gauge("trainprof_tensor_inf_values", "", "Number of infinite elements"),
-    _tensor_gauge("trainprof_tensor_zero_ratio", "ratio", "Fraction of elements equal to zero"),
-    _tensor_gauge("trainprof_tensor_variance", "", "Population variance (ddof 0)"),
+    _tensor_gauge(
+        "trainprof_tensor_mean_abs", "", "Mean absolute value", used_by=("VanishingGradient",)
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_nan_values", "", "Number of NaN elements", used_by=("ExplodingTensor",)
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_inf_values",
+        "",
+        "Number of infinite elements",
+        used_by=("ExplodingTensor",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_zero_ratio",
+        "ratio",
+        "Fraction of elements equal to zero",
+        used_by=("AllZero",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_variance", "", "Population variance (ddof 0)", used_by=("TensorVariance",)
+    ),
     _tensor_gauge("trainprof_tensor_l1_norm", "", "L1 norm"),
     _tensor_gauge("trainprof_tensor_l2_norm", "", "L2 norm"),
     _tensor_gauge(
         "trainprof_tensor_update_ratio",
         "",
         "L2 norm of the optimizer step's change over the weights' L2 norm (plus 1e-9)",
+        used_by=("WeightUpdateRatio",),
     ),
     _tensor_gauge(
         "trainprof_tensor_unchanged_saves",
         "",
         "Consecutive earlier saves the tensor is allclose to (rtol 1e-5, atol 1e-8 unless "
         "watch() is given others)",
+        used_by=("UnchangedTensor",),
     ),
     _tensor_gauge(
         "trainprof_tensor_dead_unit_ratio",
         "ratio",
         "Fraction of a layer's units (channels) active (> 0) in fewer than 1 % of the "
         "batch's positions",
+        used_by=("DeadRelu",),
     ),
     _tensor_gauge(
         "trainprof_tensor_saturated_unit_ratio",
         "ratio",
         "Fraction of a tanh/sigmoid layer's units whose input lies inside the bounds in fewer "
         "than 1 % of the batch's positions",
+        used_by=("SaturatedActivation",),
     ),
     _m(
         "trainprof_training_loss",
@@ -230,6 +252,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "The latest saved loss of a mode (trainprof.log_loss, the framework callbacks).",
         "training",
         _HEALTH,
+        ("ExplodingTensor", "Overfit"),
     ),
     _m(
         "trainprof_training_loss_step",
@@ -239,6 +262,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Training step of the latest saved loss of a mode.",
         "training",
         _HEALTH,
+        ("Overfit",),
     ),
     _m(
         "trainprof_training_loss_evaluated",
@@ -250,6 +274,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "steps before it.",
         "training",
         _HEALTH,
+        ("LossNotDecreasing",),
     ),
     _m(
         "trainprof_training_loss_baseline",
@@ -260,6 +285,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "before the evaluated loss's step.",
         "training",
         _HEALTH,
+        ("LossNotDecreasing",),
     ),
     _m(
         "trainprof_training_loss_saves_since_improvement",
@@ -270,6 +296,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "watch() is given another).",
         "training",
         _HEALTH,
+        ("Overtraining",),
     ),
     _m(
         "trainprof_training_metric",
@@ -289,6 +316,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         'are counted as class "other").',
         "training",
         _HEALTH,
+        ("ClassImbalance", "Confusion"),
     ),
     _m(
         "trainprof_input_samples_total",
@@ -298,6 +326,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Saved input samples (images) whose channels are averaged in trainprof_input_channel_mean.",
         "training",
         _HEALTH,
+        ("CheckInputImages",),
     ),
     _m(
         "trainprof_input_channel_mean",
@@ -307,6 +336,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Mean value of one input channel over all saved input samples (at most 16 channels).",
         "training",
         _HEALTH,
+        ("CheckInputImages",),
     ),
     _m(
         "trainprof_input_tokens_total",
@@ -316,6 +346,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Token positions in the saved input sequences.",
         "training",
         _HEALTH,
+        ("NLPSequenceRatio",),
     ),
     _m(
         "trainprof_input_token_matches_total",
@@ -326,6 +357,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "(default 0, the usual padding id).",
         "training",
         _HEALTH,
+        ("NLPSequenceRatio",),
     ),
     _m(
         "trainprof_xgboost_feature_importance_top_ratio",
@@ -336,6 +368,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "(top 1 to 10).",
         "training",
         _HEALTH,
+        ("FeatureImportanceOverweight",),
     ),
     _m(
         "trainprof_xgboost_tree_depth",
@@ -345,6 +378,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Depth of the deepest tree of the booster (root at depth 0).",
         "training",
         _HEALTH,
+        ("TreeDepth",),
     ),
 )
 
@@ -713,6 +747,7 @@ METRICS: tuple[Metric, ...] = (
         "Unix time the latest step ended.",
         "training",
         "training",
+        ("StalledTrainingRule",),
     ),
     _m(
         "trainprof_training_steps_total",

@@ -57,6 +57,7 @@ class Trial:
     regexes: dict[str, list[re.Pattern]]
     ended: bool
     problems: list[str]
+    end_time: float | None = None  # Unix time the job ended (training_job_end.ts)
 
     def collection_of(self, name: str) -> str:
         """The collection a tensor belongs to (smdebug's collection files, else its name)."""
@@ -100,10 +101,21 @@ def read_trial(path: str | Path) -> Trial:
             except (ValueError, IndexError, KeyError) as e:
                 problems.append(f"{file}: an event could not be decoded ({e}); skipped")
     collections, regexes = _read_collections(root, problems)
-    ended = (root / "training_job_end.ts").exists()
+    end_marker = root / "training_job_end.ts"
+    ended = end_marker.exists()
+    end_time = _end_time(end_marker) if ended else None
     if not ended:
         problems.append(f"{root}: no training_job_end.ts (the job may not have ended)")
-    return Trial(root, dict(sorted(steps.items())), collections, regexes, ended, problems)
+    return Trial(root, dict(sorted(steps.items())), collections, regexes, ended, problems, end_time)
+
+
+def _end_time(marker: Path) -> float | None:
+    """When the job ended, if the marker says (a Unix time in it); its mtime is not trusted:
+    copying a trial changes it, and real markers are usually empty."""
+    try:
+        return float(marker.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _read_collections(root: Path, problems: list[str]):

@@ -135,10 +135,67 @@ def replay_trial(
             state=state,
         )
     ]
-    result = evaluate_saves(saves, config, promtool=promtool, workdir=workdir)
+    stalled = [i for i in config.rules if i.spec.name == "StalledTrainingRule"]
+    others = dataclasses.replace(
+        config, rules=tuple(i for i in config.rules if not stalled or i is not stalled[0])
+    )
+    result = evaluate_saves(saves, others, promtool=promtool, workdir=workdir)
+    if stalled:
+        end = trial.end_time or (saves[-1].wall_time if saves else 0.0)
+        result.rules["StalledTrainingRule"] = _stalled(
+            saves, end, dataclasses.replace(config, rules=tuple(stalled)), identity, promtool
+        )
     result.source, result.training_job = source, job
     result.notes[:0] = trial.problems
     return result
+
+
+def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> StepVerdict:
+    """StalledTrainingRule on the trial's own clock: the saves' wall times laid out on a
+    grid of scrapes (`time()` starts at the first save), evaluated by promtool like the
+    live rule. An alert's step is the last save before the stall."""
+    from trainprof.rules.compiler import compile_rules
+
+    verdict = StepVerdict()
+    if not saves:
+        return verdict
+    start = saves[0].wall_time
+    interval = 15.0
+    points = int((max(end, saves[-1].wall_time) - start) // interval) + 2
+    if points > 200_000:  # a job of more than a month: coarser scrapes
+        interval = (max(end, saves[-1].wall_time) - start) / 200_000
+        points = 200_002
+    values: list[float | None] = []
+    i = 0
+    for k in range(points):
+        while i + 1 < len(saves) and saves[i + 1].wall_time - start <= k * interval:
+            i += 1
+        values.append(saves[i].wall_time - start + interval)
+    key = series_text("trainprof_tensor_last_save_timestamp_seconds", identity)
+    compiled = compile_rules(config)
+    groups = [{**g, "interval": f"{interval:g}s"} for g in compiled.groups]
+    with tempfile.TemporaryDirectory() as tmp:
+        # time() at point k is k x interval; a save at offset o is served as o + interval,
+        # so time() - value is the time since that save, one scrape late at most.
+        run = run_rules(
+            groups, {key: values}, interval, interval, (points - 1) * interval, Path(tmp), promtool
+        )
+    previous = False
+    for k in range(1, points):
+        firing = any(
+            a.get("rule") == "StalledTrainingRule" for a in run.firing.get(k * interval, [])
+        )
+        if firing and not previous:
+            t = start + k * interval
+            last = max((s for s in saves if s.wall_time <= t), key=lambda s: s.wall_time)
+            labels = {
+                k2: v
+                for k2, v in run.firing[k * interval][0].items()
+                if k2 not in ("__name__", "alertstate")
+            }
+            verdict.alerts.append(StepAlert(labels, last.step, t))
+        previous = firing
+    return verdict
 
 
 @dataclasses.dataclass
