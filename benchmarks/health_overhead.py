@@ -1,12 +1,13 @@
 """Per-step cost of `trainprof.torch.watch` on a small CNN and a small transformer (CPU).
 
-    .venv/bin/python benchmarks/health_overhead.py [--steps 200] [--repeat 3]
+    .venv/bin/python benchmarks/health_overhead.py [--steps 100] [--repeat 5]
 
 For each model, the same training loop (forward, loss, backward, SGD step, log_loss,
 log_predictions) runs uninstrumented and watched with save_interval 1, 10 and 100, every
 collection on (gradients, weights, biases, relu_output, ...) and UnchangedTensor's copies kept.
-The best of --repeat runs is reported in milliseconds per step, with the overhead against the
-uninstrumented loop. One torch thread, so the rows of one run compare on a shared machine.
+Variants are interleaved (each of --repeat rounds runs every variant once) and the best round
+of each is reported in milliseconds per step, with the overhead against the uninstrumented
+loop. One torch thread, so the rows of one run compare on a shared machine.
 Not a test: timings depend on the machine.
 """
 
@@ -82,20 +83,25 @@ def run(build, steps: int, save_interval: int | None) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread")
     print(f"{'model':<18}{'variant':<20}{'ms/step':>10}{'overhead':>10}")
+    intervals = (None, 100, 10, 1)
     for name, build in (("small CNN", small_cnn), ("small transformer", small_transformer)):
-        base = None
-        for interval in (None, 100, 10, 1):
-            best = min(run(build, args.steps, interval) for _ in range(args.repeat))
+        # Interleaved: each round runs every variant once, so a busy neighbour slows all
+        # variants of a round alike; the best round of each variant is reported.
+        best = dict.fromkeys(intervals, float("inf"))
+        for _ in range(args.repeat):
+            for interval in intervals:
+                best[interval] = min(best[interval], run(build, args.steps, interval))
+        base = best[None]
+        for interval in intervals:
             label = "uninstrumented" if interval is None else f"save_interval={interval}"
-            base = best if base is None else base
-            overhead = "" if interval is None else f"{(best / base - 1) * 100:+.1f}%"
-            print(f"{name:<18}{label:<20}{best:>10.3f}{overhead:>10}")
+            overhead = "" if interval is None else f"{(best[interval] / base - 1) * 100:+.1f}%"
+            print(f"{name:<18}{label:<20}{best[interval]:>10.3f}{overhead:>10}")
 
 
 if __name__ == "__main__":

@@ -149,3 +149,32 @@ def test_the_job_dashboard_draws_it_against_its_threshold(promtool):
     assert chart["targets"][0]["expr"].startswith("max by (training_job) (trainprof_tensor_mean")
     assert 20 in [s["value"] for s in chart["fieldConfig"]["defaults"]["thresholds"]["steps"]]
     assert any(p["title"].startswith("LossNotDecreasing") for p in data["panels"])
+
+
+def test_the_report_lists_tensor_and_custom_rules_in_its_rule_summary(promtool, tmp_path):
+    from trainprof.replay.synthetic import write_system
+    from trainprof.report import build, from_replay, render
+
+    source = tmp_path / "job" / "profiler-output"
+    write_system(
+        str(source),
+        start=1_700_000_000,
+        duration=4 * 60,
+        interval=0.5,
+        hosts={"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.5}]}},
+    )
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        yaml.safe_dump(
+            {
+                "rules": [
+                    {"rule": "ProfilerReport"},
+                    {"rule": "LossNotDecreasing"},
+                    GRADIENT_TOO_LARGE,
+                ]
+            }
+        )
+    )
+    html = render(build(from_replay(str(tmp_path / "job"), str(rules), promtool=promtool)))
+    for rule in ("LossNotDecreasing", "GradientTooLarge", "LowGPUUtilization"):
+        assert f'data-rule="{rule}"' in html, rule
