@@ -149,6 +149,11 @@ VANISHING_GRADIENT = RuleSpec(
     signals=_vanishing_signals,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "The mean |gradient| is computed on the device at each save by trainprof.torch.watch; "
+        "the rule reads the smallest over the gradients collection, so it names the "
+        "collection, not the tensor (watch with include_regex for per-tensor series)."
+    ),
 )
 
 
@@ -218,6 +223,10 @@ EXPLODING_TENSOR = RuleSpec(
     signals=_exploding_signals,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "Reads NaN/Inf counts per collection (and the loss) instead of scanning every tensor; "
+        "`tensor_regex` needs the tensors' own series (include_regex)."
+    ),
 )
 
 
@@ -449,6 +458,11 @@ OVERTRAINING = RuleSpec(
     inputs=_overtraining_inputs,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "Counts saved losses (SageMaker's steps were its saved steps too); `delta` is applied "
+        "by the training process, which must be given a non-default value "
+        "(watch(rules_config=))."
+    ),
 )
 
 
@@ -651,6 +665,10 @@ TENSOR_VARIANCE = RuleSpec(
     check=_tensor_variance_check,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "Variance is the population variance (ddof 0), as smdebug's reduction; without any "
+        "threshold the configuration is refused (SageMaker required them too)."
+    ),
 )
 
 
@@ -718,6 +736,11 @@ UNCHANGED_TENSOR = RuleSpec(
     inputs=_unchanged_inputs,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "The training process keeps a copy of each watched tensor from its previous save "
+        "(watch(track_unchanged=False) saves that memory and disables the rule) and counts "
+        "consecutive allclose saves; `equal_nan` is accepted, NaN never compares equal."
+    ),
 )
 
 
@@ -1160,6 +1183,10 @@ CHECK_INPUT_IMAGES = RuleSpec(
     signals=_input_signals,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "Inputs come from Watcher.log_inputs (channels on axis 1) on saving steps; the mean "
+        "is over all saved images since the process started."
+    ),
 )
 
 
@@ -1243,6 +1270,11 @@ NLP_SEQUENCE_RATIO = RuleSpec(
     inputs=_nlp_inputs,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "Token ids come from Watcher.log_tokens on saving steps and are counted since the "
+        "process started; token values other than 0 must be given to watch(token_values=) or "
+        "watch(rules_config=)."
+    ),
 )
 
 
@@ -1310,6 +1342,10 @@ FEATURE_IMPORTANCE_OVERWEIGHT = RuleSpec(
     check=_importance_check,
     family=_FAMILY,
     reads_exporter=False,
+    differences=(
+        "The XGBoost callback publishes the shares of the top 1 to 10 features (importance "
+        "type weight by default), so `nfeatures` is at most 10."
+    ),
 )
 
 
