@@ -194,7 +194,7 @@ class Watcher:
 
     def _reduce(self, collection: str, name: str, t: torch.Tensor) -> None:
         values = r.stats(t)
-        keys = r.STATISTICS
+        keys: tuple[str, ...] = r.STATISTICS
         if self.track_unchanged:
             key = (collection, name)
             previous = self._previous.get(key)
@@ -312,8 +312,8 @@ class Watcher:
                 health.observe_inputs(inputs[0], dict(enumerate(sums)))
             if tokens is not None:
                 counts = host[offset : offset + tokens.numel()]
-                values = tuple(int(t) for t in health.token_matches)
-                health.observe_tokens(counts[0], dict(zip(values, counts[1:])))
+                ids = tuple(int(t) for t in health.token_matches)
+                health.observe_tokens(counts[0], dict(zip(ids, counts[1:])))
 
 
 def watch(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,19 +215,20 @@ def evaluate_saves(
     promtool; the live tests feed the session's families here, replay a trial's."""
     from trainprof.rules.compiler import compile_rules
 
-    series: dict[str, list[float | None]] = {}
+    series: dict[str, Sequence[float | None]] = {}
+    table: dict[str, list[float | None]] = {}
     for index, save in enumerate(saves):
         for family in save.families:
             for sample in family.samples:
                 if sample.name.endswith("_created"):
                     continue
                 key = series_text(sample.name, dict(sample.labels))
-                values = series.setdefault(key, [])
+                values = table.setdefault(key, [])
                 values.extend([None] * (index - len(values)))
                 values.append(sample.value)
-    for values in series.values():
+    for key, values in table.items():
         values.extend([None] * (len(saves) - len(values)))
-        values.insert(0, None)  # nothing at t=0: the first save is evaluated at 1 x STEP
+        series[key] = [None] + values  # nothing at t=0: the first save is evaluated at 1 x STEP
     compiled = compile_rules(config)
     groups = [{**g, "interval": f"{STEP_SECONDS:g}s"} for g in compiled.groups]
     end = len(saves) * STEP_SECONDS
@@ -239,11 +241,11 @@ def evaluate_saves(
             tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
             for labels in run.firing.get((index + 1) * STEP_SECONDS, [])
         }
-        for key in sorted(now - previous):
-            labels = dict(key)
-            verdict = verdicts.get(labels.get("rule", ""))
+        for fired in sorted(now - previous):
+            alert_labels = dict(fired)
+            verdict = verdicts.get(alert_labels.get("rule", ""))
             if verdict is not None:
-                verdict.alerts.append(StepAlert(labels, save.step, save.wall_time))
+                verdict.alerts.append(StepAlert(alert_labels, save.step, save.wall_time))
         previous = now
     steps = [s.step for s in saves]
     return TrialReplay("", verdicts, steps, list(compiled.warnings), "")

@@ -105,6 +105,7 @@ def fields(buf: bytes) -> dict[int, list]:
     while pos < end:
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 1:
@@ -181,7 +182,7 @@ def decode_tensor(buf: bytes) -> np.ndarray:
             dtype = np.float16  # smdebug wrote float16 tensors tagged DT_INT32
         array = np.frombuffer(content, dtype=np.dtype(dtype).newbyteorder("<"))
     else:
-        values = []
+        values: list = []
         for number, dtype in _REPEATED.items():
             for chunk in f.get(number, []):
                 if isinstance(chunk, bytes):

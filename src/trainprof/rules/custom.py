@@ -124,7 +124,7 @@ class Definition:
 
 def spec_of(d: Definition) -> RuleSpec:
     """The RuleSpec of a custom rule: its own parameters dataclass, build and signals."""
-    fields = []
+    fields: list[tuple[str, Any, Any]] = []
     for key, default in d.defaults.items():
         kind = NUMBER if isinstance(default, (int, float)) else TEXT
         fields.append((key, Any, param(default, kind, f"Parameter {key} of the expression.")))
