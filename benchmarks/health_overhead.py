@@ -49,6 +49,12 @@ class SmallTransformer(torch.nn.Module):
         return self.head(self.encoder(self.embed(ids)).mean(dim=1))
 
 
+def tiny_mlp():
+    """So small that the hooks' fixed cost per step shows (save_interval=100 saves once)."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    return model, torch.randn(2, 4), torch.tensor([0, 1])
+
+
 def small_transformer():
     return SmallTransformer(), torch.randint(0, 1000, (16, 64)), torch.randint(0, 10, (16,))
 
@@ -90,18 +96,24 @@ def main() -> None:
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread")
     print(f"{'model':<18}{'variant':<20}{'ms/step':>10}{'overhead':>10}")
     intervals = (None, 100, 10, 1)
-    for name, build in (("small CNN", small_cnn), ("small transformer", small_transformer)):
+    models = (
+        ("tiny MLP", tiny_mlp),
+        ("small CNN", small_cnn),
+        ("small transformer", small_transformer),
+    )
+    for name, build in models:
         # Interleaved: each round runs every variant once, so a busy neighbour slows all
         # variants of a round alike; the best round of each variant is reported.
         best = dict.fromkeys(intervals, float("inf"))
+        steps = args.steps * 20 if build is tiny_mlp else args.steps
         for _ in range(args.repeat):
             for interval in intervals:
-                best[interval] = min(best[interval], run(build, args.steps, interval))
+                best[interval] = min(best[interval], run(build, steps, interval))
         base = best[None]
         for interval in intervals:
             label = "uninstrumented" if interval is None else f"save_interval={interval}"
             overhead = "" if interval is None else f"{(best[interval] / base - 1) * 100:+.1f}%"
-            print(f"{name:<18}{label:<20}{best[interval]:>10.3f}{overhead:>10}")
+            print(f"{name:<18}{label:<20}{best[interval]:>10.3f}{overhead:>10}", flush=True)
 
 
 if __name__ == "__main__":
