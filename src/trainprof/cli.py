@@ -5,6 +5,7 @@
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof report (--prometheus URL --job NAME [--from T --to T] | --replay SOURCE) -o FILE
+    trainprof trace summarize TRACE... [--json -|FILE] [--top N]
     trainprof generate [--check]
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
@@ -162,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     from trainprof.report.cli import add_parser as add_report_parser
 
     add_report_parser(commands)
+    from trainprof.trace.cli import add_parser as add_trace_parser
+
+    add_trace_parser(commands)
 
     generate = commands.add_parser("generate", help="rewrite every generated artifact")
     generate.add_argument(
@@ -208,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof.report.cli import main as report_main
 
             return report_main(args)
+        if args.command == "trace":
+            from trainprof.trace.cli import run as trace_main
+
+            return trace_main(args)
         if args.command == "generate":
             from trainprof import generate
 

@@ -60,6 +60,25 @@ STEP_DURATION_BUCKETS = (
     600.0,
 )
 
+# Kernel launch latency (host call to device start) from 1 us to 1 s.
+LAUNCH_LATENCY_BUCKETS = (
+    1e-06,
+    2e-06,
+    5e-06,
+    1e-05,
+    2e-05,
+    5e-05,
+    0.0001,
+    0.0002,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.1,
+    1.0,
+)
+
 # LoadBalancing compares per-GPU utilization histograms of 2 % bins, as SageMaker did.
 LOAD_BALANCING_BINS = 50
 
@@ -820,6 +839,190 @@ METRICS: tuple[Metric, ...] = (
     ),
     # --- training health (trainprof.torch.watch, trainprof.log_loss) ------------------------
     *HEALTH_METRICS,
+    # --- kernel profile windows (trainprof.start(kernel_profile=...)) -------------------------
+    _m(
+        "trainprof_kernel_profile_windows_total",
+        "counter",
+        "",
+        ("gpu_activity",),
+        "Profiled windows aggregated; gpu_activity=no when the trace held no GPU kernel, "
+        "memcpy or memset (a CPU-only run): the GPU series are then absent.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_profiled_steps_total",
+        "counter",
+        "",
+        (),
+        "Training steps run under the profiler.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_profile_overhead_seconds_total",
+        "counter",
+        "seconds",
+        (),
+        "Time the training thread spent starting and stopping the profiler (the export and "
+        "aggregation run on a background thread).",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_last_window_timestamp_seconds",
+        "gauge",
+        "seconds",
+        (),
+        "Unix time the latest profiled window was aggregated.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_gpu_info",
+        "gauge",
+        "",
+        ("gpu_name", "tensor_cores"),
+        "Always 1; the GPU of the profiled windows and whether it has tensor cores "
+        "(NVIDIA compute capability 7.0 or later, AMD Instinct gfx9 matrix cores).",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_span_seconds_total",
+        "counter",
+        "seconds",
+        (),
+        "Profiled GPU time span: first GPU activity to the last, summed over windows.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_gpu_idle_seconds_total",
+        "counter",
+        "seconds",
+        (),
+        "Time within the profiled spans when no kernel, memcpy or memset ran.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_gpu_busy_seconds_total",
+        "counter",
+        "seconds",
+        ("overlap",),
+        "GPU busy time split by which classes ran at once (compute, communication, memory "
+        "and their combinations such as compute+communication); each instant counted once.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_step_window_seconds_total",
+        "counter",
+        "seconds",
+        (),
+        "Per profiled step, the device time from the first to the last GPU event the step "
+        "launched, summed.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_step_idle_seconds_total",
+        "counter",
+        "seconds",
+        (),
+        "GPU idle time between kernels inside those step windows.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_seconds_total",
+        "counter",
+        "seconds",
+        ("kernel",),
+        "GPU time by kernel (memcpy and memset included): each window's top kernels by "
+        "time under a shortened name, the rest under kernel=other.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_launches_total",
+        "counter",
+        "",
+        ("kernel",),
+        "Launches by kernel, with the same kernel labels as trainprof_kernel_seconds_total.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_activity_seconds_total",
+        "counter",
+        "seconds",
+        ("activity",),
+        "GPU time by activity: kernel, collective, memcpy_htod, memcpy_dtoh, memcpy_dtod, "
+        "memcpy_other, memset, sync.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_precision_seconds_total",
+        "counter",
+        "seconds",
+        ("precision", "kernel_class"),
+        "Kernel time by precision inferred from kernel names (fp64, fp32, tf32, bf16, fp16, "
+        "fp8, int8, int, unknown) and class (matmul: GEMM and convolution kernels; other).",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_memcpy_bytes_total",
+        "counter",
+        "bytes",
+        ("activity",),
+        "Bytes copied by memcpy, by direction (memcpy_htod, memcpy_dtoh, ...).",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_memcpy_pageable_seconds_total",
+        "counter",
+        "seconds",
+        (),
+        "Time of host-device copies through pageable (not pinned) host memory.",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_launch_latency_seconds",
+        "histogram",
+        "seconds",
+        (),
+        "Host launch call start to device start, per kernel, memcpy or memset.",
+        "training",
+        "kernel_profile",
+        (),
+        LAUNCH_LATENCY_BUCKETS,
+    ),
+    _m(
+        "trainprof_kernel_host_device_busy_seconds_total",
+        "counter",
+        "seconds",
+        ("side",),
+        "CPU-GPU overlap in profiled windows: time the host ran operators (side=cpu), the "
+        "GPU ran anything (side=gpu), and both at once (side=both).",
+        "training",
+        "kernel_profile",
+    ),
+    _m(
+        "trainprof_kernel_cpu_op_seconds_total",
+        "counter",
+        "seconds",
+        ("op",),
+        "Host time of each window's top operators (aten::mm, ...; inclusive of the "
+        "operators they call), the rest under op=other.",
+        "training",
+        "kernel_profile",
+    ),
     _m(
         "trainprof_instrumentation_errors_total",
         "counter",

@@ -1,7 +1,8 @@
 """The per-job dashboard: SageMaker's profiling report as Grafana rows.
 
 Rows, in the report's order: Training job summary, System usage statistics, Framework metrics
-summary, Rules summary, the SageMaker Profiler UI's views, then one collapsed row per
+summary, Rules summary, the SageMaker Profiler UI's views, its GPU kernel views (from the
+kernel profile windows), then one collapsed row per
 alerting rule with the series it watches and its threshold. Alerts link here
 (`dashboard_url`, uid `trainprof-job`) with `var-training_job` and `var-namespace` set.
 """
@@ -13,6 +14,7 @@ from grafanalib import core
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
+from trainprof.dashboards.kernels import kernels_row
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
 from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
@@ -515,6 +517,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         framework_row(scope, compiled),
         rules_summary_row(scope, compiled),
         profiler_views_row(scope, compiled),
+        kernels_row(scope),
     ]
     rows += [rule_row(scope, compiled, i) for i in compiled.alerting]
     return ui.dashboard(

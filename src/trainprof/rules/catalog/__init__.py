@@ -5,8 +5,8 @@ of them (as it did in SageMaker), with `<Rule>_<parameter>` overrides. The tenso
 (family "health", `catalog.health`) follow; ProfilerReport does not include them.
 
 Adding a rule touches one module: write its `RuleSpec` in the family's module (bottleneck,
-gpu, framework, system, health) and list it in `CATALOG` below. The spec carries everything:
-`parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
+gpu, framework, system, kernels, health) and list it in `CATALOG` below. The spec carries
+everything: `parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
 alerts), `signals` (what its dashboard row and report section draw, thresholds from the same
 parameters), and, when it needs them, `inputs` (what exporters must count), `health`
 (alerts when they do not), `state` (job-state alerts), `check` (parameter combinations) and
@@ -31,6 +31,11 @@ from trainprof.rules.catalog.gpu import (
 )
 from trainprof.rules.catalog.health import NOT_IMPLEMENTED as _TENSOR_NOT_IMPLEMENTED
 from trainprof.rules.catalog.health import TENSOR_RULES
+from trainprof.rules.catalog.kernels import (
+    LAUNCH_BOUND_STEPS,
+    MEMCPY_HEAVY_STEPS,
+    NO_REDUCED_PRECISION,
+)
 from trainprof.rules.catalog.system import OVERALL_SYSTEM_USAGE
 from trainprof.rules.model import RuleSpec
 
@@ -43,6 +48,9 @@ PROFILER_RULES: tuple[RuleSpec, ...] = (
     LOAD_BALANCING,
     MAX_INITIALIZATION_TIME,
     STEP_OUTLIER,
+    LAUNCH_BOUND_STEPS,
+    MEMCPY_HEAVY_STEPS,
+    NO_REDUCED_PRECISION,
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
 )
