@@ -115,3 +115,23 @@ def test_stalled_training_fires_on_the_trials_own_clock(promtool, tmp_path):
     assert 1.7e9 + 16 + 1800 <= verdict.first_fired_at <= 1.7e9 + 16 + 1800 + 30
     quick = run(tmp_path / "q", steps, "StalledTrainingRule")
     assert not quick.fired
+
+
+def test_similar_across_runs_compares_two_trials_at_the_same_step(promtool, tmp_path):
+    def trial(name, third):
+        steps = {
+            0: {"fc.weight": np.ones(3, np.float32)},
+            2: {"fc.weight": np.full(3, 2.0, np.float32)},
+            4: {"fc.weight": np.full(3, third, np.float32)},
+        }
+        return write_trial(tmp_path / name, steps, collections={"weights": ["fc.weight"]})
+
+    a, same, other = trial("a", 3.0), trial("same", 3.0), trial("other", 3.5)
+    params = {"other_trials": str(same)}
+    config = load_config({"rules": [{"rule": "SimilarAcrossRuns", "parameters": params}]})
+    assert not replay_trial(str(a), config).rules["SimilarAcrossRuns"].fired
+    params = {"other_trials": str(other)}
+    config = load_config({"rules": [{"rule": "SimilarAcrossRuns", "parameters": params}]})
+    verdict = replay_trial(str(a), config).rules["SimilarAcrossRuns"]
+    assert verdict.first_fired_step == 4
+    assert verdict.alerts[0].labels["training_job"] == "a"

@@ -88,8 +88,11 @@ def test_unknown_actions_and_not_implemented_rules_are_clear_problems():
         load_config({"rules": [{"rule": "Overfit", "actions": ["StopTrainning"]}]})
     assert "rules[0].actions[0]" in str(e.value) and "StopTraining" in str(e.value)
     with pytest.raises(Exception) as e:
+        load_config({"rules": [{"rule": "PoorWeightInitialization"}]})
+    assert "PoorWeightInitialization is not implemented" in str(e.value)
+    with pytest.raises(Exception) as e:
         load_config({"rules": [{"rule": "SimilarAcrossRuns"}]})
-    assert "SimilarAcrossRuns is not implemented" in str(e.value)
+    assert "rules[0].parameters.other_trials: SimilarAcrossRuns needs other_trials" in str(e.value)
 
 
 def test_stop_training_receiver_acts_on_the_action_label_within_its_allow_list():

@@ -125,17 +125,20 @@ def replay_trial(
     )
     job = training_job or _job_name(trial.root)
     identity = {"training_job": job, "rank": "0"}
-    saves = [
-        Save(snap.step, snap.wall_time, list(snap.state.families(identity)))
-        for snap in smdebug.fold(
-            trial,
+
+    def folded(t: smdebug.Trial, state: HealthState):
+        return smdebug.fold(
+            t,
             rtol=inputs.get("rtol", 1e-5),
             atol=inputs.get("atol", 1e-8),
             threshold_inactivity=inputs.get("threshold_inactivity", 1.0),
             include_regex=include_regex,
             state=state,
         )
-    ]
+
+    runs = [(folded(trial, state), identity)]
+    config, other_problems = _other_trial(config, job, folded, runs)
+    saves = _merged_saves(runs)
     stalled = [i for i in config.rules if i.spec.name == "StalledTrainingRule"]
     others = dataclasses.replace(
         config, rules=tuple(i for i in config.rules if not stalled or i is not stalled[0])
@@ -147,8 +150,49 @@ def replay_trial(
             saves, end, dataclasses.replace(config, rules=tuple(stalled)), identity, promtool
         )
     result.source, result.training_job = source, job
-    result.notes[:0] = trial.problems
+    result.notes[:0] = trial.problems + other_problems
     return result
+
+
+def _other_trial(config: Any, job: str, folded, runs: list) -> tuple[Any, list[str]]:
+    """SimilarAcrossRuns in replay: its other_trials names the other trial's folder, which
+    is folded beside this one as another training_job; the rule compares the two."""
+    instance = next((i for i in config.rules if i.spec.name == "SimilarAcrossRuns"), None)
+    if instance is None:
+        return config, []
+    path = instance.values["other_trials"]
+    other = smdebug.read_trial(path)
+    other_job = _job_name(other.root)
+    if other_job == job:
+        other_job += "-other"
+    runs.append((folded(other, HealthState()), {"training_job": other_job, "rank": "0"}))
+    values = {**instance.values, "other_trials": other_job}
+    rules = tuple(
+        dataclasses.replace(i, values=values) if i is instance else i for i in config.rules
+    )
+    return dataclasses.replace(config, rules=rules), [f"{path}: {p}" for p in other.problems]
+
+
+def _merged_saves(runs: list) -> list[Save]:
+    """One save per step saved by any of the runs, holding every run's series as of then."""
+    import heapq
+
+    latest: dict[int, list] = {}
+    saves: list[Save] = []
+
+    def tag(n: int, snaps, ident):
+        for snap in snaps:
+            yield snap.step, n, snap, ident
+
+    tagged = [tag(n, snaps, ident) for n, (snaps, ident) in enumerate(runs)]
+    # merge() holds one snapshot ahead per run; each is rendered when it is yielded, while
+    # its run's generator still stands at that step.
+    for step, n, snap, ident in heapq.merge(*tagged, key=lambda x: (x[0], x[1])):
+        latest[n] = list(snap.state.families(ident))
+        if not saves or saves[-1].step != step:
+            saves.append(Save(step, snap.wall_time, []))
+        saves[-1].families = [f for run in sorted(latest) for f in latest[run]]
+    return saves
 
 
 def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> StepVerdict:

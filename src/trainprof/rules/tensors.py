@@ -19,7 +19,10 @@ def default_tensor_config() -> RulesConfig:
 
 def example_tensor_config() -> RulesConfig:
     """Every tensor rule, TensorVariance with an example max_threshold: what the docs show."""
-    example = {"TensorVariance": {"max_threshold": 10}}
+    example = {
+        "TensorVariance": {"max_threshold": 10},
+        "SimilarAcrossRuns": {"other_trials": "reference-job"},
+    }
     rules = [
         {"rule": r.name, **({"parameters": example[r.name]} if r.name in example else {})}
         for r in catalog.CATALOG

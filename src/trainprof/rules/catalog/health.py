@@ -1400,6 +1400,98 @@ TREE_DEPTH = RuleSpec(
 )
 
 
+# --- SimilarAcrossRuns ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarAcrossRunsParams:
+    other_trials: str | None = param(
+        None, TEXT, "The other job: its training_job live, its trial folder in replay."
+    )
+    collection_names: tuple = param((), NAMES, _COLLECTIONS)
+    tensor_regex: str | None = param(None, REGEX, _TENSOR_REGEX)
+    scan_interval_us: int = scan_interval_param()
+
+
+def _similar(b: Build[SimilarAcrossRunsParams]) -> RuleOutput:
+    p = b.p
+    _warn_regex(b, "tensor_regex", p.tensor_regex)
+    other = str(p.other_trials)
+    keep = "collection, tensor, aggregate"
+
+    def norms(op: str) -> str:
+        sel = _tensor_sel(b, "trainprof_tensor_l2_norm", "max", p.collection_names, p.tensor_regex)
+        sel = sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
+        return sel
+
+    def steps(op: str) -> str:
+        sel = b.sel("trainprof_tensor_last_save_step")
+        if "{" in sel:
+            return sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
+        return f"{sel}{{training_job{op}{promql.quote(other)}}}"
+
+    job = ", ".join(b.job_labels)
+    mine = f"max by ({job}, {keep}) ({norms('!=')})"
+    theirs = f"max by ({keep}) ({norms('=')})"
+    same_step = (
+        f"max by ({job}) ({steps('!=')})\n== ignoring ({job}) group_left\nmax ({steps('=')})"
+    )
+    expr = (
+        f"abs({mine}\n- on ({keep}) group_left\n{theirs})\n"
+        f"> on ({keep}) group_left ()\n(1e-05 * abs({theirs}) + 1e-08)\n"
+        f"and on ({job})\n({same_step})"
+    )
+    return RuleOutput(
+        alerts=(
+            Alert(
+                expr=expr,
+                summary="Two runs' tensors differ at the same step.",
+                description=(
+                    f"Job {JOB}: the L2 norm of a {{{{ $labels.collection }}}} tensor differs "
+                    f"from job {other}'s at the same saved step by {{{{ $value }}}}."
+                ),
+            ),
+        )
+    )
+
+
+def _similar_check(p: SimilarAcrossRunsParams):
+    if not p.other_trials:
+        return (("other_trials", "SimilarAcrossRuns needs other_trials: the job to compare with"),)
+    return ()
+
+
+def _similar_signals(b, out, scope, _):
+    expr = scope.sel("trainprof_tensor_l2_norm", aggregate="max")
+    return (_signal("L2 norms", expr, NUMBER_UNIT, Threshold(0, "the other run's", "above")),)
+
+
+SIMILAR_ACROSS_RUNS = RuleSpec(
+    name="SimilarAcrossRuns",
+    summary="Runs that should match differ",
+    detects=(
+        "Two jobs (this one and `other_trials`) at the same saved step whose watched tensors' "
+        "L2 norms differ (beyond rtol 1e-5, atol 1e-8): a supposedly reproducible run is not."
+    ),
+    recommendation=(
+        "Fix the seeds (torch, numpy, the data loader's workers), disable non-deterministic "
+        "kernels (torch.use_deterministic_algorithms), and compare the data order."
+    ),
+    severity="info",
+    parameters=SimilarAcrossRunsParams,
+    build=_similar,
+    signals=_similar_signals,
+    check=_similar_check,
+    family=_FAMILY,
+    reads_exporter=False,
+    differences=(
+        "Compares the per-collection (and per-tensor, with include_regex) L2 norms of the two "
+        "jobs' latest saves when both saved the same step, not every element; live, "
+        "`other_trials` is the other job's training_job; in replay, the other trial's folder."
+    ),
+)
+
+
 TENSOR_RULES = (
     VANISHING_GRADIENT,
     EXPLODING_TENSOR,
@@ -1419,15 +1511,12 @@ TENSOR_RULES = (
     NLP_SEQUENCE_RATIO,
     FEATURE_IMPORTANCE_OVERWEIGHT,
     TREE_DEPTH,
+    SIMILAR_ACROSS_RUNS,
 )
 
 NOT_IMPLEMENTED = {
     "PoorWeightInitialization": (
         "PoorWeightInitialization is not implemented: it needs per-layer activation-input "
         "variances and gradient percentiles that trainprof.torch.watch does not publish yet"
-    ),
-    "SimilarAcrossRuns": (
-        "SimilarAcrossRuns is not implemented: comparing two jobs' tensors step by step "
-        "needs both trials; replay them separately and compare"
     ),
 }
