@@ -30,6 +30,7 @@ CONFIG = load_config(
             {"rule": "AllZero", "parameters": {"collection_names": "gradients"}},
             {"rule": "ClassImbalance", "parameters": {"samples": 200}},
             {"rule": "CheckInputImages", "parameters": {"threshold_samples": 100}},
+            {"rule": "PoorWeightInitialization"},
         ]
     }
 )
@@ -57,17 +58,33 @@ def _data(condition, n=64, seed=0):
 def run(condition, tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Flatten(), torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 2),
     )
     lr = {"nan_lr": float("nan"), "frozen": 0.0}.get(condition, 0.5)
     if condition == "dead_relu":
         with torch.no_grad():
             model[1].bias.fill_(-100.0)
+    if condition == "poor_init":
+        with torch.no_grad():
+            model[3].weight.mul_(1000.0)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     trainprof.start(training_job="tiny", serve=False, rank=0, local_rank=0, world_size=1)
     watcher = tt.watch(model, opt, save_interval=1)
-    relu_out = {}
-    model[2].register_forward_hook(lambda m, a, out: relu_out.update(v=out.detach().clone()))
+    relu = {}
+    for i in (2, 4):
+        model[i].register_forward_hook(
+            lambda m, a, out, i=i: relu.update(
+                {
+                    f"relu{i // 2 - 1}_output_0": out.detach().clone().numpy(),
+                    f"relu{i // 2 - 1}_input_0": a[0].detach().clone().numpy(),
+                }
+            )
+        )
     saves, trial = [], {}
     x, y = _data(condition)
     names = [n for n, _ in model.named_parameters()]
@@ -86,7 +103,7 @@ def run(condition, tmp_path):
         trial[step] = {
             **{n: weights[n].numpy() for n in names},
             **{f"gradient/{n}": grads[n].numpy() for n in names},
-            "relu0_output_0": relu_out["v"].numpy(),
+            **relu,
             "CrossEntropyLoss_output_0": np.float32(loss.item()),
             "labels": y.numpy(),
             "predictions": out.detach().argmax(dim=1).numpy(),
@@ -131,3 +148,7 @@ def test_imbalanced_dataset(promtool, tmp_path):
 
 def test_constant_input_images(promtool, tmp_path):
     assert "CheckInputImages" in run("constant_input", tmp_path)
+
+
+def test_poor_initialisation(promtool, tmp_path):
+    assert "PoorWeightInitialization" in run("poor_init", tmp_path)

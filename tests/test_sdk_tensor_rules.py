@@ -83,13 +83,13 @@ def test_the_python_stand_ins_carry_actions_too():
     }
 
 
-def test_unknown_actions_and_not_implemented_rules_are_clear_problems():
+def test_unknown_actions_rules_and_missing_parameters_are_clear_problems():
     with pytest.raises(Exception) as e:
         load_config({"rules": [{"rule": "Overfit", "actions": ["StopTrainning"]}]})
     assert "rules[0].actions[0]" in str(e.value) and "StopTraining" in str(e.value)
     with pytest.raises(Exception) as e:
-        load_config({"rules": [{"rule": "PoorWeightInitialization"}]})
-    assert "PoorWeightInitialization is not implemented" in str(e.value)
+        load_config({"rules": [{"rule": "LossNotDecreasng"}]})
+    assert "unknown rule 'LossNotDecreasng' (did you mean LossNotDecreasing?)" in str(e.value)
     with pytest.raises(Exception) as e:
         load_config({"rules": [{"rule": "SimilarAcrossRuns"}]})
     assert "rules[0].parameters.other_trials: SimilarAcrossRuns needs other_trials" in str(e.value)

@@ -185,7 +185,6 @@ The Lightning, Hugging Face and Keras callbacks log losses themselves; the XGBoo
 SageMaker Debugger trial and adds each rule's `first_fired_step`.
 
 ProfilerReport does not include the tensor rules: configure each as a rule of its own.
-PoorWeightInitialization is not implemented (a configuration naming it gets a clear error).
 SimilarAcrossRuns compares two jobs: live, `other_trials` names the other job's
 `training_job`; in replay, the other trial's folder, replayed beside this one.
 

@@ -192,6 +192,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Training step of the latest save of the watched tensors.",
         "training",
         _HEALTH,
+        ("PoorWeightInitialization", "SimilarAcrossRuns"),
     ),
     _m(
         "trainprof_tensor_last_save_timestamp_seconds",
@@ -232,10 +233,13 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         used_by=("AllZero",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_variance", "", "Population variance (ddof 0)", used_by=("TensorVariance",)
+        "trainprof_tensor_variance",
+        "",
+        "Population variance (ddof 0)",
+        used_by=("TensorVariance", "PoorWeightInitialization"),
     ),
     _tensor_gauge("trainprof_tensor_l1_norm", "", "L1 norm"),
-    _tensor_gauge("trainprof_tensor_l2_norm", "", "L2 norm"),
+    _tensor_gauge("trainprof_tensor_l2_norm", "", "L2 norm", used_by=("SimilarAcrossRuns",)),
     _tensor_gauge(
         "trainprof_tensor_update_ratio",
         "",
@@ -262,6 +266,12 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "Fraction of a tanh/sigmoid layer's units whose input lies inside the bounds in fewer "
         "than 1 % of the batch's positions",
         used_by=("SaturatedActivation",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_percentile_spread",
+        "",
+        "95th minus 5th percentile of the elements (gradients only)",
+        used_by=("PoorWeightInitialization",),
     ),
     _m(
         "trainprof_training_loss",
@@ -315,7 +325,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "watch() is given another).",
         "training",
         _HEALTH,
-        ("Overtraining",),
+        ("Overtraining", "PoorWeightInitialization"),
     ),
     _m(
         "trainprof_training_metric",

@@ -23,10 +23,11 @@ after it, up to the next training forward, still belongs to that step). Without 
 `model` in training mode begins a step (so gradient accumulation over several forwards counts
 several steps), and gradients are reduced as they are accumulated.
 
-Collections (smdebug's names): gradients, weights, biases, relu_output, tanh_input,
-sigmoid_input. Per-collection aggregates are published for all; per-tensor series only for
-tensors whose name (`weights/fc1.weight`, `gradients/fc1.weight`, `relu_output/net.1`)
-matches `include_regex`, at most `metrics.MAX_TENSOR_SERIES`.
+Collections (smdebug's names): gradients, weights, biases, relu_output, relu_input,
+tanh_input, sigmoid_input (activation inputs: variance, and saturation for tanh/sigmoid).
+Per-collection aggregates are published for all; per-tensor series only for tensors whose
+name (`weights/fc1.weight`, `gradients/fc1.weight`, `relu_output/net.1`) matches
+`include_regex`, at most `metrics.MAX_TENSOR_SERIES`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,15 @@ from trainprof.health.state import HealthState
 
 log = logging.getLogger("trainprof")
 
-COLLECTIONS = ("gradients", "weights", "biases", "relu_output", "tanh_input", "sigmoid_input")
+COLLECTIONS = (
+    "gradients",
+    "weights",
+    "biases",
+    "relu_output",
+    "relu_input",
+    "tanh_input",
+    "sigmoid_input",
+)
 DEFAULT_SAVE_INTERVAL = 100
 _ACTIVATIONS = {
     torch.nn.ReLU: ("relu_output", None),
@@ -115,7 +124,11 @@ class Watcher:
                 hooks.append(p.register_post_accumulate_grad_hook(self._grad_hook(name)))
         for name, module in self.model.named_modules():
             kind = _ACTIVATIONS.get(type(module))
-            if kind is not None and kind[0] in self.collections:
+            wanted = kind is not None and (
+                kind[0] in self.collections
+                or (kind[0] == "relu_output" and "relu_input" in self.collections)
+            )
+            if wanted:
                 hooks.append(module.register_forward_hook(self._activation_hook(name, *kind)))
 
     def publish(self) -> None:
@@ -195,6 +208,8 @@ class Watcher:
     def _reduce(self, collection: str, name: str, t: torch.Tensor) -> None:
         values = r.stats(t)
         keys: tuple[str, ...] = r.STATISTICS
+        if collection == "gradients":
+            values, keys = torch.cat((values, r.spread(t))), keys + ("spread",)
         if self.track_unchanged:
             key = (collection, name)
             previous = self._previous.get(key)
@@ -230,11 +245,16 @@ class Watcher:
 
     def _reduce_activation(self, collection, name, args, output, bounds) -> None:
         if collection == "relu_output":
-            value = r.dead_ratio(output, self.threshold_inactivity)
-            self._pending.append((collection, name, ("dead_ratio",), value))
+            if "relu_output" in self.collections:
+                value = r.dead_ratio(output, self.threshold_inactivity)
+                self._pending.append((collection, name, ("dead_ratio",), value))
+            if "relu_input" in self.collections and args:
+                self._pending.append(("relu_input", name, ("variance",), r.variance(args[0])))
         elif args:
-            value = r.saturated_ratio(args[0], bounds, self.threshold_inactivity)
-            self._pending.append((collection, name, ("saturated_ratio",), value))
+            values = torch.cat(
+                (r.saturated_ratio(args[0], bounds, self.threshold_inactivity), r.variance(args[0]))
+            )
+            self._pending.append((collection, name, ("saturated_ratio", "variance"), values))
 
     # --- what the training loop logs -------------------------------------------------------
 

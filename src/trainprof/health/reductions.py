@@ -21,6 +21,9 @@ STATISTICS = ("mean_abs", "nan", "inf", "zero_ratio", "variance", "l1", "l2")
 TANH_BOUNDS = (-9.4999, 9.4999)
 SIGMOID_BOUNDS = (-23.0, 16.99999)
 EPSILON = 1e-9
+# Percentiles are taken over at most this many evenly spaced elements of a tensor, so a save
+# of a large gradient costs a bounded sort.
+SPREAD_SAMPLE = 100_000
 
 
 def stats(t: torch.Tensor) -> torch.Tensor:
@@ -113,3 +116,23 @@ def token_counts(ids: torch.Tensor, values: tuple[int, ...]) -> torch.Tensor:
     counts = [torch.tensor(float(ids.numel()), device=ids.device)]
     counts += [(ids == v).sum().float() for v in values]
     return torch.stack(counts)
+
+
+def variance(t: torch.Tensor) -> torch.Tensor:
+    """Population variance (ddof 0) of all elements, as a 1-element tensor."""
+    x = t.detach().float().reshape(-1)
+    if x.numel() < 2:
+        return torch.zeros(1, device=x.device)
+    return x.var(unbiased=False).reshape(1)
+
+
+def spread(t: torch.Tensor) -> torch.Tensor:
+    """95th minus 5th percentile of the elements (PoorWeightInitialization's gradient
+    distribution range), over an even sample of at most SPREAD_SAMPLE elements."""
+    x = t.detach().float().reshape(-1)
+    if x.numel() == 0:
+        return torch.zeros(1, device=x.device)
+    if x.numel() > SPREAD_SAMPLE:
+        x = x[:: -(-x.numel() // SPREAD_SAMPLE)]
+    q = torch.quantile(x, torch.tensor([0.05, 0.95], device=x.device))
+    return (q[1] - q[0]).reshape(1)

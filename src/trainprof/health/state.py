@@ -47,6 +47,7 @@ TENSOR_GAUGES = {
     "unchanged": "trainprof_tensor_unchanged_saves",
     "dead_ratio": "trainprof_tensor_dead_unit_ratio",
     "saturated_ratio": "trainprof_tensor_saturated_unit_ratio",
+    "spread": "trainprof_tensor_percentile_spread",
 }
 OTHER_CLASS = "other"
 TOP_FEATURES = 10

@@ -33,6 +33,7 @@ _NAME_RULES = (
     (re.compile(r"^gradients?/"), "gradients"),
     (re.compile(r"(^|[._/])loss|_loss_output|Loss_output"), "losses"),
     (re.compile(r"relu[^/]*_output", re.I), "relu_output"),
+    (re.compile(r"relu[^/]*_input", re.I), "relu_input"),
     (re.compile(r"tanh[^/]*_input", re.I), "tanh_input"),
     (re.compile(r"sigmoid[^/]*_input", re.I), "sigmoid_input"),
     (re.compile(r"labels?$"), "labels"),
@@ -201,11 +202,18 @@ def fold(
             key = (collection, e.name)
             if collection == "relu_output":
                 values = {"dead_ratio": float(r.dead_ratio(t, threshold_inactivity))}
+            elif collection == "relu_input":
+                values = {"variance": float(r.variance(t))}
             elif collection in ("tanh_input", "sigmoid_input"):
                 bounds = r.TANH_BOUNDS if collection == "tanh_input" else r.SIGMOID_BOUNDS
-                values = {"saturated_ratio": float(r.saturated_ratio(t, bounds))}
+                values = {
+                    "saturated_ratio": float(r.saturated_ratio(t, bounds)),
+                    "variance": float(r.variance(t)),
+                }
             else:
                 values = dict(zip(r.STATISTICS, r.stats(t).tolist()))
+                if collection == "gradients":
+                    values["spread"] = float(r.spread(t))
                 before = previous.get(key)
                 if before is not None:
                     values["allclose"] = float(r.allclose(t, before, rtol, atol))

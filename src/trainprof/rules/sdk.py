@@ -38,9 +38,7 @@ def _snake(name: str) -> str:
 
 # The SDK names profiler rules in CamelCase (rule_configs.LowGPUUtilization()) and tensor
 # rules in snake_case (rule_configs.loss_not_decreasing()); both resolve to catalog names.
-_TENSOR_NAMES = [r.name for r in catalog.CATALOG if r.family == "health"] + sorted(
-    n for n in catalog.NOT_IMPLEMENTED if n != "Dataloader"
-)
+_TENSOR_NAMES = [r.name for r in catalog.CATALOG if r.family == "health"]
 _RULE_NAMES = {
     **{n: n for n in (catalog.PROFILER_REPORT,) + tuple(r.name for r in catalog.CATALOG)},
     **{_snake(n): n for n in _TENSOR_NAMES},

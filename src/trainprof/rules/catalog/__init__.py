@@ -29,7 +29,6 @@ from trainprof.rules.catalog.gpu import (
     LOAD_BALANCING,
     LOW_GPU_UTILIZATION,
 )
-from trainprof.rules.catalog.health import NOT_IMPLEMENTED as _TENSOR_NOT_IMPLEMENTED
 from trainprof.rules.catalog.health import TENSOR_RULES
 from trainprof.rules.catalog.kernels import (
     LAUNCH_BOUND_STEPS,
@@ -63,7 +62,6 @@ PROFILER_REPORT = "ProfilerReport"
 # configuration gets a clear answer instead of "unknown rule".
 NOT_IMPLEMENTED = {
     "Dataloader": "the Dataloader rule is not implemented yet",
-    **_TENSOR_NOT_IMPLEMENTED,
 }
 
 

@@ -1400,6 +1400,97 @@ TREE_DEPTH = RuleSpec(
 )
 
 
+# --- PoorWeightInitialization ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PoorWeightInitializationParams:
+    activation_inputs_regex: str | None = param(
+        ".*relu_input|.*tanh_input|.*sigmoid_input",
+        REGEX,
+        "Accepted: the inputs of nn.ReLU, nn.Tanh and nn.Sigmoid modules.",
+    )
+    threshold: float = param(
+        10.0, NUMBER, "Largest / smallest activation-input variance across layers that fires."
+    )
+    distribution_range: float = param(
+        0.001, NUMBER, "A gradient whose 95th - 5th percentile is below this fires."
+    )
+    patience: int = param(5, STEPS, "Saved losses without improvement that fire.")
+    steps: int = param(10, STEPS, "Only the first steps are judged.")
+    scan_interval_us: int = scan_interval_param()
+
+
+_ACTIVATION_INPUTS = ("relu_input", "tanh_input", "sigmoid_input")
+
+
+def _poor_init(b: Build[PoorWeightInitializationParams]) -> RuleOutput:
+    p = b.p
+    high = _tensor_sel(b, "trainprof_tensor_variance", "max", _ACTIVATION_INPUTS)
+    low = _tensor_sel(b, "trainprof_tensor_variance", "min", _ACTIVATION_INPUTS)
+    spread = _tensor_sel(b, "trainprof_tensor_percentile_spread", "min", ("gradients",))
+    since = b.sel("trainprof_training_loss_saves_since_improvement", mode="train")
+    early = b.sel("trainprof_tensor_last_save_step")
+    loss_early = b.sel("trainprof_training_loss_step", mode="train")
+    expr = (
+        f"(\n  max {b.by_job} ({high})\n  / min {b.by_job} ({low})\n  > {p.threshold:g}\n"
+        f"  or\n  min {b.by_job} ({spread}) < {p.distribution_range:g}\n)\n"
+        f"and {b.on_job}\nmax {b.by_job} ({early}) <= {p.steps}\n"
+        f"or\nmax {b.by_job} ({since}) >= {p.patience}\n"
+        f"and {b.on_job}\nmax {b.by_job} ({loss_early}) <= {p.steps}"
+    )
+    return RuleOutput(
+        alerts=(
+            Alert(
+                expr=expr,
+                summary="The weights look poorly initialised.",
+                description=(
+                    f"Job {JOB}: in its first {p.steps} steps, activation-input variances differ "
+                    f"across layers by more than {p.threshold:g}x, a gradient's 5-95 percentile "
+                    f"range is below {p.distribution_range:g}, or the loss did not improve for "
+                    f"{p.patience} saves (value {{{{ $value }}}})."
+                ),
+            ),
+        )
+    )
+
+
+def _poor_init_signals(b, out, scope, _):
+    expr = scope.sel("trainprof_tensor_variance", collection="relu_input")
+    t = b.p.threshold
+    return (
+        _signal("Activation-input variance", expr, NUMBER_UNIT, Threshold(t, f"{t:g}x", "above")),
+    )
+
+
+POOR_WEIGHT_INITIALIZATION = RuleSpec(
+    name="PoorWeightInitialization",
+    summary="Poor weight initialisation",
+    detects=(
+        "Within the first `steps` steps: the variances of the activations' inputs differ "
+        "across layers by more than `threshold` times, some gradient's 5th-95th percentile "
+        "range is narrower than `distribution_range`, or the training loss has not improved "
+        "for `patience` saves."
+    ),
+    recommendation=(
+        "Use an initialisation suited to the activation (He/Kaiming for ReLU, Xavier/Glorot "
+        "for tanh/sigmoid), check custom init code, and add normalisation layers."
+    ),
+    severity="warning",
+    parameters=PoorWeightInitializationParams,
+    build=_poor_init,
+    signals=_poor_init_signals,
+    family=_FAMILY,
+    reads_exporter=False,
+    differences=(
+        "Layers are nn.ReLU/nn.Tanh/nn.Sigmoid modules (their inputs' variance, collections "
+        "relu_input, tanh_input, sigmoid_input); percentiles are over an even sample of at most "
+        "100,000 elements of each gradient; 'loss not decreasing' counts saves without an "
+        "improvement over 0.01 (Overtraining's delta)."
+    ),
+)
+
+
 # --- SimilarAcrossRuns ----------------------------------------------------------------------
 
 
@@ -1512,11 +1603,5 @@ TENSOR_RULES = (
     FEATURE_IMPORTANCE_OVERWEIGHT,
     TREE_DEPTH,
     SIMILAR_ACROSS_RUNS,
+    POOR_WEIGHT_INITIALIZATION,
 )
-
-NOT_IMPLEMENTED = {
-    "PoorWeightInitialization": (
-        "PoorWeightInitialization is not implemented: it needs per-layer activation-input "
-        "variances and gradient percentiles that trainprof.torch.watch does not publish yet"
-    ),
-}
