@@ -198,3 +198,33 @@ def test_log_loss_and_log_metric_without_a_watcher():
     assert value("trainprof_training_metric", metric="accuracy", mode="eval") == 0.9
     trainprof.log_loss("not a number")  # counted, never raised
     assert value("trainprof_instrumentation_errors_total") == 1
+
+
+def test_every_health_series_is_in_the_contract_with_its_labels():
+    from trainprof.health.state import HealthState
+
+    state = HealthState(token_values=(0, 1))
+    state.observe_save(3, 1.0)
+    stats = {"mean_abs": 1, "nan": 0, "inf": 0, "zero_ratio": 0, "variance": 1, "l1": 1, "l2": 1}
+    state.observe_tensor("gradients", "fc.weight", {**stats, "spread": 0.1}, include=True)
+    state.observe_tensor("weights", "fc.weight", {**stats, "update_ratio": 0.1, "allclose": 1})
+    state.observe_tensor("relu_output", "net.1", {"dead_ratio": 0.5})
+    state.observe_tensor("tanh_input", "net.3", {"saturated_ratio": 0.5})
+    for step, loss in [(0, 1.0), (10, 0.9)]:
+        state.observe_loss("train", step, loss, 2.0)
+    state.observe_metric("accuracy", "eval", 0.5)
+    state.observe_classes({(0, 0): 3, (1, 0): 1})
+    state.observe_inputs(2, {0: 0.2})
+    state.observe_tokens(10, {0: 3, 1: 1})
+    state.observe_feature_importance([3, 1])
+    state.observe_tree_depth(2)
+    identity = {"training_job": "j", "rank": "0"}
+    health = {m.name for m in contract.METRICS if m.collector == "health"}
+    exported = set()
+    for family in state.families(identity):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        exported.add(name)
+        m = contract.BY_NAME[name]
+        for sample in family.samples:
+            assert set(sample.labels) == set(identity) | set(m.labels), sample
+    assert exported == health
