@@ -1,6 +1,9 @@
 """One training rank for the live tests: the real training API in a tiny loop.
 
-    python tests/live_rank.py JOB NODE RANK STALL_EVERY
+    python tests/live_rank.py JOB NODE RANK STALL_EVERY [GPUS]
+
+JOB, NODE or RANK "-" leaves that field to the environment (e.g. a pod: KUBERNETES_SERVICE_HOST
+set, RANK or not). GPUS ("0=GPU-a,1=GPU-b") is the rank's GPU assignment, as CUDA would report.
 
 Prints the port it serves on, then trains until killed: steps of about 20 ms (dataloader,
 forward, backward, optimizer); with STALL_EVERY > 0, after 120 steps every STALL_EVERY-th
@@ -23,7 +26,9 @@ import trainprof
 
 
 def main() -> None:
-    job, node, rank, stall_every = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    job, node, rank = (None if a == "-" else a for a in sys.argv[1:4])
+    stall_every = int(sys.argv[4])
+    gpus = [g.split("=", 1) for g in sys.argv[5].split(",")] if len(sys.argv) > 5 else None
     trace = os.environ.get("TRAINPROF_LIVE_KERNEL_TRACE")
     never = f"first=1000000000,dir={tempfile.mkdtemp(prefix='trainprof-live-')}"
     session = trainprof.start(
@@ -31,9 +36,10 @@ def main() -> None:
         addr="127.0.0.1",
         training_job=job,
         node=node,
-        rank=rank,
+        rank=None if rank is None else int(rank),
         local_rank=0,
         world_size=2,
+        gpus=gpus,
         kernel_profile=never if trace else None,
     )
     trace = os.environ.get("TRAINPROF_LIVE_KERNEL_TRACE")

@@ -28,6 +28,7 @@ multiprocess mode is not used (it disables custom collectors): each rank serves 
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import os
@@ -82,6 +83,7 @@ class Session:
         self.identity: Identity | None = None
         self.server: Any = None
         self.port: int | None = None
+        self._file_sd: str | None = None
         self.system: Any = None  # the in-process system exporter, if started here
         self.recorder: Any = None  # StepRecorder, with start(record=...)
         self._step_log: list | None = None
@@ -314,7 +316,22 @@ class Session:
             ", ".join(failures),
         )
 
+    def _announce(self, directory: str, identity: Identity) -> None:
+        from trainprof import file_sd
+
+        try:
+            path = self._file_sd = file_sd.write(directory, self.port, identity.labels())
+            owner = os.getpid()  # a forked DataLoader worker's exit must not remove it
+            atexit.register(lambda: os.getpid() == owner and file_sd.remove(path))
+        except OSError as e:
+            log.warning("trainprof: cannot write the file_sd target in %s: %s", directory, e)
+
     def _shutdown(self) -> None:
+        file_sd_path, self._file_sd = self._file_sd, None
+        if file_sd_path:
+            from trainprof import file_sd
+
+            file_sd.remove(file_sd_path)
         server, self.server, self.port = self.server, None, None
         if server is not None:
             server.shutdown()
@@ -333,6 +350,7 @@ class Session:
         # Only this thread exists in the child: the server thread did not come along, but its
         # listening socket did. Close the child's copy so the port belongs to the rank alone.
         self.inert = True
+        self._file_sd = None
         system, self.system = self.system, None
         if system is not None:
             system.abandon_in_forked_child()
@@ -448,6 +466,7 @@ def start(
     framework_version: str | None = None,
     system_metrics: bool = False,
     record: str | None = None,
+    file_sd_dir: str | None = None,
     kernel_profile: Any = None,
 ) -> Session:
     """Configure this rank and serve its `/metrics`. Never raises; problems are logged.
@@ -479,6 +498,8 @@ def start(
       (default 9945), with this rank's `training_job` and `node`. A port already taken (an
       exporter already runs on the node) or a missing `trainprof[exporter]` extra logs one
       warning and training goes on without it.
+    - `file_sd_dir` (or `TRAINPROF_FILE_SD_DIR`): write this rank's Prometheus `file_sd`
+      target there (`trainprof.file_sd`; SLURM and bare metal), removed again on `stop()`.
     - `kernel_profile` (or `TRAINPROF_KERNEL_PROFILE`): run `torch.profiler` for a window of
       steps on a schedule and publish the kernel-level series (`trainprof_kernel_*`): True or
       "on" for 20 steps every 10 minutes after 10 warm-up steps, or settings such as
@@ -520,6 +541,9 @@ def start(
         session._configure(identity, factors, sync, gpus, fw)
         if serve:
             session._serve(addr, _ports(port, identity))
+        file_sd_dir = file_sd_dir or os.environ.get("TRAINPROF_FILE_SD_DIR")
+        if file_sd_dir and session.port:
+            session._announce(file_sd_dir, identity)
         profile = (
             kernel_profile
             if kernel_profile is not None

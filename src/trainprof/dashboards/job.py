@@ -470,9 +470,18 @@ def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.R
 # --- the dashboard ---------------------------------------------------------------------------
 
 
-def variables() -> list[core.Template]:
+def variables(config: RulesConfig | None = None) -> list[core.Template]:
+    """The job dashboard's variables. With a node-wide exporter (`gpu_attribution:
+    assignment`) its series carry no job: "All" nodes then means the job's nodes (not `.*`,
+    every node of the cluster), and the GPUs are the ones the job's ranks hold."""
     job = presence()
     in_job = 'training_job="$training_job", namespace=~"$namespace"'
+    node_wide = config is not None and config.gpu_attribution == "assignment"
+    gpus = (
+        "trainprof_gpu_assignment_info"
+        if node_wide
+        else "trainprof_gpu_utilization_sampled_ratio_count"
+    )
     return [
         ui.datasource_variable(),
         ui.query_variable(
@@ -489,11 +498,11 @@ def variables() -> list[core.Template]:
             label="Node",
             multi=True,
             include_all=True,
+            all_means_options=node_wide,
         ),
         ui.query_variable(
             "gpu",
-            "label_values(trainprof_gpu_utilization_sampled_ratio_count"
-            f'{{{in_job}, node=~"$node"}}, gpu)',
+            f'label_values({gpus}{{{in_job}, node=~"$node"}}, gpu)',
             label="GPU",
             multi=True,
             include_all=True,
@@ -527,7 +536,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         "One training job as SageMaker Debugger's profiling report: job summary, system "
         "usage, framework metrics, the profiler rules and what each one watches.",
         rows,
-        variables(),
+        variables(config),
         tags=["trainprof"],
         links=[
             ui.link_to(
