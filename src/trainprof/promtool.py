@@ -47,15 +47,18 @@ def encode(values: Sequence[float | None]) -> str:
             out.append(_num(v))
             i += 1
             continue
-        j, step = i, None
-        while j + 1 < len(values) and values[j + 1] is not None and math.isfinite(values[j + 1]):
-            d = values[j + 1] - values[j]
+        j, last, step = i, v, None
+        while j + 1 < len(values):
+            following = values[j + 1]
+            if following is None or not math.isfinite(following):
+                break
+            d = following - last
             if step is None:
                 step = d
             elif d != step:
                 break
-            j += 1
-        if j == i:
+            j, last = j + 1, following
+        if j == i or step is None:
             out.append(_num(v))
         elif step == 0:
             out.append(f"{_num(v)}x{j - i}")
@@ -75,7 +78,7 @@ def _num(v: float) -> str:
 
 def write_alerts_test(
     path: Path,
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -198,7 +201,7 @@ class RuleRun:
 
 def run_alerts(
     groups: list[dict],
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -215,7 +218,7 @@ def run_alerts(
 
 def run_rules(
     groups: list[dict],
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,

@@ -225,10 +225,10 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
     except SyntaxError as e:
         return Extracted({}, [(f"{filename}:{e.lineno}", f"not valid Python: {e.msg}")], [])
 
-    def where(node: ast.AST) -> str:
+    def where(node: ast.expr | ast.stmt) -> str:
         return f"{filename}:{node.lineno}"
 
-    def literal(node: ast.AST, what: str) -> Any:
+    def literal(node: ast.expr, what: str) -> Any:
         try:
             return ast.literal_eval(node)
         except ValueError:
@@ -333,7 +333,7 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
                                 "SMS(...) or an ActionList of them",
                             )
                         )
-            entry = {"rule": cfg[0]}
+            entry: dict[str, Any] = {"rule": cfg[0]}
             if params:
                 entry["parameters"] = params
             if actions:
