@@ -124,12 +124,15 @@ class Watcher:
                 hooks.append(p.register_post_accumulate_grad_hook(self._grad_hook(name)))
         for name, module in self.model.named_modules():
             kind = _ACTIVATIONS.get(type(module))
-            wanted = kind is not None and (
-                kind[0] in self.collections
-                or (kind[0] == "relu_output" and "relu_input" in self.collections)
-            )
-            if wanted:
-                hooks.append(module.register_forward_hook(self._activation_hook(name, *kind)))
+            if kind is None:
+                continue
+            collection, bounds = kind
+            if collection in self.collections or (
+                collection == "relu_output" and "relu_input" in self.collections
+            ):
+                hooks.append(
+                    module.register_forward_hook(self._activation_hook(name, collection, bounds))
+                )
 
     def publish(self) -> None:
         """Publish what was logged for the current step now rather than at the next forward
