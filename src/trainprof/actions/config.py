@@ -4,7 +4,8 @@
     tls: {cert_file: /etc/tls/tls.crt, key_file: /etc/tls/tls.key}   # optional: serve HTTPS
     dry_run: true                    # the default: decide and audit, stop nothing
     token_file: /etc/trainprof-actions/token      # or token_env: NAME; at least 16 characters
-    audit_log: /var/log/trainprof/actions.jsonl   # "-" (the default) is standard output
+    audit_log: /var/lib/trainprof/actions.jsonl   # default trainprof-actions-audit.jsonl;
+                                     # "-" is standard output, forgotten at a restart
     limits: {max_body_bytes: 1048576, requests_per_minute: 300, burst: 50}
     cooldown: 10m                    # a job stopped this recently is not stopped again
     allow:
@@ -34,6 +35,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any, TypeGuard
 
+from trainprof import httpserve
 from trainprof.actions import kubernetes, local
 from trainprof.durations import parse_duration
 from trainprof.rules import catalog
@@ -41,6 +43,9 @@ from trainprof.rules.config import ConfigError, Problem, nearest
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
+# A file by default: the receiver reads its own audit log back at start-up to remember which
+# firings it already handled, so a restart does not stop the same firing again.
+DEFAULT_AUDIT_LOG = "trainprof-actions-audit.jsonl"
 _TOP = (
     "listen",
     "tls",
@@ -91,7 +96,7 @@ class ActionsConfig:
     listen: tuple[str, int] = ("127.0.0.1", 9095)
     tls: tuple[str, str] | None = None  # (cert_file, key_file)
     dry_run: bool = True
-    audit_log: str = "-"
+    audit_log: str = DEFAULT_AUDIT_LOG
     limits: Limits = Limits()
     cooldown: float = 600.0
     namespaces: tuple[str, ...] = ()
@@ -287,17 +292,19 @@ class _Checker:
 
 
 def parse_listen(value: Any) -> tuple[str, int]:
-    """("127.0.0.1", 9095) from "127.0.0.1:9095"; IPv6 as "[::1]:9095"."""
-    if isinstance(value, str):
-        host, sep, port = value.rpartition(":")
-        host = host.strip("[]")
-        try:
-            if host != "localhost":
-                ipaddress.ip_address(host)
-            if sep and port.isdigit() and 0 < int(port) < 65536:
-                return host, int(port)
-        except ValueError:
-            pass
+    """("127.0.0.1", 9095) from "127.0.0.1:9095"; IPv6 as "[::1]:9095".
+
+    The syntax is `trainprof.httpserve.parse_listen_address`'s; the receiver also asks for
+    an IP address (or localhost) and a fixed port, so its exposure is explicit.
+    """
+    try:
+        host, port = httpserve.parse_listen_address(value, default_port=9095, allow_any_host=False)
+        if host != "localhost":
+            ipaddress.ip_address(host)
+        if port > 0:
+            return host, port
+    except ValueError:
+        pass
     raise ValueError(
         f"{_kind(value)} is not host:port with an IP address or localhost "
         "(e.g. 127.0.0.1:9095, 0.0.0.0:9095, [::1]:9095)"
@@ -332,7 +339,7 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
         )
     if token_env is not None and not _ENV_NAME.match(token_env):
         c.problem("token_env", f"{token_env!r} is not an environment variable name")
-    audit_log = c.string(data, "audit_log", "audit_log", "-")
+    audit_log = c.string(data, "audit_log", "audit_log", DEFAULT_AUDIT_LOG)
 
     limits_data = c.mapping(data.get("limits"), "limits", _LIMITS)
     limits = Limits(

@@ -11,7 +11,12 @@
     basic_auth_users:                   # bcrypt hashes, e.g. from `htpasswd -nBC 10 USER`
       prometheus: $2y$10$...
 
-The same file works for node_exporter and this exporter. Every problem is reported at once with
+The same file works for node_exporter and this exporter. Basic auth is bounded: bcrypt
+checks run one at a time (a flood of wrong passwords costs at most one core), a client
+that fails 10 times is answered 429 without a check until its budget refills (one attempt
+every 6 s), and an unknown user costs the same bcrypt work as a known one, so timing does
+not tell which user names exist. A malformed hash and an encrypted TLS key are refused at
+start-up. Every problem is reported at once with
 its path; a key exporter-toolkit has and this exporter does not implement is an error, not
 silently ignored, since it is usually a security setting. Basic auth needs the `bcrypt` module;
 without it the exporter refuses to start rather than serve without the authentication the file
@@ -24,10 +29,13 @@ import dataclasses
 import difflib
 import hashlib
 import os
+import re
 import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from trainprof.httpserve import EncryptedKey, RateLimiter, refuse_passphrase
 
 _TOP = ("tls_server_config", "http_server_config", "basic_auth_users")
 _TLS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")
@@ -54,6 +62,10 @@ _VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 _BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
+_BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+FAILURE_BURST = 10  # failed logins a client may make at once
+FAILURES_PER_MINUTE = 10  # and then one every 6 s
+BCRYPT_WAIT = 10.0  # seconds a login waits for the one bcrypt slot before it gets 429
 
 
 class WebConfigError(ValueError):
@@ -74,27 +86,47 @@ class WebConfig:
     def __post_init__(self) -> None:
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()
+        self._bcrypt = threading.Semaphore(1)
+        self.failures = RateLimiter(FAILURES_PER_MINUTE, FAILURE_BURST)
 
-    def authorized(self, user: str, password: str) -> bool:
-        """True if the user's password matches its hash; bcrypt runs once per good pair.
+    def authorized(self, user: str, password: str, client: str = "") -> bool | None:
+        """True if the user's password matches its hash; None when `client` has failed too
+        often (or the bcrypt slot stayed busy), answered without a check.
 
         bcrypt is slow on purpose (tens of milliseconds), and Prometheus sends the same
-        credentials every scrape, so verified pairs are remembered by digest.
+        credentials every scrape, so verified pairs are remembered by digest. An unknown
+        user is checked against the costliest configured hash and refused, so it costs
+        what a known user costs.
         """
-        stored = self.users.get(user)
-        if stored is None or self.check_password is None:
+        if self.check_password is None or not self.users:
             return False
+        stored = self.users.get(user)
+        known = stored is not None
+        if stored is None:
+            stored = max(self.users.values(), key=_cost)
         digest = hashlib.sha256("\0".join((user, password, stored)).encode()).digest()
         with self._lock:
-            if digest in self._verified:
+            if known and digest in self._verified:
                 return True
-        if not self.check_password(password.encode(), stored.encode()):
+        if self.failures.wait(client):
+            return None
+        if not self._bcrypt.acquire(timeout=BCRYPT_WAIT):
+            return None
+        try:
+            matches = self.check_password(password.encode(), stored.encode())
+        finally:
+            self._bcrypt.release()
+        if not (known and matches):
             return False
         with self._lock:
             if len(self._verified) > 256:
                 self._verified.clear()
             self._verified.add(digest)
         return True
+
+
+def _cost(hashed: str) -> int:
+    return int(hashed[4:6]) if hashed[4:6].isdigit() else 0
 
 
 def load(path: str) -> WebConfig:
@@ -195,7 +227,9 @@ def _tls(tls: Any, base: str, problems: list[str]) -> ssl.SSLContext | None:
     if not missing:
         cert, key = (_path(base, tls[k]) for k in ("cert_file", "key_file"))
         try:
-            context.load_cert_chain(cert, key)
+            context.load_cert_chain(cert, key, password=refuse_passphrase(key))
+        except EncryptedKey as e:
+            problems.append(f"{where}key_file: {e}")
         except (OSError, ssl.SSLError) as e:
             problems.append(
                 f"{where}cert_file/key_file: cannot load {cert} and {key}: "
@@ -258,6 +292,12 @@ def _users(users: Any, problems: list[str]) -> dict[str, str]:
                 f"basic_auth_users.{user}: not a bcrypt hash (expected $2y$...; "
                 "make one with htpasswd -nBC 10 USER); plaintext passwords are "
                 "not accepted"
+            )
+        elif not _BCRYPT_HASH.match(hashed):
+            problems.append(
+                f"basic_auth_users.{user}: a malformed bcrypt hash (expected $2y$, a cost "
+                "from 04 to 31, $ and 53 characters of ./A-Za-z0-9; make one with "
+                "htpasswd -nBC 10 USER)"
             )
         else:
             out[str(user)] = hashed
