@@ -74,6 +74,9 @@ def test_default_severities_page_on_bottlenecks_and_notify_on_advice():
         "CPUBottleneck",
         "IOBottleneck",
         "MaxInitializationTime",
+        # a diverged (NaN) or hung job burns its GPUs for nothing until someone acts
+        "ExplodingTensor",
+        "StalledTrainingRule",
     }
     assert routing.RECEIVER_BY_SEVERITY[by_name["LowGPUUtilization"].severity] == routing.NOTIFY
 

@@ -40,8 +40,13 @@ def test_every_alert_carries_provenance_labels_and_annotations():
 
 
 def test_every_catalog_alert_is_compiled_once_per_rule():
+    from trainprof.rules.tensors import example_tensor_config
+
     alerts = {r["labels"]["rule"] for r in _rules(compile_rules(default_config())) if "alert" in r}
-    assert {r.name for r in catalog.alerting_rules()} <= alerts
+    assert {r.name for r in catalog.profiler_rules() if r.alerting} <= alerts
+    tensors = [r for r in _rules(compile_rules(example_tensor_config())) if "alert" in r]
+    names = [r["labels"]["rule"] for r in tensors]
+    assert sorted(names) == sorted(r.name for r in catalog.CATALOG if r.family == "health")
 
 
 def test_rules_select_only_contract_metrics():

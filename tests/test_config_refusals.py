@@ -89,14 +89,16 @@ def test_typos_in_sdk_calls_are_reported_not_dropped(tmp_path, capsys, line, exp
     assert f"launch.py:2: {expected}" in err or ("launch.py:2" in err and expected in err), err
 
 
-def test_training_health_rules_beside_profiler_rules_are_skipped_with_a_warning(tmp_path, capsys):
+def test_a_debugger_rule_trainprof_does_not_implement_is_skipped_with_a_warning(tmp_path, capsys):
     text = (
-        "rules = [Rule.sagemaker(rule_configs.vanishing_gradient()),\n"
+        "rules = [Rule.sagemaker(rule_configs.create_xgboost_report()),\n"
+        "         Rule.sagemaker(rule_configs.vanishing_gradient()),\n"
         "         ProfilerRule.sagemaker(rule_configs.BatchSize())]\n"
     )
     code, out, err = compile_text(tmp_path, capsys, text, "py")
-    assert code == 0 and "vanishing_gradient() is not a profiler rule" in err
-    assert "BatchSize" in out
+    assert code == 0 and "create_xgboost_report() is not a SageMaker Debugger rule" in err
+    assert "vanishing_gradient" not in err
+    assert "BatchSize" in out and "VanishingGradient" in out
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,10 @@ def test_lightning_callback():
     for phase in ("dataloader", "forward", "backward", "optimizer", "evaluation"):
         assert value(samples, "trainprof_training_phase_seconds_total", phase=phase) > 0, phase
     assert value(samples, "trainprof_training_info", framework="lightning") == 1
+    # losses: every train batch (no watcher), and each validation run's mean at global step
+    assert value(samples, "trainprof_training_loss_step", mode="train") == 2 * SAMPLES / BATCH - 1
+    assert value(samples, "trainprof_training_loss_step", mode="eval") == 2 * SAMPLES / BATCH
+    assert 0 < value(samples, "trainprof_training_loss", mode="eval") < 10
     assert value(samples, "trainprof_instrumentation_errors_total") == 0
     assert_timestamps(samples, before)
 
@@ -145,6 +149,7 @@ def test_huggingface_trainer_callback(tmp_path):
     before = time.time()
     trainer.train()
     trainer.evaluate()
+    trainer.log({"loss": 0.75})  # what the Trainer logs every logging_steps
 
     samples = scrape()
     # One step per optimizer step: two micro-batches each.
@@ -154,6 +159,9 @@ def test_huggingface_trainer_callback(tmp_path):
     for phase in ("dataloader", "forward", "backward", "optimizer", "evaluation"):
         assert value(samples, "trainprof_training_phase_seconds_total", phase=phase) > 0, phase
     assert value(samples, "trainprof_training_info", framework="transformers") == 1
+    assert value(samples, "trainprof_training_loss", mode="train") == 0.75
+    assert value(samples, "trainprof_training_loss_step", mode="train") == SAMPLES / BATCH / 2
+    assert 0 < value(samples, "trainprof_training_loss", mode="eval") < 10
     assert value(samples, "trainprof_instrumentation_errors_total") == 0
     assert_timestamps(samples, before)
 
@@ -189,5 +197,8 @@ def test_keras_callback_on_the_torch_backend(monkeypatch):
     for phase in ("dataloader", "other", "evaluation"):
         assert value(samples, "trainprof_training_phase_seconds_total", phase=phase) > 0, phase
     assert value(samples, "trainprof_training_info", framework="keras") == 1
+    assert value(samples, "trainprof_training_loss_step", mode="train") == 2 * SAMPLES / BATCH - 1
+    assert value(samples, "trainprof_training_loss_step", mode="eval") == 2 * SAMPLES / BATCH - 1
+    assert 0 < value(samples, "trainprof_training_loss", mode="train") < 10
     assert value(samples, "trainprof_instrumentation_errors_total") == 0
     assert_timestamps(samples, before)

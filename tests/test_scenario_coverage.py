@@ -11,10 +11,26 @@ from trainprof.rules import catalog
 from scenario import load_cases
 
 
+def _overrides(case: dict) -> bool:
+    """A case's configuration overrides parameters. Naming tensor rules with none is their
+    defaults: they are not in the default configuration, so their cases must name them."""
+    config = case.get("config")
+    if config is None:
+        return False
+    rules = config.get("rules") if isinstance(config, dict) else None
+    plain = isinstance(rules, list) and all(
+        isinstance(r, dict)
+        and set(r) == {"rule"}
+        and getattr(catalog.lookup(str(r["rule"])), "family", "") == "health"
+        for r in rules
+    )
+    return not plain
+
+
 def _kinds(rule: str) -> set[tuple[str, str]]:
     kinds = set()
     for _, case in load_cases():
-        params = "overridden" if "config" in case else "default"
+        params = "overridden" if _overrides(case) else "default"
         for e in case.get("expect", []):
             if e.get("alertname", alert_name(case["rule"])) == alert_name(rule):
                 kinds.add((params, "fires" if e["alerts"] else "quiet"))
@@ -24,9 +40,17 @@ def _kinds(rule: str) -> set[tuple[str, str]]:
     return kinds
 
 
+def _has_defaults(rule: str) -> bool:
+    """False for rules whose defaults their own check refuses (TensorVariance needs a
+    threshold): they have no default scenario, and test_config pins the refusal."""
+    spec = catalog.lookup(rule)
+    return not (spec.check and spec.check(spec.values(spec.defaults())))
+
+
 @pytest.mark.parametrize("rule", [r.name for r in catalog.alerting_rules()])
 def test_each_alert_fires_and_stays_quiet_with_default_and_overridden_parameters(rule):
-    missing = {(p, k) for p in ("default", "overridden") for k in ("fires", "quiet")} - _kinds(rule)
+    kinds = ("default", "overridden") if _has_defaults(rule) else ("overridden",)
+    missing = {(p, k) for p in kinds for k in ("fires", "quiet")} - _kinds(rule)
     assert not missing, f"{rule} has no scenario for {sorted(missing)} in tests/scenarios"
 
 

@@ -10,6 +10,27 @@ Importing the package is cheap and needs only prometheus-client. In a training s
 """
 
 from trainprof._version import __version__
-from trainprof.session import add, current, data, phase, start, step, stop
+from trainprof.session import (
+    add,
+    current,
+    data,
+    log_loss,
+    log_metric,
+    phase,
+    start,
+    step,
+    stop,
+)
 
-__all__ = ["__version__", "add", "current", "data", "phase", "start", "step", "stop"]
+__all__ = [
+    "__version__",
+    "add",
+    "current",
+    "data",
+    "log_loss",
+    "log_metric",
+    "phase",
+    "start",
+    "step",
+    "stop",
+]

@@ -60,8 +60,11 @@ def metrics_md() -> str:
 
 
 def rules_md() -> str:
+    from trainprof.rules.tensors import example_tensor_config
+
     config = default_config()
     compiled = compile_rules(config)
+    tensors = compile_rules(example_tensor_config())
     out = [
         _NOTE,
         "# Rules\n",
@@ -104,8 +107,9 @@ def rules_md() -> str:
             f"{_cell(spec.summary)} |"
         )
     out.append("")
+    out.append(TENSOR_RULES_MD)
     for spec in catalog.CATALOG:
-        rule = compiled.rule(spec.name)
+        rule = compiled.rule(spec.name) or tensors.rule(spec.name)
         assert rule is not None, f"the default configuration leaves out {spec.name}"
         group, instance = rule.group, rule.instance
         out += [
@@ -125,7 +129,11 @@ def rules_md() -> str:
         for p in spec.params:
             default = (
                 "-"
-                if p.default is None
+                if p.default is None or p.default == ()
+                else str(p.default)
+                if isinstance(p.default, bool)
+                else ", ".join(f"{v:g}" for v in p.default)
+                if isinstance(p.default, tuple)
                 else f"{p.default:g}"
                 if isinstance(p.default, (int, float))
                 else str(p.default)
@@ -147,3 +155,82 @@ def rules_md() -> str:
         out.append(to_yaml(stripped).rstrip())
         out += ["```\n", f"**How it differs from SageMaker.** {spec.differences}\n"]
     return "\n".join(out)
+
+
+TENSOR_RULES_MD = """\
+## Training-health (tensor) rules
+
+SageMaker Debugger's second family of rules watched the model, not the machine. trainprof
+compiles them like the profiler rules; their inputs come from the training process:
+
+```python
+import trainprof, trainprof.torch
+trainprof.start()
+watcher = trainprof.torch.watch(model, optimizer, save_interval=100,
+                                include_regex=r"fc1\\.weight", rules_config="rules.yaml")
+...
+loss.backward(); optimizer.step()
+trainprof.log_loss(loss)                  # LossNotDecreasing, Overfit, Overtraining
+watcher.log_predictions(labels, logits)   # ClassImbalance, Confusion
+watcher.log_inputs(images)                # CheckInputImages
+watcher.log_tokens(input_ids)             # NLPSequenceRatio
+```
+
+Every `save_interval` steps the hooks reduce the watched tensors on their device (mean |x|,
+NaN/Inf counts, zero fraction, variance, L1/L2 norms, update/weight ratio, allclose to the
+previous save, dead and saturated unit fractions) and publish one series per collection and
+reduction (the smallest and largest over the collection's tensors) plus per-tensor series for
+tensors matching `include_regex` (capped; `trainprof_tensor_series_cut` counts the rest).
+The Lightning, Hugging Face and Keras callbacks log losses themselves; the XGBoost callback
+(`trainprof.integrations.xgboost`) publishes feature importance and tree depth.
+`trainprof replay debug-output/ --rules rules.yaml --json -` evaluates the same rules over a
+SageMaker Debugger trial and adds each rule's `first_fired_step`.
+
+ProfilerReport does not include the tensor rules: configure each as a rule of its own.
+SimilarAcrossRuns compares two jobs: live, `other_trials` names the other job's
+`training_job`; in replay, the other trial's folder, replayed beside this one.
+
+### Actions
+
+| SageMaker action | trainprof |
+|---|---|
+| `rule_configs.StopTraining()` | the alerts carry `action="stop"`: the StopTraining \
+receiver (`trainprof actions`) stops the job, within its allow lists and dry-run setting, \
+unless its own `rules:` says `notify` for that rule |
+| `rule_configs.Email(address)` | the alerts carry `notify="email"` and also reach the \
+`trainprof-notify` receiver (besides their severity's receiver) |
+| `rule_configs.SMS(number)` | the alerts carry `notify="sms"` and also reach the \
+`trainprof-page` receiver |
+| `StalledTrainingRule(stop_training_on_fire=True)` | as StopTraining |
+
+Addresses and phone numbers are not copied into the rules: they belong in Alertmanager's
+receivers.
+
+### Custom rules
+
+A custom rule is a catalog entry written in the configuration: a PromQL condition over
+trainprof's series with `{parameter}` placeholders, checked by PromQL's own parser when the
+configuration is loaded. The gradient-too-large rule of the SageMaker book chapter (mean
+|gradient| above 20):
+
+```yaml
+rules:
+  - custom: GradientTooLarge
+    expr: >-
+      max by (training_job)
+      (trainprof_tensor_mean_abs{collection="gradients", aggregate="max"}) > {threshold}
+    parameters: {threshold: 20}
+    severity: warning
+    description: Mean |gradient| above {threshold}.
+    recommendation: Lower the learning rate or clip gradients.
+```
+
+Placeholders are bare names in braces (`{threshold}`; PromQL never writes those), replaced
+by the parameters' values, which a configuration may override like any rule's
+(`- rule: GradientTooLarge` with `parameters:`). Optional `window: N` makes `{window}` a
+range of N x `datapoint_interval` and `patience: N` the alert's `for:`, as for the built-in
+rules; `actions` work as above. A custom rule is compiled, routed, drawn in the job
+dashboard (the left side of a top-level `> {parameter}` comparison, against that
+parameter), reported and replayed like a built-in rule. Its expression is used as written:
+it is not narrowed by the configuration's `selector`.
+"""

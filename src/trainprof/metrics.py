@@ -100,6 +100,16 @@ PHASES = (
     "other",
 )
 MAX_USER_PHASES = 16
+
+# Bounds of the training-health series (trainprof.torch.watch): per-tensor series for at most
+# MAX_TENSOR_SERIES tensors matching include_regex, confusion matrices of MAX_CLASSES classes
+# (plus "other"), MAX_CHANNELS input channels, MAX_LOGGED_METRICS names of log_metric().
+MAX_TENSOR_SERIES = 64
+MAX_CLASSES = 20
+MAX_CHANNELS = 16
+MAX_LOGGED_METRICS = 32
+# LossNotDecreasing's num_steps values evaluated in the training process by default.
+LOSS_NUM_STEPS = (10,)
 MODES = ("train", "eval", "predict", "global")
 
 
@@ -144,6 +154,262 @@ def _m(name, type, unit, labels, help, source, collector, used_by=(), buckets=()
         name, type, unit, tuple(labels), help, source, collector, tuple(used_by), tuple(buckets)
     )
 
+
+_TENSOR = ("collection", "tensor", "aggregate")
+_HEALTH = "health"
+
+
+def _tensor_gauge(name, unit, what, used_by=()):
+    return _m(
+        name,
+        "gauge",
+        unit,
+        _TENSOR,
+        f"{what} at the tensor's latest save; per collection the smallest (aggregate=min) and "
+        "largest (aggregate=max) over its tensors, per tensor (aggregate empty) only for "
+        "tensors matching include_regex.",
+        "training",
+        _HEALTH,
+        used_by,
+    )
+
+
+HEALTH_METRICS: tuple[Metric, ...] = (
+    _m(
+        "trainprof_tensor_saves_total",
+        "counter",
+        "",
+        (),
+        "Steps at which the watched tensors were saved (reduced and published).",
+        "training",
+        _HEALTH,
+    ),
+    _m(
+        "trainprof_tensor_last_save_step",
+        "gauge",
+        "",
+        (),
+        "Training step of the latest save of the watched tensors.",
+        "training",
+        _HEALTH,
+        ("PoorWeightInitialization", "SimilarAcrossRuns"),
+    ),
+    _m(
+        "trainprof_tensor_last_save_timestamp_seconds",
+        "gauge",
+        "seconds",
+        (),
+        "Unix time of the latest save of the watched tensors or of a logged loss.",
+        "training",
+        _HEALTH,
+        ("StalledTrainingRule",),
+    ),
+    _m(
+        "trainprof_tensor_series_cut",
+        "gauge",
+        "",
+        ("collection",),
+        "Tensors matching include_regex beyond the per-tensor series cap, published only in "
+        "their collection's aggregates.",
+        "training",
+        _HEALTH,
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_mean_abs", "", "Mean absolute value", used_by=("VanishingGradient",)
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_nan_values", "", "Number of NaN elements", used_by=("ExplodingTensor",)
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_inf_values",
+        "",
+        "Number of infinite elements",
+        used_by=("ExplodingTensor",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_zero_ratio",
+        "ratio",
+        "Fraction of elements equal to zero",
+        used_by=("AllZero",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_variance",
+        "",
+        "Population variance (ddof 0)",
+        used_by=("TensorVariance", "PoorWeightInitialization"),
+    ),
+    _tensor_gauge("trainprof_tensor_l1_norm", "", "L1 norm"),
+    _tensor_gauge("trainprof_tensor_l2_norm", "", "L2 norm", used_by=("SimilarAcrossRuns",)),
+    _tensor_gauge(
+        "trainprof_tensor_update_ratio",
+        "",
+        "L2 norm of the optimizer step's change over the weights' L2 norm (plus 1e-9)",
+        used_by=("WeightUpdateRatio",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_unchanged_saves",
+        "",
+        "Consecutive earlier saves the tensor is allclose to (rtol 1e-5, atol 1e-8 unless "
+        "watch() is given others)",
+        used_by=("UnchangedTensor",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_dead_unit_ratio",
+        "ratio",
+        "Fraction of a layer's units (channels) active (> 0) in fewer than 1 % of the "
+        "batch's positions",
+        used_by=("DeadRelu",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_saturated_unit_ratio",
+        "ratio",
+        "Fraction of a tanh/sigmoid layer's units whose input lies inside the bounds in fewer "
+        "than 1 % of the batch's positions",
+        used_by=("SaturatedActivation",),
+    ),
+    _tensor_gauge(
+        "trainprof_tensor_percentile_spread",
+        "",
+        "95th minus 5th percentile of the elements (gradients only)",
+        used_by=("PoorWeightInitialization",),
+    ),
+    _m(
+        "trainprof_training_loss",
+        "gauge",
+        "",
+        ("mode",),
+        "The latest saved loss of a mode (trainprof.log_loss, the framework callbacks).",
+        "training",
+        _HEALTH,
+        ("ExplodingTensor", "Overfit"),
+    ),
+    _m(
+        "trainprof_training_loss_step",
+        "gauge",
+        "",
+        ("mode",),
+        "Training step of the latest saved loss of a mode.",
+        "training",
+        _HEALTH,
+        ("Overfit",),
+    ),
+    _m(
+        "trainprof_training_loss_evaluated",
+        "gauge",
+        "",
+        ("mode", "num_steps"),
+        "LossNotDecreasing's evaluated loss: the saved loss at the latest step at least "
+        "num_steps after the previous evaluation that has a saved loss num_steps or more "
+        "steps before it.",
+        "training",
+        _HEALTH,
+        ("LossNotDecreasing",),
+    ),
+    _m(
+        "trainprof_training_loss_baseline",
+        "gauge",
+        "",
+        ("mode", "num_steps"),
+        "LossNotDecreasing's baseline: the newest saved loss at a step at least num_steps "
+        "before the evaluated loss's step.",
+        "training",
+        _HEALTH,
+        ("LossNotDecreasing",),
+    ),
+    _m(
+        "trainprof_training_loss_saves_since_improvement",
+        "gauge",
+        "",
+        ("mode",),
+        "Saved losses of a mode since the best one improved by more than delta (0.01 unless "
+        "watch() is given another).",
+        "training",
+        _HEALTH,
+        ("Overtraining", "PoorWeightInitialization"),
+    ),
+    _m(
+        "trainprof_training_metric",
+        "gauge",
+        "",
+        ("metric", "mode"),
+        "The latest value of a metric logged with trainprof.log_metric (at most 32 names).",
+        "training",
+        _HEALTH,
+    ),
+    _m(
+        "trainprof_classification_samples_total",
+        "counter",
+        "",
+        ("label_class", "predicted_class"),
+        "Saved samples by true and predicted class: the confusion matrix (classes beyond 20 "
+        'are counted as class "other").',
+        "training",
+        _HEALTH,
+        ("ClassImbalance", "Confusion"),
+    ),
+    _m(
+        "trainprof_input_samples_total",
+        "counter",
+        "",
+        (),
+        "Saved input samples (images) whose channels are averaged in trainprof_input_channel_mean.",
+        "training",
+        _HEALTH,
+        ("CheckInputImages",),
+    ),
+    _m(
+        "trainprof_input_channel_mean",
+        "gauge",
+        "",
+        ("channel",),
+        "Mean value of one input channel over all saved input samples (at most 16 channels).",
+        "training",
+        _HEALTH,
+        ("CheckInputImages",),
+    ),
+    _m(
+        "trainprof_input_tokens_total",
+        "counter",
+        "",
+        (),
+        "Token positions in the saved input sequences.",
+        "training",
+        _HEALTH,
+        ("NLPSequenceRatio",),
+    ),
+    _m(
+        "trainprof_input_token_matches_total",
+        "counter",
+        "",
+        ("token",),
+        "Token positions in the saved input sequences equal to a watched token value "
+        "(default 0, the usual padding id).",
+        "training",
+        _HEALTH,
+        ("NLPSequenceRatio",),
+    ),
+    _m(
+        "trainprof_xgboost_feature_importance_top_ratio",
+        "gauge",
+        "ratio",
+        ("top",),
+        "Share of the total feature importance held by the `top` most important features "
+        "(top 1 to 10).",
+        "training",
+        _HEALTH,
+        ("FeatureImportanceOverweight",),
+    ),
+    _m(
+        "trainprof_xgboost_tree_depth",
+        "gauge",
+        "",
+        (),
+        "Depth of the deepest tree of the booster (root at depth 0).",
+        "training",
+        _HEALTH,
+        ("TreeDepth",),
+    ),
+)
 
 _GPU = ("gpu", "uuid")
 _SYSTEM_USAGE = "OverallSystemUsage"
@@ -510,6 +776,7 @@ METRICS: tuple[Metric, ...] = (
         "Unix time the latest step ended.",
         "training",
         "training",
+        ("StalledTrainingRule",),
     ),
     _m(
         "trainprof_training_steps_total",
@@ -580,6 +847,8 @@ METRICS: tuple[Metric, ...] = (
         "training",
         "training",
     ),
+    # --- training health (trainprof.torch.watch, trainprof.log_loss) ------------------------
+    *HEALTH_METRICS,
     # --- kernel profile windows (trainprof.start(kernel_profile=...)) -------------------------
     _m(
         "trainprof_kernel_profile_windows_total",

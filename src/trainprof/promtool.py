@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -42,10 +43,14 @@ def encode(values: Sequence[float | None]) -> str:
             out.append("_" if j == i else f"_x{j - i + 1}")
             i = j + 1
             continue
+        if not math.isfinite(v):  # promtool expands no runs of NaN or Inf
+            out.append(_num(v))
+            i += 1
+            continue
         j, last, step = i, v, None
         while j + 1 < len(values):
             following = values[j + 1]
-            if following is None:
+            if following is None or not math.isfinite(following):
                 break
             d = following - last
             if step is None:
@@ -64,6 +69,10 @@ def encode(values: Sequence[float | None]) -> str:
 
 
 def _num(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Inf" if v > 0 else "-Inf"
     return repr(float(v)) if v != int(v) else str(int(v))
 
 

@@ -43,7 +43,9 @@ from typing import Any
 from prometheus_client.core import Metric as MetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from trainprof import metrics as contract
 from trainprof import process
+from trainprof.health.state import HealthState
 from trainprof.identity import Identity, resolve
 from trainprof.metrics import TRAINING_IDENTITY
 from trainprof.timing import NOOP, HotPath, Phase, Step, TimedIterable
@@ -72,6 +74,10 @@ class Session:
             current=current,
         )
         self._state = self._hot.state  # the same object: the session's own bookkeeping
+        self.health = HealthState()
+        self.watcher: Any = None  # trainprof.torch.Watcher, with watch()
+        self._loss_calls: dict[str, int] = {}
+        self._metrics_cut = False
         self._modes: dict[Any, tuple[str, str]] = {}
         self._bad_modes: set[str] = set()
         self._error_logged = False
@@ -144,6 +150,49 @@ class Session:
         except Exception:
             self._error()
 
+    def log_loss(self, value: Any, mode: str, step: int | None) -> None:
+        if self.inert:
+            return
+        try:
+            resolved = self._modes.get(mode) or self._resolve_mode(mode)
+            if resolved is None:
+                return
+            mode = resolved[0]
+            watcher = self.watcher
+            if step is None:
+                if watcher is not None and mode == "train":
+                    step = watcher.step
+                    if step % watcher.save_interval:
+                        return
+                else:
+                    step = self._loss_calls.get(mode, 0)
+                    self._loss_calls[mode] = step + 1
+            loss = float(value.item() if hasattr(value, "item") else value)
+            with self._lock:
+                self.health.observe_loss(mode, int(step), loss, time.time())
+        except Exception:
+            self._error()
+
+    def log_metric(self, name: str, value: Any, mode: str) -> None:
+        if self.inert:
+            return
+        try:
+            resolved = self._modes.get(mode) or self._resolve_mode(mode)
+            if resolved is None:
+                return
+            number = float(value.item() if hasattr(value, "item") else value)
+            with self._lock:
+                kept = self.health.observe_metric(str(name)[:64], resolved[0], number)
+            if not kept and not self._metrics_cut:
+                self._metrics_cut = True
+                log.warning(
+                    "trainprof: more than %d metric names logged; %r is not published",
+                    contract.MAX_LOGGED_METRICS,
+                    name,
+                )
+        except Exception:
+            self._error()
+
     def _resolve_mode(self, mode: Any) -> tuple[str, str] | None:
         try:
             canonical = canonical_mode(mode)
@@ -195,14 +244,16 @@ class Session:
         self._hot.offset = time.time() - perf_counter()
         with self._lock:
             snapshot = self._state.copy()
+            health = self.health.copy()
         name, version = self._framework or process.framework_info()
         snapshot.info.update(framework=name, framework_version=version)
+        families = itertools.chain(snapshot.families(), health.families(snapshot.identity))
         kernel = self._kernel
         if kernel is None:
-            return snapshot.families()
+            return families
         ident_names = [k for k in TRAINING_IDENTITY if k in snapshot.identity]
         ident = [snapshot.identity[k] for k in ident_names]
-        return itertools.chain(snapshot.families(), kernel.series.families(ident_names, ident))
+        return itertools.chain(families, kernel.series.families(ident_names, ident))
 
     def collector(self) -> _Collector:
         """A prometheus_client collector of this session, to serve from your own registry."""
@@ -410,6 +461,23 @@ def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:
 def add(*, samples: float = 0, tokens: float = 0) -> None:
     """Count samples and tokens processed outside `step(samples=..., tokens=...)`."""
     _current.add(samples, tokens)
+
+
+def log_loss(value: Any, mode: str = "train", *, step: int | None = None) -> None:
+    """Log a loss (a float or a 0-d tensor) for LossNotDecreasing, Overfit, Overtraining.
+
+    `step`: the training step. Given, the loss is saved at that step. Omitted, a train loss
+    takes the watcher's step (`trainprof.torch.watch`) and is saved only on the watcher's
+    saving steps, so a tensor is read on the host only then; without a watcher (and for
+    other modes) each call is the next step of its mode and is saved.
+    """
+    _current.log_loss(value, mode, step)
+
+
+def log_metric(name: str, value: Any, mode: str = "train") -> None:
+    """Publish the latest value of a metric of your own (accuracy, ...) for custom rules:
+    `trainprof_training_metric{metric=name, mode=mode}`. At most 32 names."""
+    _current.log_metric(name, value, mode)
 
 
 def start(

@@ -65,7 +65,11 @@ def plan(config: ActionsConfig, alert: Alert) -> Plan:
     rule = labels.get("rule", "")
     if alert.status != "firing":
         return Plan(alert, "ignored", "resolved alerts are never acted on")
-    if rule not in config.rules:
+    # A rule configured with SageMaker's StopTraining action carries action="stop"; the
+    # receiver's own configuration still decides where it may act (allow lists, dry run)
+    # and can demote the rule to notify.
+    action = config.rules.get(rule) or ("stop" if labels.get("action") == "stop" else None)
+    if action is None:
         return Plan(alert, "ignored", f"rule {_shown(rule)} is not opted in")
     k8s = config.kubernetes
     name_label = k8s.name_label if k8s else "training_job"
@@ -89,12 +93,12 @@ def plan(config: ActionsConfig, alert: Alert) -> Plan:
         target = f"{k8s.resource} {namespace}/{name}"
     elif name in config.local_jobs:
         target = f"local job {name}"
-    elif config.rules[rule] == "stop":
+    elif action == "stop":
         return Plan(alert, "ignored", f"no local job {name} is configured")
     else:
         target = f"job {name}"
-    action = config.rules[rule]
-    return Plan(alert, action, f"{rule} is set to {action}", namespace, name, target)
+    why = f"{rule} is set to {action}" if rule in config.rules else f"{rule} has action=stop"
+    return Plan(alert, action, why, namespace, name, target)
 
 
 Stopper = Callable[[Plan], local.Outcome]

@@ -29,8 +29,12 @@ ACTIONS_URL = "http://trainprof-actions.trainprof.svc:9095/alerts"
 
 
 def compiled_alerts(config: RulesConfig | None = None) -> list[dict[str, Any]]:
-    compiled = compile_rules(config or default_config())
-    return [r for g in compiled.groups for r in g["rules"] if "alert" in r]
+    """The alerting rules of `config`; by default of ProfilerReport and of every tensor rule
+    (which SageMaker never attached by default, but which route like the others)."""
+    from trainprof.rules.tensors import example_tensor_config
+
+    configs = [config] if config else [default_config(), example_tensor_config()]
+    return [r for c in configs for g in compile_rules(c).groups for r in g["rules"] if "alert" in r]
 
 
 def _parts(config: RulesConfig | None = None) -> tuple[Route, list[InhibitRule]]:

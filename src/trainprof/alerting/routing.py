@@ -13,7 +13,7 @@ bottlenecked job silences the idle-GPU verdicts it explains) plus one convention
 alert silences the warning and info alerts of the same rule and job.
 
     >>> [r.receiver.removeprefix("trainprof-") for r in tree().routes]
-    ['actions', 'notify', 'page', 'notify', 'info', 'notify']
+    ['actions', 'page', 'notify', 'info', 'notify', 'page', 'notify', 'info', 'notify']
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ ACTIONS = "trainprof-actions"
 RECEIVERS = (PAGE, NOTIFY, INFO, ACTIONS)
 RECEIVER_BY_SEVERITY = {"critical": PAGE, "warning": NOTIFY, "info": INFO}
 DEFAULT_JOB_LABELS = ("namespace", "training_job")
+VERSION_LABEL = "trainprof_rule_version"
 
 # Tickets wait two minutes before their first notification: the bottleneck alerts that
 # inhibit them are evaluated by other rule groups, up to one scan interval (60 s by default)
@@ -69,7 +70,6 @@ def tree(
 ) -> Route:
     """The route subtree: add it as the first child of your root route."""
     timing = {**DEFAULT_TIMING, **(timing or {})}
-    rules = [r.name for r in alerting_rules()]
     by_severity = tuple(
         Route(
             RECEIVER_BY_SEVERITY[s],
@@ -81,18 +81,34 @@ def tree(
     )
     return Route(
         NOTIFY,
-        (_any_of("rule", trainprof_rules()),),
+        # Every trainprof alert carries its rule's version: custom rules of a configuration
+        # (rules.custom), unknown when this tree is generated, are routed like the catalog's.
+        (Matcher(VERSION_LABEL, "=~", ".+"),),
         group_by=tuple(job_labels),
         timing=timing["subtree"],
-        why="every trainprof alert, grouped per job",
+        why="every trainprof alert (catalog and custom rules), grouped per job",
         routes=(
             Route(
                 ACTIONS,
-                (_any_of("rule", rules),),
+                (Matcher("rule", "!~", f"{HEALTH_RULE}|{STATE_RULE}"),),
                 timing=timing[ACTIONS],
                 continue_=True,
                 why="every rule alert also reaches the StopTraining receiver, which acts "
-                "only on the rules its configuration opts into",
+                "only on the rules its configuration opts into or that carry action=stop",
+            ),
+            Route(
+                PAGE,
+                (Matcher("notify", "=~", ".*sms.*"),),
+                timing=timing[PAGE],
+                continue_=True,
+                why="a rule configured with SageMaker's SMS action also pages",
+            ),
+            Route(
+                NOTIFY,
+                (Matcher("notify", "=~", ".*email.*"),),
+                timing=timing[NOTIFY],
+                continue_=True,
+                why="a rule configured with SageMaker's Email action also notifies",
             ),
             Route(
                 INFO,

@@ -21,6 +21,8 @@ What is measured, per rank:
 - dataloader: the time between two optimizer steps (the Trainer fetches the next batches
   there), except where the Trainer logged, evaluated or saved in between: those gaps are not
   counted at all, since the Trainer has no hook around the fetch itself;
+- losses (`trainprof.log_loss`): the training loss and `eval_loss` the Trainer logs (every
+  `logging_steps`, and at each evaluation), at the Trainer's global step;
 - evaluation and prediction batches as eval steps: from the model's forward pass to
   `on_prediction_step`. The forward hooks stay on the model for the Trainer's lifetime; a
   forward pass outside the Trainer's loops (your own inference) never reaches
@@ -99,6 +101,10 @@ class TrainprofCallback(transformers.TrainerCallback):
     @guarded
     def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._timeline.spoil_gap()
+        logs = kwargs.get("logs") or {}
+        for key, mode in (("loss", "train"), ("eval_loss", "eval")):
+            if isinstance(logs.get(key), (int, float)):
+                api.log_loss(logs[key], mode, step=int(state.global_step))
 
     @guarded
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -14,6 +14,9 @@ phases to see. What is measured, per rank:
 - dataloader: from the end of one training batch to the start of the next, which in Keras's
   loop is fetching the next batch plus the `on_train_batch_end` of callbacks listed after
   this one (put it last); gaps that span an epoch end or a validation run are not counted;
+- losses (`trainprof.log_loss`): the training loss Keras reports after each batch (its
+  running mean over the epoch) at the batch's step, and `val_loss` at each epoch end as the
+  eval loss at the epoch's last step;
 - test (validation) batches as eval steps, predict batches as predict steps.
 
 Works with any Keras 3 backend; trainprof's tests run it on the torch backend.
@@ -25,6 +28,7 @@ from typing import Any
 
 import keras
 
+from trainprof import session as api
 from trainprof.integrations._callbacks import HookTimeline, ensure_started, guarded
 
 
@@ -40,6 +44,7 @@ class TrainprofCallback(keras.callbacks.Callback):
         self._start_kwargs = start_kwargs
         self._timeline = HookTimeline()
         self._eval = HookTimeline()
+        self._train_batches = 0
 
     def _start(self) -> None:
         ensure_started("keras", keras.__version__, dict(self._start_kwargs))
@@ -56,11 +61,18 @@ class TrainprofCallback(keras.callbacks.Callback):
     @guarded
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._timeline.end_step()
+        loss = (logs or {}).get("loss")
+        if loss is not None:
+            api.log_loss(loss, "train", step=self._train_batches)
+        self._train_batches += 1
         self._timeline.begin_gap()
 
     @guarded
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._timeline.cancel_gap()
+        loss = (logs or {}).get("val_loss")
+        if loss is not None:
+            api.log_loss(loss, "eval", step=max(self._train_batches - 1, 0))
 
     @guarded
     def on_train_end(self, logs: Any = None) -> None:

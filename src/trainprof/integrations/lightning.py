@@ -17,6 +17,10 @@ What is measured, per rank:
   public hook around the fetch; the callback wraps the training data fetcher's profiling
   hooks (a Lightning internal, checked on every batch). Where they are missing the
   dataloader phase stays at zero and nothing else changes;
+- losses (`trainprof.log_loss`): each training batch's loss (the tensor `training_step`
+  returned, or its "loss" entry; read on the host only on a watcher's saving steps), and
+  the mean validation loss of each validation run (what `validation_step` returned), as the
+  eval loss at the trainer's global step;
 - validation and test batches as eval steps, predict batches as predict steps (all
   counted under the "evaluation" phase); the sanity check before training is not counted.
 
@@ -47,6 +51,7 @@ class TrainprofCallback(pl.Callback):
         self._start_kwargs = start_kwargs
         self._timeline = HookTimeline()
         self._eval = HookTimeline()
+        self._val_losses: list[Any] = []
 
     @guarded
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -81,6 +86,9 @@ class TrainprofCallback(pl.Callback):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._timeline.end_step()
+        loss = _loss_of(outputs)
+        if loss is not None:
+            api.log_loss(loss, "train")
 
     @guarded
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
@@ -146,6 +154,16 @@ class TrainprofCallback(pl.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         self._eval.end_step()
+        loss = _loss_of(outputs)
+        if loss is not None and not getattr(trainer, "sanity_checking", False):
+            self._val_losses.append(loss.detach() if hasattr(loss, "detach") else loss)
+
+    @guarded
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        losses, self._val_losses = self._val_losses, []
+        if losses:
+            mean = sum(float(v) for v in losses) / len(losses)
+            api.log_loss(mean, "eval", step=int(trainer.global_step))
 
     @guarded
     def on_test_batch_start(
@@ -182,3 +200,12 @@ class TrainprofCallback(pl.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         self._eval.end_step()
+
+
+def _loss_of(outputs: Any) -> Any:
+    """The loss in a step's outputs: the tensor itself, or its "loss" entry."""
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss", outputs.get("val_loss"))
+    if outputs is None or getattr(outputs, "numel", lambda: 1)() != 1:
+        return None
+    return outputs

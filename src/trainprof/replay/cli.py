@@ -26,14 +26,15 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     replay.add_argument(
         "source",
         metavar="SOURCE",
-        help="SageMaker Debugger profiler output directory, or a trainprof "
-        "recording (.jsonl[.gz] file or a directory of them)",
+        help="SageMaker Debugger profiler output directory, a SageMaker Debugger tensor "
+        "trial (debug-output/, with events/), or a trainprof recording (.jsonl[.gz] file "
+        "or a directory of them)",
     )
     replay.add_argument(
         "--rules",
         metavar="FILE",
-        help="rule configuration, as for `rules compile` (default: "
-        "ProfilerReport with SageMaker's defaults)",
+        help="rule configuration, as for `rules compile` (default: ProfilerReport with "
+        "SageMaker's defaults; for a tensor trial, every tensor rule with its defaults)",
     )
     replay.add_argument(
         "--scrape-interval",
@@ -62,9 +63,11 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from trainprof.promtool import PromtoolError
-    from trainprof.replay import ReplayError, replay
+    from trainprof.replay import ReplayError, replay, smdebug
     from trainprof.rules.config import ConfigError
 
+    if smdebug.looks_like_trial(args.source):
+        return _run_trial(args)
     try:
         result = replay(
             args.source,
@@ -130,3 +133,49 @@ def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
             f"at {_when(alert.fired_at)}",
             file=out,
         )
+
+
+def _run_trial(args: argparse.Namespace) -> int:
+    """A SageMaker Debugger tensor trial: the tensor rules, with `first_fired_step`."""
+    from trainprof.promtool import PromtoolError
+    from trainprof.replay.smdebug import TrialError
+    from trainprof.replay.tensors import replay_trial
+    from trainprof.rules.config import ConfigError
+    from trainprof.rules.files import read_config
+    from trainprof.rules.tensors import default_tensor_config
+
+    try:
+        config = read_config(args.rules) if args.rules else default_tensor_config()
+        result = replay_trial(args.source, config, training_job=args.job)
+    except (TrialError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (PromtoolError, FileNotFoundError) as e:
+        print(f"error: the rule engine failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    text = json.dumps(result.as_json(), indent=2) + "\n"
+    if args.json == "-":
+        sys.stdout.write(text)
+        return 0
+    if args.json:
+        try:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            print(f"error: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_FAILED
+    steps = result.steps
+    print(
+        f"Replayed the tensor trial {args.source}\n  {len(steps)} saved steps"
+        + (f" ({steps[0]} to {steps[-1]})" if steps else "")
+        + "\n"
+    )
+    print(f"  {'rule':<28} {'fired':<6} first fired at step")
+    for name, verdict in result.rules.items():
+        first = verdict.first_fired_step
+        print(
+            f"  {name:<28} {'yes' if verdict.fired else 'no':<6} {'-' if first is None else first}"
+        )
+    return 0

@@ -277,6 +277,7 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
         "severity": instance.severity,
         "trainprof_rule_version": str(spec.version),
         **alert.labels,
+        **action_labels(instance.actions),
     }
     out["annotations"] = {
         "summary": alert.summary,
@@ -285,6 +286,23 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
         "runbook_url": f"{config.runbook_url}#{anchor}",
         "dashboard_url": dashboard,
     }
+    return out
+
+
+def action_labels(actions: tuple[str, ...]) -> dict[str, str]:
+    """SageMaker's actions as alert labels: StopTraining -> action="stop" (the StopTraining
+    receiver acts on it), Email / SMS -> notify="email", "sms" or "email,sms" (the routing
+    sends such alerts to the notify / page receiver too).
+
+    >>> action_labels(("StopTraining", "Email", "SMS"))
+    {'action': 'stop', 'notify': 'email,sms'}
+    """
+    out = {}
+    if "StopTraining" in actions:
+        out["action"] = "stop"
+    notify = [a.lower() for a in actions if a in ("Email", "SMS")]
+    if notify:
+        out["notify"] = ",".join(notify)
     return out
 
 

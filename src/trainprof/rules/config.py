@@ -60,7 +60,9 @@ _TOP_KEYS = (
     "ProfilerRuleConfigurations",
 )
 GPU_ATTRIBUTIONS = ("auto", "exporter", "assignment")
-_ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name")
+_ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name", "actions")
+# SageMaker's rule actions (rule_configs.StopTraining(), Email(...), SMS(...)).
+ACTIONS = ("StopTraining", "Email", "SMS")
 # What a DescribeTrainingJob response holds in the parts trainprof reads (the AWS API's
 # spelling), so a typo is reported instead of silently losing the value.
 _PROFILER_CONFIG_KEYS = (
@@ -94,6 +96,7 @@ class RuleInstance:
     # The parameters the configuration set: only these are warned about (a default that
     # trainprof adjusts is documented, not repeated at every compile).
     given: frozenset[str] = frozenset()
+    actions: tuple[str, ...] = ()  # of ACTIONS, in that order
 
     @property
     def evaluation_interval(self) -> float:
@@ -129,6 +132,10 @@ _Parsed = tuple[dict[str, Any], frozenset[str]]  # a rule's values, and the name
 
 
 class _Loader(Problems):
+    def __init__(self) -> None:
+        super().__init__()
+        self.custom: dict[str, RuleSpec] = {}  # custom rules of this configuration, by name
+
     def problem(self, path: str, message: str) -> None:
         self.add(path, message)
 
@@ -330,6 +337,8 @@ class _Loader(Problems):
             return []
         if "RuleParameters" in item:
             return self.api_entry(path, item)
+        if "custom" in item:
+            return self.custom_entry(path, item)
         for key in item:
             if key not in _ENTRY_KEYS:
                 self.problem(
@@ -351,7 +360,54 @@ class _Loader(Problems):
                 continue
             if self.one_of(f"{path}.{key}", item[key], valid):
                 options[key] = item[key]
+        if "actions" in item:
+            options["actions"] = self.actions(f"{path}.actions", item["actions"])
         return [(path, str(item["rule"]), dict(params), options)]
+
+    def custom_entry(self, path, item):
+        """A custom rule (trainprof.rules.custom): defined here, then used like a rule."""
+        from trainprof.rules import custom
+
+        reserved = {r.name.lower() for r in catalog.CATALOG} | {
+            n.lower() for n in (*catalog.NOT_IMPLEMENTED, catalog.PROFILER_REPORT)
+        }
+        definition = custom.definition(path, item, self.problem, reserved)
+        if definition is None:
+            return []
+        if definition.name in self.custom:
+            self.problem(f"{path}.custom", f"custom rule {definition.name} is defined twice")
+            return []
+        if custom.shutil.which("promtool") is None:
+            self.warnings.append(f"{path}.expr: not checked (promtool is not installed)")
+        self.custom[definition.name] = custom.spec_of(definition)
+        options: dict[str, Any] = {"definition": True}
+        if "actions" in item:
+            options["actions"] = self.actions(f"{path}.actions", item["actions"])
+        if "severity" in item:
+            options["severity"] = item["severity"]
+        return [(path, definition.name, {}, options)]
+
+    def lookup(self, name: str) -> RuleSpec | None:
+        return self.custom.get(name) or catalog.lookup(name)
+
+    def actions(self, path: str, value: Any) -> tuple[str, ...]:
+        """StopTraining, Email, SMS: names, or mappings such as {Email: address} (the
+        address belongs in Alertmanager's receiver, not in the rules)."""
+        items = value if isinstance(value, list) else [value]
+        found = set()
+        for i, item in enumerate(items):
+            name = next(iter(item), None) if isinstance(item, Mapping) and len(item) == 1 else item
+            match = next((a for a in ACTIONS if str(name).lower() == a.lower()), None)
+            if match is None:
+                self.problem(
+                    f"{path}[{i}]",
+                    f"{_kind(item)} is not an action"
+                    + nearest(str(name), ACTIONS)
+                    + f"; actions: {', '.join(ACTIONS)}",
+                )
+            else:
+                found.add(match)
+        return tuple(a for a in ACTIONS if a in found)
 
     def api_entry(self, path, item):
         """An entry of DescribeTrainingJob's ProfilerRuleConfigurations."""
@@ -377,11 +433,15 @@ class _Loader(Problems):
                 for rule_name, (sub_path, values) in self.report_params(path, params).items():
                     report[rule_name] = (sub_path, values, options)
                 continue
-            spec = catalog.lookup(name)
+            spec = self.lookup(name)
             if spec is None:
                 self.unknown_rule(path, name)
                 continue
-            if spec.name in explicit:
+            definition = explicit.get(spec.name, (None, None, {}))[2].get("definition")
+            if spec.name in explicit and definition:
+                # a custom rule's definition, then an entry overriding its parameters
+                options = {**explicit[spec.name][2], **options, "definition": False}
+            elif spec.name in explicit:
                 self.problem(
                     path,
                     f"{spec.name} is configured twice (also at "
@@ -389,10 +449,11 @@ class _Loader(Problems):
                 )
                 continue
             given = {str(k): (v, f"{path}.parameters.{k}") for k, v in params.items()}
-            explicit[spec.name] = (path, self.parse_values(spec, given), options)
+            values = self.parse_values(spec, given, f"{path}.parameters")
+            explicit[spec.name] = (path, values, options)
 
         instances = []
-        for spec in catalog.CATALOG:
+        for spec in catalog.CATALOG + tuple(self.custom.values()):
             if spec.name in explicit:
                 path, values, options = explicit[spec.name]
                 if spec.name in report:
@@ -410,7 +471,9 @@ class _Loader(Problems):
 
     def report_params(self, path, params) -> dict[str, tuple[str, _Parsed]]:
         """Split ProfilerReport's `<Rule>_<param>` overrides onto every catalog rule."""
-        per_rule: dict[str, dict[str, tuple[Any, str]]] = {s.name: {} for s in catalog.CATALOG}
+        per_rule: dict[str, dict[str, tuple[Any, str]]] = {
+            s.name: {} for s in catalog.profiler_rules()
+        }
         scan = None
         for key, value in params.items():
             key = str(key)
@@ -420,11 +483,18 @@ class _Loader(Problems):
                 continue
             rule_name, sep, param = key.partition("_")
             spec = catalog.lookup(rule_name) if sep else None
+            if spec is not None and spec not in catalog.profiler_rules():
+                self.problem(
+                    where,
+                    f"{spec.name} is not part of ProfilerReport; configure it as a rule of "
+                    f"its own (- rule: {spec.name})",
+                )
+                continue
             if spec is None:
                 if rule_name in catalog.NOT_IMPLEMENTED:
                     self.warnings.append(f"{where}: ignored; {catalog.NOT_IMPLEMENTED[rule_name]}")
                     continue
-                valid = [r.name for r in catalog.CATALOG]
+                valid = [r.name for r in catalog.profiler_rules()]
                 self.problem(
                     where,
                     "expected <Rule>_<parameter> with a rule of the report"
@@ -434,7 +504,7 @@ class _Loader(Problems):
                 continue
             per_rule[spec.name][param] = (value, where)
         out = {}
-        for spec in catalog.CATALOG:
+        for spec in catalog.profiler_rules():
             given = per_rule[spec.name]
             if scan is not None and "scan_interval_us" not in given:
                 given["scan_interval_us"] = (scan, f"{path}.parameters.scan_interval_us")
@@ -442,10 +512,13 @@ class _Loader(Problems):
             out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", parsed)
         return out
 
-    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> _Parsed:
+    def parse_values(
+        self, spec: RuleSpec, given: dict[str, tuple[Any, str]], where_params: str = ""
+    ) -> _Parsed:
         """(every parameter's value, the names the configuration set)."""
         values = spec.defaults()
-        written = set()
+        written: set[str] = set()
+        failed = False
         names = [p.name for p in spec.params]
         for key, (raw, where) in given.items():
             match = next((n for n in names if n.lower() == key.lower()), None)
@@ -462,6 +535,7 @@ class _Loader(Problems):
                 values[match] = kind.parse(raw)
             except ValueError as e:
                 self.problem(where, str(e))
+                failed = True
                 continue
             written.add(match)
             if kind is PERCENT and 0 < values[match] < 1:
@@ -471,6 +545,11 @@ class _Loader(Problems):
                     f"{values[match] * 100:g} %; percentages are 0 to 100 (if you meant "
                     f"{values[match] * 100:g} %, write {values[match] * 100:g})",
                 )
+        if spec.check is not None and not failed:
+            wheres = {k.lower(): w for k, (_, w) in given.items()}
+            for name, message in spec.check(spec.values(values)):
+                where = wheres.get(name.lower()) or f"{where_params or spec.name}.{name}"
+                self.problem(where, message)
         return values, frozenset(written)
 
     def check_spans(self, rules: tuple[RuleInstance, ...], datapoint: float) -> None:
@@ -512,8 +591,23 @@ class _Loader(Problems):
         mode = options.get("patience_mode", default_mode)
         if mode == "auto":
             mode = spec.patience_auto
-        severity = options.get("severity", spec.severity)
-        return RuleInstance(spec, values, severity, mode, where, given)
+        return RuleInstance(
+            spec,
+            values,
+            options.get("severity", spec.severity),
+            mode,
+            where,
+            given,
+            tuple(options.get("actions", ())),
+        )
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {dict: "a mapping", list: "a list", str: f"the string {value!r}", bool: f"{value}"}.get(
+        type(value), f"{type(value).__name__} {value!r}"
+    )
 
 
 def load_config(

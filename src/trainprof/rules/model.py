@@ -35,7 +35,7 @@ __all__ = ["RECORD_NAME"]  # re-exported: tests and dashboards recognise recordi
 SEVERITIES = ("info", "warning", "critical")
 # Rule families, one per catalog module: what kind of trouble a rule points at. Alerting
 # inhibitions name families, so a new rule of a family is silenced like its siblings.
-FAMILIES = ("bottleneck", "gpu", "framework", "system")
+FAMILIES = ("bottleneck", "gpu", "framework", "system", "health", "custom")
 PATIENCE_MODES = ("auto", "for", "warmup")
 
 
@@ -152,7 +152,17 @@ class Recordings(Protocol):
 
 # The exporter inputs a rule may ask for, as `trainprof exporter --rules.config` reads them:
 # (busy, idle GPU) ratio pairs the bottleneck counters count, and the step-outlier factors.
-INPUTS = ("cpu_bottleneck", "io_bottleneck", "step_outlier_stddevs")
+# The training-health inputs are what `trainprof.torch.watch(rules_config=...)` computes.
+INPUTS = (
+    "cpu_bottleneck",
+    "io_bottleneck",
+    "step_outlier_stddevs",
+    "loss_num_steps",
+    "loss_delta",
+    "unchanged_tolerance",
+    "threshold_inactivity",
+    "token_values",
+)
 
 
 P = TypeVar("P")
@@ -188,6 +198,9 @@ class RuleSpec(Generic[P]):
     # False for rules that read only the training API: without any rule reading the
     # exporters, the health group's sampler-interval check is left out.
     reads_exporter: bool = True
+    # Problems of a combination of parameter values, as (parameter, message) pairs: the
+    # configuration loader reports them with the other problems, each with its path.
+    check: Callable[[P], tuple[tuple[str, str], ...]] | None = None
     # The parameter saying below which utilization a GPU counts as idle; the fleet
     # dashboard's idle GPU-hours use the first configured rule that has one.
     gpu_idle_param: str = ""

@@ -20,20 +20,39 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import re
 from typing import Any
 
 from trainprof.rules import catalog
 from trainprof.validation import nearest
 
-_PROFILER_RULES = (catalog.PROFILER_REPORT,) + tuple(r.name for r in catalog.CATALOG)
 _ACTIONS = ("ActionList", "StopTraining", "Email", "SMS")
+
+
+def _snake(name: str) -> str:
+    """The SDK's function name of a tensor rule: LossNotDecreasing -> loss_not_decreasing.
+
+    >>> _snake("NLPSequenceRatio"), _snake("StalledTrainingRule")
+    ('nlp_sequence_ratio', 'stalled_training_rule')
+    """
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+# The SDK names profiler rules in CamelCase (rule_configs.LowGPUUtilization()) and tensor
+# rules in snake_case (rule_configs.loss_not_decreasing()); both resolve to catalog names.
+_TENSOR_NAMES = [r.name for r in catalog.CATALOG if r.family == "health"]
+_RULE_NAMES = {
+    **{n: n for n in (catalog.PROFILER_REPORT,) + tuple(r.name for r in catalog.CATALOG)},
+    **{_snake(n): n for n in _TENSOR_NAMES},
+}
+_PROFILER_RULES = tuple(_RULE_NAMES)
 
 
 class ProfilerRuleConfig:
     """What `rule_configs.<Rule>(...)` returns: the rule's name and the parameters given."""
 
     def __init__(self, rule_name: str, **rule_parameters: Any):
-        self.rule_name = rule_name
+        self.rule_name = _RULE_NAMES.get(rule_name, rule_name)
         self.rule_parameters = dict(rule_parameters)
 
     def __repr__(self) -> str:
@@ -41,7 +60,8 @@ class ProfilerRuleConfig:
         return f"rule_configs.{self.rule_name}({args})"
 
 
-def _config_factory(name: str):
+def _config_factory(sdk_name: str):
+    name = _RULE_NAMES[sdk_name]
     spec = catalog.BY_NAME.get(name)
     known = {p.name for p in spec.params} if spec else None
 
@@ -55,7 +75,7 @@ def _config_factory(name: str):
                     )
         return ProfilerRuleConfig(name, **rule_parameters)
 
-    factory.__name__ = factory.__qualname__ = name
+    factory.__name__ = factory.__qualname__ = sdk_name
     factory.__doc__ = spec.detects if spec else "All profiler rules, with <Rule>_<param> overrides."
     return factory
 
@@ -85,6 +105,7 @@ class ProfilerRule:
     rule_name: str
     rule_parameters: dict[str, Any]
     name: str | None = None
+    actions: tuple[str, ...] = ()
 
     @classmethod
     def sagemaker(
@@ -92,22 +113,36 @@ class ProfilerRule:
         base_config: ProfilerRuleConfig,
         name: str | None = None,
         rule_parameters: dict[str, Any] | None = None,
+        actions: Any = None,
         **_ignored: Any,
     ) -> ProfilerRule:
-        """Same signature as the SDK; output paths, images and actions are ignored."""
+        """Same signature as the SDK; output paths, images and collections are ignored;
+        `actions` (StopTraining, Email, SMS, an ActionList) become the rule's actions."""
         if not isinstance(base_config, ProfilerRuleConfig):
             raise TypeError(
                 "base_config must come from trainprof.rules.sdk.rule_configs, "
                 f"got {type(base_config).__name__}"
             )
         params = {**base_config.rule_parameters, **(rule_parameters or {})}
-        return cls(base_config.rule_name, params, name)
+        return cls(base_config.rule_name, params, name, _action_names(actions))
 
     def entry(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rule": self.rule_name}
         if self.rule_parameters:
             out["parameters"] = dict(self.rule_parameters)
+        if self.actions:
+            out["actions"] = list(self.actions)
         return out
+
+
+def _action_names(actions: Any) -> tuple[str, ...]:
+    if actions is None:
+        return ()
+    if not isinstance(actions, _Action):
+        raise TypeError(f"actions must come from rule_configs, got {type(actions).__name__}")
+    if type(actions).__name__ == "ActionList":
+        return tuple(dict.fromkeys(n for a in actions.args for n in _action_names(a)))
+    return (type(actions).__name__,)
 
 
 Rule = ProfilerRule
@@ -221,6 +256,29 @@ def _unparse(node: ast.AST) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _actions(node: ast.AST, bound: dict[str, ast.AST]) -> list[str] | None:
+    """The action names of an `actions=` argument (calls, or names bound to them); None if
+    it is not made of actions."""
+    calls = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    out: list[str] = []
+    for call in calls:
+        if isinstance(call, ast.Name) and call.id in bound:
+            call = bound[call.id]
+        if not isinstance(call, ast.Call):
+            return None
+        name = _callee(call.func)
+        if name == "ActionList":
+            inner = _actions(ast.List(elts=list(call.args)), bound)
+            if inner is None:
+                return None
+            out += inner
+        elif name in _ACTIONS:
+            out.append(name)
+        else:
+            return None
+    return list(dict.fromkeys(out))
+
+
 def extract(source: str, filename: str = "<source>") -> Extracted:
     """Find SageMaker profiler rule configurations in Python source, without executing it.
 
@@ -246,6 +304,7 @@ class _Extractor:
         self.filename = filename
         self.problems: list[tuple[str, str]] = []
         self.warnings: list[str] = []
+        self.bound_actions: dict[str, ast.AST] = {}  # names bound to StopTraining() etc.
 
     def where(self, node: ast.AST) -> str:
         return f"{self.filename}:{getattr(node, 'lineno', 0)}"
@@ -283,9 +342,11 @@ class _Extractor:
         (`rule_configs.X` or the base of `.sagemaker`), so the loader names the nearest rule.
         """
         name = _callee(call.func)
-        if name is None or name in _ACTIONS or name in DEBUGGER_RULES:
+        if name is None or name in _ACTIONS:
             return None
-        if name not in _PROFILER_RULES and not (as_base or _owner(call.func) == "rule_configs"):
+        if name in _RULE_NAMES:
+            name = _RULE_NAMES[name]
+        elif name in DEBUGGER_RULES or not (as_base or _owner(call.func) == "rule_configs"):
             return None
         params = {}
         for kw in call.keywords:
@@ -307,6 +368,11 @@ class _Extractor:
 
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                if _callee(node.value.func) in _ACTIONS:
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            self.bound_actions[target.id] = node.value
+                    continue
                 if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
                     continue
                 cfg = self.rule_config(node.value)
@@ -397,8 +463,7 @@ class _Extractor:
             if cfg is None:
                 self.warnings.append(
                     f"{self.where(node)}: {_unparse(base.func)}() is not a "
-                    "profiler rule; skipped (training-health rules are "
-                    "not implemented yet)"
+                    "SageMaker Debugger rule trainprof implements; skipped"
                 )
                 return None
         elif isinstance(base, ast.Name) and base.id in bound:
@@ -413,6 +478,7 @@ class _Extractor:
             )
             return None
         params = dict(cfg[1])
+        actions: list[str] | None = []
         for kw in node.keywords:
             if kw.arg == "rule_parameters":
                 value = self.literal(kw.value, "rule_parameters")
@@ -423,13 +489,20 @@ class _Extractor:
                         (self.where(kw.value), "rule_parameters must be a dict of name: value")
                     )
             elif kw.arg == "actions":
-                self.warnings.append(
-                    f"{self.where(node)}: actions are not compiled into rules; "
-                    "see `trainprof actions` for StopTraining"
-                )
+                actions = _actions(kw.value, self.bound_actions)
+                if actions is None:
+                    self.problems.append(
+                        (
+                            self.where(kw.value),
+                            "actions must be rule_configs.StopTraining(), Email(...), "
+                            "SMS(...) or an ActionList of them",
+                        )
+                    )
         entry: dict[str, Any] = {"rule": cfg[0]}
         if params:
             entry["parameters"] = params
+        if actions:
+            entry["actions"] = actions
         return entry
 
 

@@ -1,16 +1,18 @@
-"""The catalog: every SageMaker Debugger profiler rule trainprof implements, in report order.
+"""The catalog: every SageMaker Debugger rule trainprof implements, in report order.
 
-`ProfilerReport` is not an entry of its own: it stands for all of them (as it did in
-SageMaker), with `<Rule>_<parameter>` overrides.
+The profiler rules come first; `ProfilerReport` is not an entry of its own: it stands for all
+of them (as it did in SageMaker), with `<Rule>_<parameter>` overrides. The tensor rules
+(family "health", `catalog.health`) follow; ProfilerReport does not include them.
 
 Adding a rule touches one module: write its `RuleSpec` in the family's module (bottleneck,
-gpu, framework, system, kernels) and list it in `CATALOG` below. The spec carries everything:
-`parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
+gpu, framework, system, kernels, health) and list it in `CATALOG` below. The spec carries
+everything: `parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
 alerts), `signals` (what its dashboard row and report section draw, thresholds from the same
 parameters), and, when it needs them, `inputs` (what exporters must count), `health`
-(alerts when they do not), `state` (job-state alerts) and `reads_exporter`. The compiler,
-dashboards, report, alerting routes, replay and docs pick it up; `make generate` rewrites
-the artifacts. tests/test_throwaway_rule.py adds a complete rule in one test module.
+(alerts when they do not), `state` (job-state alerts), `check` (parameter combinations) and
+`reads_exporter`. The compiler, dashboards, report, alerting routes, replay and docs pick it
+up; `make generate` rewrites the artifacts. tests/test_throwaway_rule.py adds a complete rule
+in one test module.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from trainprof.rules.catalog.gpu import (
     LOAD_BALANCING,
     LOW_GPU_UTILIZATION,
 )
+from trainprof.rules.catalog.health import TENSOR_RULES
 from trainprof.rules.catalog.kernels import (
     LAUNCH_BOUND_STEPS,
     MEMCPY_HEAVY_STEPS,
@@ -35,7 +38,7 @@ from trainprof.rules.catalog.kernels import (
 from trainprof.rules.catalog.system import OVERALL_SYSTEM_USAGE
 from trainprof.rules.model import RuleSpec
 
-CATALOG: tuple[RuleSpec, ...] = (
+PROFILER_RULES: tuple[RuleSpec, ...] = (
     CPU_BOTTLENECK,
     IO_BOTTLENECK,
     LOW_GPU_UTILIZATION,
@@ -50,6 +53,7 @@ CATALOG: tuple[RuleSpec, ...] = (
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
 )
+CATALOG: tuple[RuleSpec, ...] = PROFILER_RULES + TENSOR_RULES
 
 BY_NAME = {r.name: r for r in CATALOG}
 PROFILER_REPORT = "ProfilerReport"
@@ -70,6 +74,11 @@ def lookup(name: str) -> RuleSpec | None:
         if rule.name.lower() == folded:
             return rule
     return None
+
+
+def profiler_rules() -> tuple[RuleSpec, ...]:
+    """The rules ProfilerReport stands for (CATALOG may be extended, as tests do)."""
+    return tuple(r for r in CATALOG if r.family != "health")
 
 
 def alerting_rules() -> tuple[RuleSpec, ...]:

@@ -1,0 +1,1 @@
+"""Training health: the tensor reductions SageMaker Debugger's tensor rules decide on."""

@@ -1,0 +1,100 @@
+"""Parameter kinds of SageMaker Debugger's tensor rules, as the SDK sends them (strings).
+
+>>> OPTIONAL_NUMBER.parse("None"), NUMBER.parse("1e-7"), FLAG.parse("False")
+(None, 1e-07, False)
+>>> NAMES.parse("weights, gradients")
+('weights', 'gradients')
+>>> STEPS.parse("0")
+Traceback (most recent call last):
+...
+ValueError: '0' is not a whole number of steps of at least 1
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from trainprof.rules.params import Kind, _number
+
+
+def _is_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in ("", "none"))
+
+
+def _optional_number(value):
+    return None if _is_none(value) else _number(value)
+
+
+def _steps(value):
+    number = _number(value)
+    if number != int(number) or number < 1:
+        raise ValueError(f"{value!r} is not a whole number of steps of at least 1")
+    return int(number)
+
+
+def _optional_steps(value):
+    return None if _is_none(value) else _steps(value)
+
+
+def _whole(value):
+    number = _number(value)
+    if number != int(number) or number < 0:
+        raise ValueError(f"{value!r} is not a whole number of 0 or more")
+    return int(number)
+
+
+def _flag(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"{value!r} is not True or False")
+
+
+def _names(value):
+    if _is_none(value):
+        return ()
+    if isinstance(value, (list, tuple)):
+        items = [str(v).strip() for v in value]
+    elif isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    else:
+        raise ValueError(f"{value!r} is not a comma-separated list of names")
+    return tuple(v for v in items if v)
+
+
+def _regex(value):
+    if _is_none(value):
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a regular expression")
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"{value!r} is not a valid regular expression: {e}") from None
+    return value
+
+
+def _text(value):
+    return None if _is_none(value) else str(value)
+
+
+def _numbers(value):
+    names = _names(value)
+    try:
+        return tuple(float(v) for v in names)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a comma-separated list of numbers") from None
+
+
+NUMBER = Kind("number", "", _number, "a number")
+OPTIONAL_NUMBER = Kind("number", "", _optional_number, "a number, or None")
+STEPS = Kind("steps", "steps", _steps, "a whole number of training steps, at least 1")
+OPTIONAL_STEPS = Kind("steps", "steps", _optional_steps, "a whole number of steps, or None")
+WHOLE = Kind("count", "", _whole, "a whole number")
+FLAG = Kind("flag", "", _flag, "True or False")
+NAMES = Kind("names", "", _names, "comma-separated names")
+REGEX = Kind("regex", "", _regex, "a regular expression, or None")
+TEXT = Kind("text", "", _text, "text, or None")
+NUMBERS = Kind("numbers", "", _numbers, "comma-separated numbers")

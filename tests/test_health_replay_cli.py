@@ -1,0 +1,85 @@
+"""`trainprof replay DIR` of a SageMaker Debugger tensor trial, as a former user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from smdebug_writer import write_trial
+
+pytestmark = pytest.mark.tools
+
+LOSS = "CrossEntropyLoss_output_0"
+
+
+def run(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def _trial(tmp_path):
+    losses = [0.30, 0.33, 0.31, 0.30, 0.28]
+    steps = {i * 4: {LOSS: np.float32(v)} for i, v in enumerate(losses)}
+    return write_trial(tmp_path / "job-a" / "debug-output", steps)
+
+
+def test_replay_json_has_first_fired_step(promtool, tmp_path):
+    root = _trial(tmp_path)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n  - rule: LossNotDecreasing\n    parameters: {diff_percent: '0'}\n"
+        "  - rule: VanishingGradient\n"
+    )
+    done = run("replay", str(root.parent), "--rules", str(rules), "--json", "-")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)["rules"]
+    loss = out["LossNotDecreasing"]
+    assert loss["fired"] is True and loss["first_fired_step"] == 12
+    assert loss["alerts"][0]["labels"]["training_job"] == "job-a"
+    assert loss["first_fired_at"] == pytest.approx(1.7e9 + 12)  # the step's wall time
+    assert out["VanishingGradient"] == {
+        "fired": False,
+        "first_fired_at": None,
+        "first_fired_step": None,
+        "alerts": [],
+    }
+
+
+def test_replay_without_rules_evaluates_the_tensor_rules_and_prints_a_table(promtool, tmp_path):
+    root = _trial(tmp_path)
+    done = run("replay", str(root))
+    assert done.returncode == 0, done.stderr
+    assert "LossNotDecreasing" in done.stdout and "UnchangedTensor" in done.stdout
+    assert "5 saved steps (0 to 16)" in done.stdout
+
+
+def test_damaged_event_files_are_skipped_and_named(promtool, tmp_path):
+    root = _trial(tmp_path)
+    bad = root / "events" / "000000000008" / "000000000008_worker_0.tfevents"
+    bad.write_bytes(bad.read_bytes()[:-3])
+    done = run("replay", str(root), "--json", "-")
+    assert done.returncode == 0
+    assert "000000000008_worker_0.tfevents" in done.stderr and "truncated" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_rule_configuration_exits_2_with_its_path(tmp_path):
+    root = _trial(tmp_path)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - rule: TensorVariance\n")
+    done = run("replay", str(root), "--rules", str(rules), "--json", "-")
+    assert done.returncode == 2
+    assert "max_threshold" in done.stderr and "TensorVariance" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_folder_without_events_is_not_a_trial(tmp_path):
+    (tmp_path / "events").mkdir()
+    done = run("replay", str(tmp_path))
+    assert done.returncode == 2
+    assert "no .tfevents files" in done.stderr and "Traceback" not in done.stderr
