@@ -194,7 +194,7 @@ def test_samples_tokens_errors_and_gpus():
     assert state.value("trainprof_training_tokens_total") == 4096
     assert state.value("trainprof_instrumentation_errors_total") == 1
     assert state.value("trainprof_gpu_assignment_info", gpu="2", uuid="GPU-abc") == 1
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(ValueError, match="finite number of at least 0, got -1"):
         state.add_samples(-1)
 
 
