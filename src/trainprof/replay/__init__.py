@@ -19,20 +19,21 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from trainprof import recording
 from trainprof.promtool import run_rules
-from trainprof.replay import sagemaker
+from trainprof.replay import recorded, sagemaker
+from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
-from trainprof.sampling import BottleneckGrid
-from trainprof.training_state import canonical_mode
+from trainprof.sampling import BottleneckGrid, HostSample
 
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
 SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
 HEALTH_RULE = "TrainprofHealth"
+# Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
+MAX_INSTANTS = 1_000_000
 
 
 class ReplayError(ValueError):
@@ -130,22 +131,67 @@ def detect_format(source: str) -> str:
 
 
 def load_timeline(source: str, fmt: str, training_job: str | None) -> tuple[Timeline, list[str]]:
-    """The timeline of a source and notes about what was skipped."""
+    """The timeline of a source and notes about what was found, skipped or corrected."""
     if not os.path.exists(source):
         raise ReplayError(f"{source}: no such file or directory")
     fmt = detect_format(source) if fmt == "auto" else fmt
+    damage = Damage()
     if fmt == "sagemaker":
-        return _sagemaker_timeline(source, training_job)
-    return _recording_timeline(source, training_job)
+        timeline, notes = _sagemaker_timeline(source, training_job, damage)
+    else:
+        timeline, notes = _recording_timeline(source, training_job, damage)
+    _keep_main_span(timeline, damage)
+    return timeline, notes + damage.notes()
 
 
-def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
+    """Drop what lies far from the job (a stray timestamp, a file of another year): the
+    work replay does grows with the span, which the data must bound."""
+    times = [s.timestamp for samples in timeline.hosts.values() for s in samples]
+    times += [s.start for s in timeline.steps] + [s.end for s in timeline.steps]
+    span = main_span(times)
+    if span is None:
+        return
+    first, last = span
+    far = 0
+    for node, samples in timeline.hosts.items():
+        kept = [s for s in samples if first <= s.timestamp <= last]
+        far += len(samples) - len(kept)
+        timeline.hosts[node] = kept
+    kept_steps = [s for s in timeline.steps if first <= s.start and s.end <= last]
+    far += len(timeline.steps) - len(kept_steps)
+    timeline.steps = kept_steps
+    for key, start in list(timeline.rank_starts.items()):
+        if not first - MAX_GAP <= start <= last:
+            del timeline.rank_starts[key]
+            far += 1
+    if far:
+        damage.skip(
+            f"samples or steps more than {MAX_GAP / 3600:g} h away from the job "
+            f"(which ran {_utc(first)} .. {_utc(last)} UTC)",
+            "outside that span",
+            far,
+        )
+
+
+def _utc(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _sagemaker_timeline(
+    source: str, training_job: str | None, damage: Damage
+) -> tuple[Timeline, list[str]]:
     try:
         found = sagemaker.find_profiler_output(source)
-        system = sagemaker.read_system(found)
     except sagemaker.SourceError as e:
         raise ReplayError(str(e)) from None
-    notes = []
+    system = sagemaker.read_system(found, damage)
+    notes = [
+        f"found SageMaker profiler output at {found.root}: {len(found.system_files)} system "
+        f"file(s), {len(found.trace_files)} framework trace(s)"
+    ]
     if found.ignored:
         notes.append(
             f"ignored {len(found.ignored)} file(s) not named like SageMaker's: "
@@ -156,15 +202,13 @@ def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline
             "ignored unknown dimensions: "
             + ", ".join(f"{k} ({n} lines)" for k, n in sorted(system.unknown.items()))
         )
-    try:
-        steps = sagemaker.read_steps(found)
-    except sagemaker.SourceError as e:
-        raise ReplayError(str(e)) from None
+    steps = sagemaker.read_steps(found, damage)
     if not any(system.by_node.values()):
         if not steps:
             raise ReplayError(
                 f"{found.root}: no system metrics (system/incremental/"
                 "*.algo-N.json holds no CPU, GPU or memory lines) and no steps"
+                + "".join(f"; {n}" for n in damage.notes())
             )
         notes.append(
             "no system metrics (system/incremental): only StepOutlier and "
@@ -203,7 +247,9 @@ def _sampling_interval(by_node) -> float:
     return min(SAGEMAKER_INTERVALS, key=lambda i: abs(i - median))
 
 
-def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+def _recording_timeline(
+    source: str, training_job: str | None, damage: Damage
+) -> tuple[Timeline, list[str]]:
     paths = (
         [source]
         if os.path.isfile(source)
@@ -213,54 +259,56 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
             if n.endswith((".jsonl", ".jsonl.gz"))
         )
     )
-    hosts: dict[str, list] = {}
-    steps: list[Step] = []
+    hosts: dict[str, dict[float, HostSample]] = {}
+    steps: set[Step] = set()
     starts: dict[tuple[str, int], float] = {}
-    interval, notes, skipped = None, [], 0
+    interval, job, skipped, duplicates = None, None, 0, 0
     for path in paths:
-        try:
-            for number, record in recording.read(path):
-                kind = record.get("kind")
-                if kind == "meta":
-                    interval = interval or record.get("datapoint_interval")
-                elif kind == "host":
-                    try:
-                        sample = recording.host_sample(record)
-                    except (KeyError, TypeError, ValueError) as e:
-                        raise ReplayError(f"{path}:{number}: malformed host record: {e}") from None
-                    hosts.setdefault(str(record.get("node", "node")), []).append(sample)
-                elif kind in ("step", "process"):
-                    try:
-                        key = (str(record["node"]), int(record["rank"]))
-                        if kind == "process":
-                            starts[key] = float(record["start"])
-                        else:
-                            steps.append(
-                                Step(
-                                    key[0],
-                                    key[1],
-                                    canonical_mode(record["mode"]),
-                                    float(record["start"]),
-                                    float(record["end"]),
-                                )
-                            )
-                    except (KeyError, TypeError, ValueError) as e:
-                        raise ReplayError(
-                            f"{path}:{number}: malformed {kind} record: {e}"
-                        ) from None
-                else:
-                    skipped += 1
-        except recording.RecordingError as e:
-            raise ReplayError(str(e)) from None
+        for number, record in recorded.records(path, damage):
+            where = f"{path}:{number}"
+            kind = record.get("kind")
+            if kind == "meta":
+                value = record.get("datapoint_interval")
+                if isinstance(value, (int, float)) and 0 < value <= 3600:
+                    interval = interval or float(value)
+                name = record.get("training_job") or record.get("job")
+                job = job or (str(name) if name else None)
+            elif kind == "host":
+                sample = recorded.host_sample(record, where, damage)
+                if sample is not None:
+                    node = hosts.setdefault(str(record.get("node", "node")), {})
+                    duplicates += sample.timestamp in node
+                    node[sample.timestamp] = sample
+            elif kind == "step":
+                step = recorded.step(record, where, damage)
+                if step is not None:
+                    duplicates += step in steps
+                    steps.add(step)
+            elif kind == "process":
+                found = recorded.process_start(record, where, damage)
+                if found is not None:
+                    starts[found[0]] = found[1]
+            else:
+                skipped += 1
+    notes = [f"found {len(paths)} recording file(s) at {source}"]
     if skipped:
         notes.append(f"skipped {skipped} record(s) of kinds replay does not read")
-    if not any(hosts.values()) and not steps and not starts:
-        raise ReplayError(f"{source}: the recording holds no host samples and no steps")
-    for samples in hosts.values():
-        samples.sort(key=lambda s: s.timestamp)
-    interval = float(interval) if interval else _sampling_interval(hosts)
+    if duplicates:
+        notes.append(
+            f"skipped {duplicates} duplicated record(s) (a sample or step recorded twice, "
+            "as in a copied file)"
+        )
+    by_node = {n: sorted(s.values(), key=lambda x: x.timestamp) for n, s in hosts.items()}
+    if not any(by_node.values()) and not steps and not starts:
+        raise ReplayError(
+            f"{source}: the recording holds no host samples and no steps"
+            + "".join(f"; {n}" for n in damage.notes())
+        )
+    interval = interval or _sampling_interval(by_node)
     ranks = sorted(set(starts) | {(s.node, s.rank) for s in steps})
-    return Timeline(hosts, training_job or "recorded-job", interval, steps, ranks, starts), notes
+    ordered = sorted(steps, key=lambda s: (s.start, s.node, s.rank))
+    name = training_job or job or "recorded-job"
+    return Timeline(by_node, name, interval, ordered, ranks, starts), notes
 
 
 def replay(
@@ -291,6 +339,7 @@ def replay(
             datapoint_interval=f"{timeline.datapoint_interval}s",
         )
     )
+    _check_scrape_interval(timeline, config.scrape_interval)
     compiled = compile_rules(config)
     notes += list(compiled.warnings)
 
@@ -366,6 +415,26 @@ def replay(
             for name, by_time in run.queries.items()
         },
     )
+
+
+def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:
+    """Refuse a scrape interval that would make replay's work unbounded by the data:
+    faster than the samples (it adds nothing), or too many instants over the job."""
+    floor = min(timeline.datapoint_interval, 1.0)
+    if not math.isfinite(scrape_interval) or scrape_interval < floor - 1e-9:
+        raise ReplayError(
+            f"--scrape-interval {scrape_interval:g}s is shorter than the samples "
+            f"({timeline.datapoint_interval:g}s apart): scraping faster adds nothing; use "
+            f"{floor:g}s or more"
+        )
+    instants = (timeline.last - timeline.start) / scrape_interval
+    if instants > MAX_INSTANTS:
+        shortest = (timeline.last - timeline.start) / MAX_INSTANTS
+        raise ReplayError(
+            f"the job spans {(timeline.last - timeline.start) / 3600:.1f} h: a scrape every "
+            f"{scrape_interval:g}s means {instants:,.0f} scrape instants (at most "
+            f"{MAX_INSTANTS:,}); use --scrape-interval {math.ceil(shortest)}s or more"
+        )
 
 
 def query_step(seconds: float, scrape_interval: float, points: int) -> float:

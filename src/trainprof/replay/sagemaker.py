@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import re
 from collections.abc import Iterator
 
+from trainprof.replay.damage import Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
 from trainprof.sampling import GpuSample, HostSample
 from trainprof.training_state import canonical_mode
@@ -63,13 +65,11 @@ class SystemSamples:
 def looks_like_sagemaker(path: str) -> bool:
     if not os.path.isdir(path):
         return False
-    for dirpath, dirnames, _ in os.walk(path):
+    for dirpath, _, _ in os.walk(path):
         if dirpath.endswith(os.path.join("system", "incremental")) or dirpath.endswith(
             os.path.join("framework", "pevents")
         ):
             return True
-        if dirpath.count(os.sep) - path.count(os.sep) > 6:
-            dirnames[:] = []
     return False
 
 
@@ -121,23 +121,28 @@ def find_profiler_output(source: str) -> ProfilerOutput:
     return ProfilerOutput(root, system, traces, sorted(ignored))
 
 
-def _events(path: str) -> Iterator[tuple[int, dict]]:
+def _events(path: str, damage: Damage) -> Iterator[tuple[int, dict]]:
+    """(line number, event) of every readable line; a damaged line is skipped and reported,
+    an unreadable file ends where it became unreadable."""
+    number = 0
     try:
-        with open(path, encoding="utf-8") as stream:
+        with open(path, encoding="utf-8", errors="strict") as stream:
             for number, line in enumerate(stream, 1):
                 if not line.strip():
                     continue
                 try:
                     event = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SourceError(f"{path}:{number}: not a JSON line: {e.msg}") from None
+                except json.JSONDecodeError:
+                    damage.skip("not JSON", f"{path}:{number}")
+                    continue
                 if not isinstance(event, dict):
-                    raise SourceError(f"{path}:{number}: expected a JSON object")
+                    damage.skip("not a JSON object", f"{path}:{number}")
+                    continue
                 yield number, event
     except OSError as e:
-        raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise SourceError(f"{path}: not a text file") from None
+        damage.skip("files unreadable", f"{path} ({e.strerror or e})")
+    except (UnicodeDecodeError, ValueError):
+        damage.skip("files not text", f"{path} (from line {number + 1})")
 
 
 class _SnapshotBuilder:
@@ -190,27 +195,42 @@ class _SnapshotBuilder:
         self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
 
 
-def read_system(found: ProfilerOutput) -> SystemSamples:
-    """Every node's samples in time order, values as ratios (SageMaker wrote percent)."""
+def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSamples:
+    """Every node's samples in time order, values as ratios (SageMaker wrote percent).
+    Damaged lines are skipped and counted in `damage`; out-of-range values clamped."""
+    damage = damage if damage is not None else Damage()
     builders: dict[str, _SnapshotBuilder] = {}
     out = SystemSamples({})
+    seen: dict[str, str] = {}
     for _, file_node, path in found.system_files:
+        digest = _digest(path)
+        if digest is not None and digest in seen:
+            damage.skip("files identical to another", f"{path} (= {seen[digest]})")
+            continue
+        if digest is not None:
+            seen[digest] = path
         events = []
-        for number, e in _events(path):
+        for number, e in _events(path, damage):
             out.lines += 1
+            where = f"{path}:{number}"
             try:
                 ts, value = float(e["Timestamp"]), float(e["Value"]) / 100
                 name, dimension = str(e["Name"]), str(e.get("Dimension", ""))
                 node = str(e.get("NodeId") or file_node)
-            except (KeyError, TypeError, ValueError):
-                raise SourceError(
-                    f"{path}:{number}: expected Name, Dimension, Value and Timestamp"
-                ) from None
+            except (KeyError, TypeError, ValueError, OverflowError):
+                damage.skip("without Name, Value and Timestamp", where)
+                continue
             kind, index = _classify(e.get("Type"), dimension, name)
             if kind is None:
                 (out.unused if index == -1 else out.unknown)[f"{dimension or name}"] += 1
                 continue
-            events.append((node, ts, kind, index, value))
+            if not timestamp_ok(ts):
+                damage.skip("with a timestamp outside 2000..2100", where)
+                continue
+            checked = ratio(value, where, damage, "values")
+            if checked is None:
+                continue
+            events.append((node, ts, kind, index, checked))
         # Lines of one sample come in varying order; sort each file by time.
         events.sort(key=lambda ev: (ev[0], ev[1]))
         for node, ts, kind, index, value in events:
@@ -220,6 +240,14 @@ def read_system(found: ProfilerOutput) -> SystemSamples:
         builder.samples.sort(key=lambda s: s.timestamp)
         out.by_node[node] = builder.samples
     return out
+
+
+def _digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None  # reported when read
 
 
 def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
@@ -239,15 +267,25 @@ def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
     return None, 0
 
 
-def read_steps(found: ProfilerOutput) -> list[Step]:
-    """Every step of every rank, from the python timeline traces, in start order."""
+def read_steps(found: ProfilerOutput, damage: Damage | None = None) -> list[Step]:
+    """Every step of every rank, from the python timeline traces, in start order. A trace
+    that cannot be read, or a step event that makes no sense, is skipped and counted."""
+    damage = damage if damage is not None else Damage()
     steps: list[Step] = []
     for _, node, rank, path in found.trace_files:
-        events = _trace(path)
+        try:
+            events = _trace(path)
+        except SourceError as e:
+            damage.skip("files not readable as traces", str(e))
+            continue
         base = 0
         for e in events:
-            if e.get("ph") == "M" and "start_time_since_epoch_in_micros" in (e.get("args") or {}):
-                base = int(e["args"]["start_time_since_epoch_in_micros"])
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            if e.get("ph") == "M" and "start_time_since_epoch_in_micros" in args:
+                try:
+                    base = int(args["start_time_since_epoch_in_micros"])
+                except (TypeError, ValueError):
+                    damage.skip("steps in a trace without a start time", path)
                 break
         for e in events:
             name = str(e.get("name", ""))
@@ -256,14 +294,13 @@ def read_steps(found: ProfilerOutput) -> list[Step]:
             try:
                 start = (base + float(e["ts"])) / 1e6
                 end = start + float(e.get("dur", 0)) / 1e6
-            except (KeyError, TypeError, ValueError):
-                raise SourceError(
-                    f"{path}: step event without numeric ts/dur: {json.dumps(e)[:120]}"
-                ) from None
-            try:
                 mode = canonical_mode(name)
-            except ValueError:
-                raise SourceError(f"{path}: step event of an unknown mode: {name!r}") from None
+            except (KeyError, TypeError, ValueError, OverflowError):
+                damage.skip("step events without numeric ts/dur or a known mode", path)
+                continue
+            if not (timestamp_ok(start) and timestamp_ok(end) and end >= start):
+                damage.skip("step events with times outside 2000..2100", path)
+                continue
             steps.append(Step(node, rank, mode, start, end))
     steps.sort(key=lambda s: (s.start, s.node, s.rank))
     return steps
@@ -275,15 +312,17 @@ def _trace(path: str) -> list[dict]:
             text = stream.read()
     except OSError as e:
         raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, ValueError):
         raise SourceError(f"{path}: not a text file") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise SourceError(f"{path}: not a Chrome trace (nested too deeply)") from None
     except json.JSONDecodeError as first:
         # A trace still being written lacks its closing bracket.
         try:
             data = json.loads(text.rstrip().rstrip(",") + "]")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             line = text.count("\n", 0, first.pos) + 1
             raise SourceError(f"{path}:{line}: not a Chrome trace: {first.msg}") from None
     if isinstance(data, dict):
