@@ -73,6 +73,19 @@ def root() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared(root) -> Path:
+    """The shared real data (real SageMaker output, exporter captures) at ../shared beside
+    the repository; missing, it skips on a laptop and fails under TRAINPROF_REQUIRE_TOOLS=1."""
+    path = root.parent / "shared"
+    if not (path / "real-sagemaker").is_dir():
+        message = f"{path}/real-sagemaker is missing (the shared real data beside the repository)"
+        if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
+            pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure")
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     return _tool("chromium")
 

@@ -23,6 +23,7 @@ from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
+from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
@@ -49,6 +50,8 @@ class FiredAlert:
 @dataclasses.dataclass
 class Verdict:
     alerts: list[FiredAlert] = dataclasses.field(default_factory=list)
+    # fired | quiet | no_data | not_applicable, with the datapoints and measure behind it.
+    status: RuleStatus | None = None
 
     @property
     def fired(self) -> bool:
@@ -93,12 +96,13 @@ class ReplayResult:
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
 
     def as_json(self) -> dict:
-        """Exactly the documented contract:
-        {"rules": {"<Rule>": {"fired", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
+        """Exactly the documented contract: {"rules": {"<Rule>": {"fired", "status",
+        "datapoints", "measured", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
         return {
             "rules": {
                 name: {
                     "fired": v.fired,
+                    **(v.status.as_json() if v.status else {}),
                     "first_fired_at": _number(v.first_fired_at),
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts
@@ -362,13 +366,20 @@ def replay(
         ),
     )
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
-    asked = {}
+    times = _query_times(scraped.end, config.scrape_interval, query_points)
+    asked = {
+        name: (expr, times if over_time else [scraped.end])
+        for name, (expr, over_time) in _status_queries(
+            config, timeline.training_job, scraped.end, query_points
+        ).items()
+    }
     if queries is not None:
-        times = _query_times(scraped.end, config.scrape_interval, query_points)
-        asked = {
-            name: (q.expr, times if q.over_time else [scraped.end])
-            for name, q in queries(config, timeline.training_job, scraped.end).items()
-        }
+        asked.update(
+            {
+                name: (q.expr, times if q.over_time else [scraped.end])
+                for name, q in queries(config, timeline.training_job, scraped.end).items()
+            }
+        )
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
             compiled.groups,
@@ -381,6 +392,11 @@ def replay(
             queries=asked,
         )
     firing = run.firing
+    answers = {
+        name: _grouped(by_time)
+        for name, by_time in run.queries.items()
+        if name.startswith("status.")
+    }
 
     verdicts = {i.spec.name: Verdict() for i in config.rules}
     health: list[FiredAlert] = []
@@ -392,6 +408,12 @@ def replay(
             health.append(alert)
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
+    for name, verdict in verdicts.items():
+        verdict.status = decide(config, name, verdict.fired, answers)
+        if verdict.status.reason:
+            notes.append(
+                f"{name}: {verdict.status.status.replace('_', ' ')}: {verdict.status.reason}"
+            )
     return ReplayResult(
         rules=verdicts,
         health=health,
@@ -435,6 +457,24 @@ def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:
             f"{scrape_interval:g}s means {instants:,.0f} scrape instants (at most "
             f"{MAX_INSTANTS:,}); use --scrape-interval {math.ceil(shortest)}s or more"
         )
+
+
+def _status_queries(config: RulesConfig, job: str, seconds: float, points: int):
+    from trainprof.report.queries import grafana_builtins
+
+    step = query_step(seconds, config.scrape_interval, points)
+    return status_queries(
+        config, job, None, grafana_builtins(seconds, step, config.scrape_interval)
+    )
+
+
+def _grouped(by_time: dict[float, Samples]) -> list[tuple[dict[str, str], list]]:
+    """{time: [(labels, value)]} -> [(labels, [(time, value)])]."""
+    grouped: dict[tuple, list] = {}
+    for t, samples in sorted(by_time.items()):
+        for labels, value in samples:
+            grouped.setdefault(tuple(sorted(labels.items())), []).append((t, value))
+    return [(dict(k), points) for k, points in grouped.items()]
 
 
 def query_step(seconds: float, scrape_interval: float, points: int) -> float:

@@ -9,6 +9,7 @@ import sys
 
 from trainprof.promtool import PromtoolError
 from trainprof.replay import ReplayError, ReplayResult, replay
+from trainprof.rule_status import measured_text
 from trainprof.rules.config import ConfigError
 
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
@@ -55,6 +56,10 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
 def print_table(result: ReplayResult, out=sys.stdout) -> None:
     minutes = (result.end - result.start) / 60
     print(
@@ -66,11 +71,18 @@ def print_table(result: ReplayResult, out=sys.stdout) -> None:
         f"{result.evaluation_interval:g}s\n",
         file=out,
     )
-    print(f"  {'rule':<24} {'fired':<6} {'first fired (UTC)':<20} alerts", file=out)
+    print(
+        f"  {'rule':<24} {'status':<15} {'first fired (UTC)':<20} {'alerts':>6} "
+        f"{'datapoints':>10}  measured vs threshold",
+        file=out,
+    )
     for name, verdict in result.rules.items():
+        status = verdict.status
         print(
-            f"  {name:<24} {'yes' if verdict.fired else 'no':<6} "
-            f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts)}",
+            f"  {name:<24} {(status.status if status else '-'):<15} "
+            f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts):>6} "
+            f"{_count(status.datapoints if status else None):>10}  "
+            f"{measured_text(status.measure if status else None)}",
             file=out,
         )
     for alert in result.health:

@@ -19,6 +19,7 @@ from trainprof.report import format as fmt
 from trainprof.report import svg
 from trainprof.report.collect import Collected, Points, Series
 from trainprof.report.queries import signals
+from trainprof.rule_status import measured_text
 from trainprof.rules.config import RuleInstance
 
 MAX_LINES = 12  # series per chart; more would be unreadable
@@ -62,7 +63,11 @@ class RuleRow:
     parameters: str
     times_triggered: int
     first_fired_at: float | None
-    state: str  # firing | pending | ok
+    state: str  # firing | pending at the end, else the status: quiet | no_data | not_applicable
+    status: str = "quiet"  # fired | quiet | no_data | not_applicable over the whole range
+    datapoints: str = "-"
+    measured: str = "-"  # "46% (peak 74%) vs above 50%"
+    reason: str = ""  # why no_data / not_applicable
 
 
 @dataclasses.dataclass
@@ -421,6 +426,8 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
         verdict = c.verdicts.get(name)
         alerts = verdict.alerts if verdict else []
         state = states.get(name, 0)
+        status = verdict.status if verdict and verdict.status else None
+        quiet = status.status if status and status.status != "fired" else "quiet"
         rows.append(
             RuleRow(
                 name,
@@ -430,7 +437,11 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
                 _parameters(instance),
                 len(alerts),
                 min((a.fired_at for a in alerts), default=None),
-                "firing" if state >= FIRING else "pending" if state >= PENDING else "ok",
+                "firing" if state >= FIRING else "pending" if state >= PENDING else quiet,
+                status.status if status else ("fired" if alerts else "quiet"),
+                fmt.number(status.datapoints) if status and status.datapoints is not None else "-",
+                measured_text(status.measure) if status else "-",
+                status.reason if status else "",
             )
         )
         spans[name] = _spans(firing.get(name, []), c.step)

@@ -16,9 +16,10 @@ import urllib.parse
 import urllib.request
 
 from trainprof.dashboards.queries import PRESENCE
-from trainprof.dashboards.signals import alerting, evaluation_interval
+from trainprof.dashboards.signals import alerting
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
-from trainprof.report.queries import ReportQuery, resolved
+from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
+from trainprof.rule_status import decide, status_queries
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.promql import quote
 
@@ -110,10 +111,94 @@ def from_replay(
 # --- Prometheus ------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class Access:
+    """How to reach a Prometheus that asks who is calling: the headers to send (bearer
+    token, basic auth, X-Scope-OrgID for Mimir, Cortex and Thanos tenants) and TLS."""
+
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure_skip_verify: bool = False
+
+    def context(self):
+        import ssl
+
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file:
+                ctx.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise ReportError(f"TLS options: {getattr(e, 'strerror', None) or e}") from None
+        if self.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+def _no_passphrase() -> str:
+    raise ValueError("the client key is encrypted; give an unencrypted key file")
+
+
+def read_access(
+    bearer_token_file: str | None = None,
+    basic_auth_user: str | None = None,
+    basic_auth_password_file: str | None = None,
+    headers: list[str] = (),
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    insecure_skip_verify: bool = False,
+) -> Access:
+    """The report's --bearer-token-file, --basic-auth-*, --header and TLS options; secrets
+    are read from files so they never sit in a shell history or a process list."""
+    import base64
+
+    sent: dict[str, str] = {}
+    for header in headers:
+        name, sep, value = header.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9-]+", name.strip()):
+            raise ReportError(f"--header {name.strip()!r}...: expected 'Name: value'")
+        if "\n" in value or "\r" in value:
+            raise ReportError(f"--header {name.strip()}: the value holds a line break")
+        sent[name.strip()] = value.strip()
+    if bearer_token_file and (basic_auth_user or basic_auth_password_file):
+        raise ReportError("give --bearer-token-file or --basic-auth-user, not both")
+    if bearer_token_file:
+        sent["Authorization"] = f"Bearer {_secret(bearer_token_file, '--bearer-token-file')}"
+    if basic_auth_password_file and not basic_auth_user:
+        raise ReportError("--basic-auth-password-file needs --basic-auth-user")
+    if basic_auth_user:
+        password = (
+            _secret(basic_auth_password_file, "--basic-auth-password-file")
+            if basic_auth_password_file
+            else ""
+        )
+        pair = f"{basic_auth_user}:{password}".encode()
+        sent["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    if key_file and not cert_file:
+        raise ReportError("--key-file needs --cert-file")
+    return Access(sent, ca_file, cert_file, key_file, insecure_skip_verify)
+
+
+def _secret(path: str, option: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(
+            f"{option} {path}: cannot read: {getattr(e, 'strerror', None) or e}"
+        ) from None
+    if not value or "\n" in value:
+        raise ReportError(f"{option} {path}: expected one line holding the secret")
+    return value
+
+
 class Prometheus:
     """The few calls of Prometheus' HTTP API the report makes."""
 
-    def __init__(self, url: str, timeout: float = 60.0):
+    def __init__(self, url: str, timeout: float = 60.0, access: Access | None = None):
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ReportError(
@@ -121,13 +206,24 @@ class Prometheus:
             )
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.access = access or Access()
+        self._context = self.access.context() if parsed.scheme == "https" else None
 
     def _get(self, path: str, params: dict[str, str]) -> dict:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(url, headers=self.access.headers)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+            with urllib.request.urlopen(
+                request, timeout=self.timeout, context=self._context
+            ) as response:
                 doc = json.loads(response.read())
         except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                raise ReportError(
+                    f"Prometheus at {self.url} refused the credentials (HTTP {e.code}): "
+                    "see --bearer-token-file, --basic-auth-user, --header",
+                    bad_input=False,
+                ) from None
             try:
                 body = json.loads(e.read())
                 message = body["error"]
@@ -249,12 +345,13 @@ def from_prometheus(
     end: float | None = None,
     namespace: str | None = None,
     now: float | None = None,
+    access: Access | None = None,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
     samples within the last week (and before now)."""
     import time
 
-    api = Prometheus(url)
+    api = Prometheus(url, access=access)
     now = now if now is not None else time.time()
     presence = _presence(training_job, namespace)
     if end is None or start is None:
@@ -278,6 +375,13 @@ def from_prometheus(
             api.range(q.expr, start, end, step) if q.over_time else api.instant(q.expr, end)
         )
     verdicts = _verdicts(api, config, training_job, namespace, start, end)
+    builtins = grafana_builtins(end - start, step, config.scrape_interval)
+    for name, (expr, over_time) in status_queries(
+        config, training_job, namespace, builtins
+    ).items():
+        results[name] = api.range(expr, start, end, step) if over_time else api.instant(expr, end)
+    for name, verdict in verdicts.items():
+        verdict.status = decide(config, name, verdict.fired, results)
     return Collected(
         training_job=training_job,
         source=f"Prometheus at {api.url}",
@@ -310,26 +414,50 @@ def _no_such_job(api: Prometheus, job: str, namespace: str | None, where: str) -
 def _verdicts(
     api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
 ) -> dict[str, Verdict]:
-    """Each rule's alerts with the evaluation at which each started firing: the rising
-    edges of ALERTS at the rule's evaluation interval, as replay reports them."""
+    """Each rule's alerts with the evaluation at which each started firing, derived from the
+    alert's own expression and `for:` over the range (stored ALERTS samples can be missing,
+    and are only seen to a query step)."""
+    from trainprof.durations import parse_duration
+    from trainprof.rules.compiler import compile_rules
+
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
-    for instance in alerting(config):
-        step = evaluation_interval(instance)
-        step = max(step, (end - start) / 10_000)  # Prometheus answers 11,000 points at most
-        matchers = [
-            'alertstate="firing"',
-            f"rule={quote(instance.spec.name)}",
-            f"training_job={quote(job)}",
-        ]
-        if namespace is not None:
-            matchers.append(f"namespace={quote(namespace)}")
-        for labels, points in api.range("ALERTS{" + ", ".join(matchers) + "}", start, end, step):
-            labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
-            previous = None
-            for t, _ in points:
-                if previous is None or t - previous > step * 1.5:
-                    verdicts[instance.spec.name].alerts.append(FiredAlert(dict(labels), t))
-                previous = t
+    for group in compile_rules(config).groups:
+        step = max(parse_duration(group["interval"]), (end - start) / 10_000)
+        for rule in group["rules"]:
+            name = (rule.get("labels") or {}).get("rule")
+            if "alert" not in rule or name not in verdicts:
+                continue
+            hold = parse_duration(rule["for"]) if rule.get("for") else 0.0
+            # Look back far enough that an alert already pending at `start` is seen.
+            series = api.range(rule["expr"], start - hold - step, end, step)
+            for labels, points in series:
+                if labels.get("training_job") != job:
+                    continue
+                if namespace is not None and labels.get("namespace") != namespace:
+                    continue
+                labels = {
+                    **{k: v for k, v in labels.items() if k != "__name__"},
+                    **rule.get("labels", {}),
+                    "alertname": rule["alert"],
+                }
+                for fired_at in _firing_edges([t for t, _ in points], step, hold):
+                    if start - 1e-9 <= fired_at <= end + 1e-9:
+                        verdicts[name].alerts.append(FiredAlert(dict(labels), fired_at))
     for verdict in verdicts.values():
         verdict.alerts.sort(key=lambda a: a.fired_at)
     return verdicts
+
+
+def _firing_edges(times: list[float], step: float, hold: float) -> list[float]:
+    """When an alert true at `times` (evaluations `step` apart) started firing: as
+    Prometheus does, the first evaluation at least `hold` after it became active, without
+    a gap."""
+    edges, active, firing, previous = [], None, False, None
+    for t in sorted(times):
+        if previous is None or t - previous > step * 1.5:
+            active, firing = t, False
+        if not firing and t - active >= hold - 1e-9:
+            edges.append(t)
+            firing = True
+        previous = t
+    return edges

@@ -83,7 +83,8 @@ ul.legend i { display: inline-block; width: 11px; height: 11px; border-radius: 2
 .badge.critical, .badge.firing { background: var(--red); }
 .badge.warning, .badge.pending { background: var(--amber); }
 .badge.info { background: var(--accent); }
-.badge.ok { background: var(--green); }
+.badge.ok, .badge.quiet { background: var(--green); }
+.badge.no_data, .badge.not_applicable { background: var(--muted); }
 article.rule { border: 1px solid var(--line); border-radius: 8px; padding: 4px 16px 6px;
                margin: 14px 0; }
 article.rule .rec { background: #fbf6ea; border-left: 3px solid var(--amber);
@@ -165,6 +166,10 @@ def _badge(kind: str) -> str:
     return f'<span class="badge {esc(kind)}">{esc(kind)}</span>'
 
 
+def _reason(r) -> str:
+    return f'<br><span class="note">{esc(r.reason)}</span>' if r.reason else ""
+
+
 def _rules_table(report: Report) -> str:
     cols = "".join(
         f'<col class="{c}">'
@@ -172,7 +177,7 @@ def _rules_table(report: Report) -> str:
     )
     head = (
         "<tr><th>Rule</th><th>Description</th><th>Recommendation</th>"
-        '<th class="num">Times triggered</th><th>First fired</th><th>At the end</th></tr>'
+        '<th class="num">Times triggered</th><th>First fired</th><th>Status</th></tr>'
     )
     body = []
     for r in report.rules:
@@ -186,9 +191,10 @@ def _rules_table(report: Report) -> str:
             f"{_badge(r.severity)}</td><td>{prose(r.description)}</td>"
             f"<td>{prose(r.recommendation)}</td>"
             f'<td class="num">{r.times_triggered}</td><td>{esc(first)}</td>'
-            f"<td>{_badge(r.state)}</td></tr>"
-            f'<tr class="params{fired}"><td></td><td colspan="5">Parameters: '
-            f"{esc(r.parameters)}</td></tr>"
+            f"<td>{_badge(r.state)}{_reason(r)}</td></tr>"
+            f'<tr class="params{fired}"><td></td><td colspan="5">'
+            f"Datapoints analysed: {esc(r.datapoints)}; measured: {esc(r.measured)}. "
+            f"Parameters: {esc(r.parameters)}</td></tr>"
         )
     return (
         f'<table class="rules"><colgroup>{cols}</colgroup><thead>{head}</thead>'
