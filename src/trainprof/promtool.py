@@ -87,7 +87,8 @@ def write_alerts_test(
         f.write("tests:\n")
         f.write(f"- interval: {format_duration(interval)}\n  input_series:\n")
         for key, values in series.items():
-            f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(encode(values))}\n")
+            text = values if isinstance(values, str) else encode(values)
+            f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(text)}\n")
         f.write("  promql_expr_test:\n")
         for t in times:
             f.write(

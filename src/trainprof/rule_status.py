@@ -132,7 +132,11 @@ def status_queries(
     for instance in alerting(config):
         for i, signal in enumerate(_signals(config, instance.spec.name)):
             expr = interpolate(signal.expr, values, builtins)
-            out[f"status.{instance.spec.name}.{i}"] = (expr, True)
+            name = f"status.{instance.spec.name}.{i}"
+            # The value at the end, and over the range for its extreme (a subquery over
+            # the whole range would be cheaper but hits promtool's sample limit).
+            out[name] = (expr, False)
+            out[name + ".peak"] = (expr, True)
     return out
 
 
@@ -183,22 +187,27 @@ def decide(config: RulesConfig, name: str, fired: bool, results: Results) -> Rul
 def _measure(config: RulesConfig, name: str, results: Results) -> Measure | None:
     """The first signal's value at the end (the worst series) and its closest approach."""
     for i, signal in enumerate(_signals(config, name)):
-        series = results.get(f"status.{name}.{i}", [])
         worst = max if signal.threshold.fires == "above" else min
-        lasts, all_values = [], []
-        for _, points in series:
-            finite = [v for _, v in points if not math.isnan(v) and not math.isinf(v)]
-            if finite:
-                lasts.append(finite[-1])
-                all_values += finite
-        if not all_values:
+        lasts = _finite(results.get(f"status.{name}.{i}", []))
+        peaks = _finite(results.get(f"status.{name}.{i}.peak", []), every=True)
+        if not lasts and not peaks:
             continue
         return Measure(
-            worst(lasts),
-            worst(all_values),
+            worst(lasts) if lasts else None,
+            worst(peaks + lasts),
             signal.threshold.value,
             signal.threshold.fires,
             signal.threshold.text,
             signal.unit,
         )
     return None
+
+
+def _finite(series, every: bool = False) -> list[float]:
+    """The last finite value of each series (`every`: all of them)."""
+    out = []
+    for _, points in series:
+        finite = [v for _, v in points if not math.isnan(v) and not math.isinf(v)]
+        if finite:
+            out += finite if every else finite[-1:]
+    return out

@@ -22,7 +22,7 @@ from pathlib import Path
 from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
-from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
+from trainprof.replay.timeline import Step, Timeline, scrape
 from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import RulesConfig
@@ -35,6 +35,7 @@ SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
 HEALTH_RULE = "TrainprofHealth"
 # Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
 MAX_INSTANTS = 1_000_000
+STATUS_POINTS = 30
 
 
 class ReplayError(ValueError):
@@ -354,23 +355,22 @@ def replay(
         cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"]
     )
     scraped = scrape(
-        timeline, config.scrape_interval, grid, progress, stddevs=needed["step_outlier_stddevs"]
-    )
-    shift_timestamps(
-        scraped.series,
-        scraped.start,
-        (
-            "trainprof_training_start_timestamp_seconds",
-            "trainprof_training_first_step_timestamp_seconds",
-            "trainprof_training_last_step_timestamp_seconds",
-        ),
+        timeline,
+        config.scrape_interval,
+        grid,
+        progress,
+        stddevs=needed["step_outlier_stddevs"],
+        workdir=workdir,
     )
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
     times = _query_times(scraped.end, config.scrape_interval, query_points)
+    # A rule's extreme over the job, for people: a few dozen points suffice and each
+    # point is one more query for promtool.
+    status_times = _query_times(scraped.end, config.scrape_interval, STATUS_POINTS)
     asked = {
-        name: (expr, times if over_time else [scraped.end])
+        name: (expr, status_times if over_time else [scraped.end])
         for name, (expr, over_time) in _status_queries(
-            config, timeline.training_job, scraped.end, query_points
+            config, timeline.training_job, scraped.end, STATUS_POINTS
         ).items()
     }
     if queries is not None:
@@ -391,6 +391,7 @@ def replay(
             promtool,
             queries=asked,
         )
+    scraped.series.close()
     firing = run.firing
     answers = {
         name: _grouped(by_time)

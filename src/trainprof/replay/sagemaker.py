@@ -22,11 +22,11 @@ import collections
 import dataclasses
 import hashlib
 import json
+import operator
 import os
 import re
-from collections.abc import Iterator
 
-from trainprof.replay.damage import Damage, ratio, timestamp_ok
+from trainprof.replay.damage import EARLIEST, LATEST, Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
 from trainprof.sampling import GpuSample, HostSample
 from trainprof.training_state import canonical_mode
@@ -121,28 +121,46 @@ def find_profiler_output(source: str) -> ProfilerOutput:
     return ProfilerOutput(root, system, traces, sorted(ignored))
 
 
-def _events(path: str, damage: Damage) -> Iterator[tuple[int, dict]]:
-    """(line number, event) of every readable line; a damaged line is skipped and reported,
-    an unreadable file ends where it became unreadable."""
-    number = 0
+def _read_text(path: str, damage: Damage) -> tuple[str, str] | None:
+    """(text, digest) of a file, or None when it cannot be read (reported)."""
     try:
-        with open(path, encoding="utf-8", errors="strict") as stream:
-            for number, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    damage.skip("not JSON", f"{path}:{number}")
-                    continue
-                if not isinstance(event, dict):
-                    damage.skip("not a JSON object", f"{path}:{number}")
-                    continue
-                yield number, event
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         damage.skip("files unreadable", f"{path} ({e.strerror or e})")
-    except (UnicodeDecodeError, ValueError):
-        damage.skip("files not text", f"{path} (from line {number + 1})")
+        return None
+    try:
+        return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        damage.skip("files not text", f"{path} (from line {line})")
+        return None
+
+
+def _events(path: str, text: str, damage: Damage) -> tuple[list[dict], list[int] | None]:
+    """Every readable line's event, and the line numbers (None: event i is line i + 1); a
+    damaged line is skipped and reported. An intact file is parsed in one call (the common
+    case, and most of replay's reading time); line by line only when that fails."""
+    try:
+        # Lines that are not objects fail on their first field, reported then.
+        return json.loads("[" + text.rstrip("\n").replace("\n", ",") + "]"), None
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    out, numbers = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            damage.skip("not JSON", f"{path}:{number}")
+            continue
+        if not isinstance(event, dict):
+            damage.skip("not a JSON object", f"{path}:{number}")
+            continue
+        out.append(event)
+        numbers.append(number)
+    return out, numbers
 
 
 class _SnapshotBuilder:
@@ -156,22 +174,22 @@ class _SnapshotBuilder:
         self._util: dict[int, float] = {}
         self._mem: dict[int, float] = {}
         self._memory: float | None = None
+        self._by_kind = {
+            "cpu": self._cpu,
+            "iowait": self._iowait,
+            "util": self._util,
+            "mem": self._mem,
+        }
 
     def add(self, ts: float, kind: str, index: int, value: float) -> None:
         if self._start is not None and abs(ts - self._start) > SNAPSHOT_SPREAD:
             self.flush()
         if self._start is None:
             self._start = ts
-        target = {
-            "cpu": self._cpu,
-            "iowait": self._iowait,
-            "util": self._util,
-            "mem": self._mem,
-        }.get(kind)
-        if target is None:
+        if kind == "memory":
             self._memory = value
         else:
-            target[index] = value
+            self._by_kind[kind][index] = value
 
     def flush(self) -> None:
         if self._start is None:
@@ -193,6 +211,12 @@ class _SnapshotBuilder:
         )
         self._start, self._memory = None, None
         self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
+        self._by_kind = {
+            "cpu": self._cpu,
+            "iowait": self._iowait,
+            "util": self._util,
+            "mem": self._mem,
+        }
 
 
 def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSamples:
@@ -202,39 +226,63 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
     builders: dict[str, _SnapshotBuilder] = {}
     out = SystemSamples({})
     seen: dict[str, str] = {}
+    classified: dict[tuple, tuple[str | None, int]] = {}
     for _, file_node, path in found.system_files:
-        digest = _digest(path)
-        if digest is not None and digest in seen:
+        read = _read_text(path, damage)
+        if read is None:
+            continue
+        text, digest = read
+        if digest in seen:
             damage.skip("files identical to another", f"{path} (= {seen[digest]})")
             continue
-        if digest is not None:
-            seen[digest] = path
+        seen[digest] = path
+        parsed, numbers = _events(path, text, damage)
+        out.lines += len(parsed)
         events = []
-        for number, e in _events(path, damage):
-            out.lines += 1
-            where = f"{path}:{number}"
+        append = events.append
+        for i, e in enumerate(parsed):
             try:
                 ts, value = float(e["Timestamp"]), float(e["Value"]) / 100
-                name, dimension = str(e["Name"]), str(e.get("Dimension", ""))
-                node = str(e.get("NodeId") or file_node)
-            except (KeyError, TypeError, ValueError, OverflowError):
-                damage.skip("without Name, Value and Timestamp", where)
+                key = (e.get("Type"), e.get("Dimension", ""), e["Name"])
+                node = e.get("NodeId") or file_node
+                kind, index = classified[key]
+            except KeyError:
+                if "Timestamp" not in e or "Value" not in e or "Name" not in e:
+                    damage.skip("without Name, Value and Timestamp", _where(path, i, numbers))
+                    continue
+                kind, index = classified[key] = _classify(key[0], str(key[1]), str(key[2]))
+            except (TypeError, ValueError, OverflowError):
+                damage.skip("without Name, Value and Timestamp", _where(path, i, numbers))
                 continue
-            kind, index = _classify(e.get("Type"), dimension, name)
             if kind is None:
-                (out.unused if index == -1 else out.unknown)[f"{dimension or name}"] += 1
+                (out.unused if index == -1 else out.unknown)[f"{key[1] or key[2]}"] += 1
                 continue
-            if not timestamp_ok(ts):
-                damage.skip("with a timestamp outside 2000..2100", where)
+            if not EARLIEST <= ts <= LATEST:  # also false for NaN
+                damage.skip("with a timestamp outside 2000..2100", _where(path, i, numbers))
                 continue
-            checked = ratio(value, where, damage, "values")
-            if checked is None:
-                continue
-            events.append((node, ts, kind, index, checked))
+            if not 0.0 <= value <= 1.0:
+                value = ratio(value, _where(path, i, numbers), damage, "values")
+                if value is None:
+                    continue
+            append((node if type(node) is str else str(node), ts, kind, index, value))
         # Lines of one sample come in varying order; sort each file by time.
-        events.sort(key=lambda ev: (ev[0], ev[1]))
+        events.sort(key=operator.itemgetter(0, 1))
+        builder, current = None, None
         for node, ts, kind, index, value in events:
-            builders.setdefault(node, _SnapshotBuilder()).add(ts, kind, index, value)
+            if builder is None or node != current:
+                builder = builders.get(node) or builders.setdefault(node, _SnapshotBuilder())
+                current = node
+            # _SnapshotBuilder.add, inlined: this loop runs once per line SageMaker wrote.
+            start = builder._start
+            if start is None:
+                builder._start = ts
+            elif ts - start > SNAPSHOT_SPREAD or start - ts > SNAPSHOT_SPREAD:
+                builder.flush()
+                builder._start = ts
+            if kind == "memory":
+                builder._memory = value
+            else:
+                builder._by_kind[kind][index] = value
     for node, builder in builders.items():
         builder.flush()
         builder.samples.sort(key=lambda s: s.timestamp)
@@ -242,12 +290,8 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
     return out
 
 
-def _digest(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None  # reported when read
+def _where(path: str, i: int, numbers: list[int] | None) -> str:
+    return f"{path}:{numbers[i] if numbers is not None else i + 1}"
 
 
 def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
