@@ -45,6 +45,13 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     report.add_argument("--namespace", metavar="NAME", help="namespace of the job, if any")
     report.add_argument(
+        "--run",
+        metavar="N|TIME",
+        help="with --prometheus, which run of a job name used more than once (a "
+        "resubmitted job): its number as the report's note lists them, or its start time "
+        "(default: the latest)",
+    )
+    report.add_argument(
         "--from",
         dest="start",
         metavar="TIME",
@@ -178,4 +185,5 @@ def _from_prometheus(args, from_prometheus):
         namespace=args.namespace,
         now=now,
         access=access,
+        run=args.run,
     )

@@ -346,14 +346,17 @@ def from_prometheus(
     namespace: str | None = None,
     now: float | None = None,
     access: Access | None = None,
+    run: str | None = None,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
-    samples within the last week (and before now)."""
+    samples within the last week (and before now). A job name used by several runs (a
+    resubmitted job) is narrowed to one run: the latest, or `run` (its number or start)."""
     import time
 
     api = Prometheus(url, access=access)
     now = now if now is not None else time.time()
     presence = _presence(training_job, namespace)
+    asked_start, asked_end = start, end
     if end is None or start is None:
         week = 7 * 86400
         first = _extreme(api, "min", presence, week, now)
@@ -362,6 +365,27 @@ def from_prometheus(
             raise ReportError(_no_such_job(api, training_job, namespace, "in the last week"))
         start = start if start is not None else first
         end = end if end is not None else min(last + 15, now)
+    notes: list[str] = []
+    if end > start:
+        runs = find_runs(api, training_job, namespace, start, end)
+        if len(runs) > 1 or (run is not None and runs):
+            index = pick_run(runs, run)
+            chosen = runs[index]
+            if asked_start is None:
+                start = max(start, min(chosen.started, chosen.first))
+            if asked_end is None and index + 1 < len(runs):
+                end = min(end, runs[index + 1].first - 1)
+            notes.append(
+                f"{len(runs)} runs of {training_job} (told apart by their start time): "
+                + "; ".join(f"run {i + 1} started {_utc(r.started)}" for i, r in enumerate(runs))
+                + f". This report covers run {index + 1}"
+                + ("" if run is not None else " (the latest; --run N picks another)")
+            )
+        elif run is not None:
+            raise ReportError(
+                f"--run {run}: no start time (trainprof_training_start_timestamp_seconds) "
+                f"of {training_job} to tell runs apart by"
+            )
     if end <= start:
         raise ReportError(f"--to ({end:.0f}) must be after --from ({start:.0f})")
     step = max(float(math.ceil((end - start) / POINTS)), config.scrape_interval, 1.0)
@@ -392,6 +416,65 @@ def from_prometheus(
         queries=queries,
         results=results,
         verdicts=verdicts,
+        notes=notes,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run of a job name: when its processes started, and when it was first and last
+    seen holding that start time."""
+
+    started: float
+    first: float
+    last: float
+
+
+def find_runs(
+    api: Prometheus, job: str, namespace: str | None, start: float, end: float
+) -> list[Run]:
+    """The runs of `job` between `start` and `end`, oldest first: each distinct value of
+    the job's earliest process start time (a resubmitted job starts again)."""
+    matchers = [f"training_job={quote(job)}"]
+    if namespace is not None:
+        matchers.append(f"namespace={quote(namespace)}")
+    expr = f"min(trainprof_training_start_timestamp_seconds{{{', '.join(matchers)}}})"
+    step = max(15.0, float(math.ceil((end - start) / 10_000)))
+    runs: dict[float, list[float]] = {}
+    for _, points in api.range(expr, start, end, step):
+        for t, value in points:
+            if math.isnan(value):
+                continue
+            key = next((k for k in runs if abs(k - value) < 1.0), value)
+            seen = runs.setdefault(key, [t, t])
+            seen[0], seen[1] = min(seen[0], t), max(seen[1], t)
+    return sorted((Run(k, a, b) for k, (a, b) in runs.items()), key=lambda r: r.started)
+
+
+def pick_run(runs: list[Run], run: str | None) -> int:
+    """The index of the run asked for: None = the latest, N = the N-th (from 1), or a time
+    (Unix seconds or RFC 3339) within a minute of a run's start."""
+    if run is None:
+        return len(runs) - 1
+    listed = ", ".join(f"{i + 1} ({_utc(r.started)})" for i, r in enumerate(runs))
+    text = run.strip()
+    if text.isdigit() and int(text) < 10_000:  # a run number, not a Unix time
+        if 1 <= int(text) <= len(runs):
+            return int(text) - 1
+    else:
+        try:
+            at = parse_time(text, 0.0)
+        except ValueError:
+            at = math.nan
+        for i, r in enumerate(runs):
+            if abs(r.started - at) <= 60:
+                return i
+    raise ReportError(f"--run {run}: no such run; the runs are {listed}")
+
+
+def _utc(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"
     )
 
 
