@@ -181,3 +181,25 @@ def test_first_fired_times_come_from_the_rule_expressions(live_job):
                 checked += 1
     assert checked
     assert collected.verdicts["StepOutlier"].status.status in ("fired", "quiet")
+
+
+def test_disk_and_network_totals_from_prometheus(live_job):
+    from trainprof.report import build
+
+    base, live, config = live_job
+    wait_for_firing(base, {"LowGPUUtilization"})
+    built = build(from_prometheus(base, live.training_job, config))
+    tables = [t for s in built.sections for t in s.tables]
+    totals = next(t for t in tables if t.caption == "Disk and network totals")
+    assert totals.columns == [
+        "Node",
+        "Disk read",
+        "Disk written",
+        "Network received",
+        "Network sent",
+    ]
+    assert totals.rows and all(
+        cell.endswith("B") and cell[0].isdigit() for row in totals.rows for cell in row[1:]
+    ), totals.rows
+    usage = next(t for t in tables if t.caption.startswith("Overall system usage"))
+    assert any(row[1].startswith("GPU 0 ") for row in usage.rows)

@@ -51,6 +51,14 @@ class Collected:
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
+# Queries whose values are Unix times (x scale): replay shifts them to promtool's clock.
+_TIME_QUERIES = {
+    "summary.start": 1000.0,
+    "phases.start": 1.0,
+    "phases.first_step": 1.0,
+    "phases.last_step": 1.0,
+}
+
 # --- replay ----------------------------------------------------------------------------------
 
 
@@ -86,6 +94,12 @@ def from_replay(
             for labels, value in samples:
                 grouped.setdefault(tuple(sorted(labels.items())), []).append((t, value))
         results[name] = [(dict(key), points) for key, points in grouped.items()]
+    # promtool's clock starts at the replay's t0; series holding Unix times were shifted.
+    for name, scale in _TIME_QUERIES.items():
+        results[name] = [
+            (labels, [(t, v + result.start * scale) for t, v in points])
+            for labels, points in results.get(name, [])
+        ]
     seconds = result.end - result.start
     notes = list(result.notes)
     if result.health:

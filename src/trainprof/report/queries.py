@@ -14,6 +14,7 @@ from trainprof.dashboards.alerts import state_now
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
 from trainprof.dashboards.signals import Signal, alerting, rule_signals
 from trainprof.durations import format_duration
+from trainprof.report import usage
 from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
 
 
@@ -76,6 +77,8 @@ def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
         ),
         "rules.state": ReportQuery(state_now(scope, alerting(config)), legend="{{rule}}"),
     }
+    for name, expr in usage.queries(scope).items():
+        q[name] = ReportQuery(expr)
     if config.rule("OverallSystemUsage"):
         for direction in ("receive", "transmit"):
             q[f"system.network_{direction}"] = ReportQuery(
