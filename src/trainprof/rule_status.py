@@ -17,8 +17,9 @@ import dataclasses
 import math
 
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
-from trainprof.dashboards.signals import Signal, alerting, rule_signals
-from trainprof.rules.config import RulesConfig
+from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules
+from trainprof.rules.config import RulesConfig, alerting
+from trainprof.rules.model import Signal
 from trainprof.rules.promql import quote
 
 FIRED, QUIET, NO_DATA, NOT_APPLICABLE = "fired", "quiet", "no_data", "not_applicable"
@@ -93,12 +94,29 @@ def _round(v: float | None) -> float | None:
 
 
 def _signals(config: RulesConfig, name: str) -> tuple[Signal, ...]:
-    instance = config.rule(name)
-    if instance is None:
+    return _compiled_signals(_compiled(config), name)
+
+
+def _compiled(config: RulesConfig) -> Compiled:
+    """The configuration's compiled rules; compiled once per configuration (a replay or a
+    report asks for each rule's signals several times)."""
+    cached = _COMPILED.get(id(config))
+    if cached is None or cached[0] is not config:
+        if len(_COMPILED) > 8:
+            _COMPILED.clear()
+        cached = _COMPILED[id(config)] = (config, compile_rules(config))
+    return cached[1]
+
+
+_COMPILED: dict[int, tuple[RulesConfig, Compiled]] = {}
+
+
+def _compiled_signals(compiled: Compiled, name: str) -> tuple[Signal, ...]:
+    if compiled.rule(name) is None:
         return ()
     try:
-        return rule_signals(config, instance, Scope(config, JOB_VARIABLES))
-    except (KeyError, ValueError):  # a summary rule with no signal, or one left out
+        return compiled.signals(name, Scope(compiled.config, JOB_VARIABLES))
+    except (KeyError, MissingRecording):  # a summary rule with no signal, or one left out
         return ()
 
 

@@ -19,12 +19,13 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.timeline import Step, Timeline, scrape
 from trainprof.rule_status import RuleStatus, decide, status_queries
-from trainprof.rules.compiler import compile_rules, required_inputs
+from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
 from trainprof.sampling import BottleneckGrid, HostSample
@@ -32,7 +33,6 @@ from trainprof.sampling import BottleneckGrid, HostSample
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
 SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
-HEALTH_RULE = "TrainprofHealth"
 # Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
 MAX_INSTANTS = 1_000_000
 STATUS_POINTS = 30
@@ -350,7 +350,7 @@ def replay(
 
     # Replay stands for exporters started with --rules.config: they count every threshold
     # the configuration needs.
-    needed = required_inputs(config)
+    needed = compiled.inputs
     grid = BottleneckGrid.default().including(
         cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"]
     )

@@ -4,8 +4,8 @@ A damaged line or file never refuses the whole replay: it is skipped, counted, a
 the notes with its path and line, so the rest of the job is still replayed.
 
     >>> d = Damage()
-    >>> d.skip("line not JSON", "a.json:5")
-    >>> d.skip("line not JSON", "a.json:9")
+    >>> d.skip("not JSON", "a.json:5")
+    >>> d.skip("not JSON", "a.json:9")
     >>> d.notes()
     ['skipped 2 line(s) not JSON: a.json:5, a.json:9']
 """

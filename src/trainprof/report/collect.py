@@ -16,11 +16,10 @@ import urllib.parse
 import urllib.request
 
 from trainprof.dashboards.queries import PRESENCE
-from trainprof.dashboards.signals import alerting
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rule_status import decide, status_queries
-from trainprof.rules.config import RulesConfig
+from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
 
 Points = list[tuple[float, float]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from trainprof.durations import format_duration
 from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
-from trainprof.rules.params import SCAN_INTERVAL
+from trainprof.rules.params import SummaryParams
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -18,14 +18,17 @@ _HISTOGRAMS = (
 )
 
 
-def _overall_system(b: Build) -> RuleOutput:
+def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
     recordings = []
     for histogram, pooled in _HISTOGRAMS:
         buckets = b.sel(histogram + "_bucket")
         if pooled:
             # Pool the node's GPUs once; the three quantiles read the pooled buckets.
             pool = Recording(
-                f"node_le:{histogram}_bucket:sum", f"sum without ({', '.join(pooled)}) ({buckets})"
+                "node_le",
+                histogram + "_bucket",
+                "sum",
+                f"sum without ({', '.join(pooled)}) ({buckets})",
             )
             recordings.append(pool)
             buckets = pool.record
@@ -33,7 +36,9 @@ def _overall_system(b: Build) -> RuleOutput:
             # Cumulative buckets without rate(): the distribution since the exporter started.
             recordings.append(
                 Recording(
-                    f"node:{histogram}:quantile",
+                    "node",
+                    histogram,
+                    "quantile",
                     f"histogram_quantile({q:g}, {buckets})",
                     {"quantile": f"{q:g}"},
                 )
@@ -43,7 +48,9 @@ def _overall_system(b: Build) -> RuleOutput:
         counter = f"trainprof_network_{direction}_bytes_total"
         recordings.append(
             Recording(
-                f"node:trainprof_network_{direction}_bytes:rate{span}",
+                "node",
+                f"trainprof_network_{direction}_bytes",
+                f"rate{span}",
                 f"sum without (device) (rate({b.sel(counter)}[{span}]))",
             )
         )
@@ -64,7 +71,7 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
         "problem; every node low points at a job that could use fewer or smaller machines."
     ),
     severity="info",
-    params=(SCAN_INTERVAL,),
+    parameters=SummaryParams,
     build=_overall_system,
     family="system",
     alerting=False,
