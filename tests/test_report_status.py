@@ -10,7 +10,7 @@ def test_the_report_shows_status_datapoints_and_measure_of_every_rule(shared, pr
     report = build(from_replay(str(source), None, scrape_interval=15))
     rows = {r.name: r for r in report.rules}
     assert rows["LoadBalancing"].state == "not_applicable"
-    assert "two GPUs" in rows["LoadBalancing"].reason
+    assert "needs 2 GPUs on a node" in rows["LoadBalancing"].reason
     assert rows["StepOutlier"].state == "no_data"
     assert rows["LowGPUUtilization"].status == "fired"
     cpu = rows["CPUBottleneck"]

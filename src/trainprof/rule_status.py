@@ -25,11 +25,6 @@ from trainprof.rules.promql import quote
 FIRED, QUIET, NO_DATA, NOT_APPLICABLE = "fired", "quiet", "no_data", "not_applicable"
 STATUSES = (FIRED, QUIET, NO_DATA, NOT_APPLICABLE)
 
-# What a rule counts as its datapoints, and what it needs beyond its signal having a series.
-_STEP_RULES = ("StepOutlier", "OverallFrameworkMetrics")
-_RANK_RULES = ("MaxInitializationTime",)
-_NEEDS_TWO_GPUS = ("LoadBalancing",)
-
 
 @dataclasses.dataclass
 class Measure:
@@ -175,9 +170,11 @@ def decide(config: RulesConfig, name: str, fired: bool, results: Results) -> Rul
     steps = _scalar(results, "status.steps")
     ranks = _scalar(results, "status.ranks")
     gpus_per_node = _scalar(results, "status.gpus_per_node") or 0
-    if name in _STEP_RULES:
+    instance = config.rule(name)
+    counts = instance.spec.datapoints if instance else "samples"
+    if counts == "steps":
         datapoints = steps
-    elif name in _RANK_RULES:
+    elif counts == "ranks":
         datapoints = steps if steps else ranks
     else:
         datapoints = samples
@@ -185,16 +182,17 @@ def decide(config: RulesConfig, name: str, fired: bool, results: Results) -> Rul
     count = None if datapoints is None else int(datapoints)
     if fired:
         return RuleStatus(FIRED, count, measure)
-    if name in _NEEDS_TWO_GPUS and gpus_per_node < 2 and samples:
+    needs = instance.spec.min_gpus_per_node if instance else 0
+    if needs and gpus_per_node < needs and samples:
         return RuleStatus(
             NOT_APPLICABLE,
             count,
             measure,
-            f"needs two GPUs on a node; the job had at most {gpus_per_node:g}",
+            f"needs {needs} GPUs on a node; the job had at most {gpus_per_node:g}",
         )
-    if name in _STEP_RULES and not steps:
+    if counts == "steps" and not steps:
         return RuleStatus(NO_DATA, count, None, "no training steps recorded")
-    if name in _RANK_RULES and not ranks and not steps:
+    if counts == "ranks" and not ranks and not steps:
         return RuleStatus(NO_DATA, count, None, "no training process recorded")
     signals = _signals(config, name)
     if signals and measure is None:

@@ -117,6 +117,7 @@ def _not_started(b: Build[MaxInitializationTimeParams]) -> tuple[StateAlert, ...
 
 MAX_INITIALIZATION_TIME = RuleSpec(
     name="MaxInitializationTime",
+    datapoints="ranks",
     summary="No training step long after start",
     detects=(
         "Time since the job's oldest training process started, while no rank of the job has "
@@ -204,6 +205,7 @@ def _step_outlier_inputs(b: Build[StepOutlierParams]) -> dict[str, float]:
 
 STEP_OUTLIER = RuleSpec(
     name="StepOutlier",
+    datapoints="steps",
     summary="Outliers in step duration",
     detects=(
         "Per rank and mode, steps slower than the mean plus `stddev` standard deviations of "
@@ -283,6 +285,7 @@ def _overall_framework(b: Build[SummaryParams]) -> RuleOutput:
 
 OVERALL_FRAMEWORK_METRICS = RuleSpec(
     name="OverallFrameworkMetrics",
+    datapoints="steps",
     summary="Where training time goes (no alert)",
     detects=(
         "Recording rules for the report and the dashboards: each phase's share of the "
