@@ -3,6 +3,7 @@ list-per-instant scrape wrote, so promtool sees the same input and fires the sam
 
 from __future__ import annotations
 
+import io
 import math
 import random
 
@@ -116,3 +117,24 @@ def test_a_long_job_replays_the_same_alerts_at_1s_and_15s(tmp_path, promtool):
         }
     assert verdicts[1.0]["LowGPUUtilization"] == verdicts[15.0]["LowGPUUtilization"]
     assert verdicts[1.0]["LowGPUUtilization"] and verdicts[1.0]["CPUBottleneck"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path, monkeypatch):
+    from trainprof.replay import timeline as timeline_module
+
+    write_system(str(tmp_path / "p"), start=START, duration=600, interval=0.5, hosts={"algo-1": {}})
+    timeline, _ = load_timeline(str(tmp_path / "p"), "auto", None)
+    monkeypatch.setattr(timeline_module, "PROGRESS_FROM", 100)
+    terminal = _Terminal()
+    scrape(timeline, 15.0, BottleneckGrid.default(), progress=True, stream=terminal)
+    shown = terminal.getvalue()
+    assert "replaying [" in shown and "% of 1,200 samples and steps" in shown
+    assert "100% of 1,200" in shown and shown.endswith("\r")  # the line is cleared at the end
+    piped = io.StringIO()
+    scrape(timeline, 15.0, BottleneckGrid.default(), progress=True, stream=piped)
+    assert piped.getvalue() == ""

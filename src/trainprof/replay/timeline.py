@@ -24,6 +24,8 @@ EXPORTER_JOB = "trainprof"
 EXPORTER_PORT = 9945
 TRAINING_JOB = "trainprof-training"
 TRAINING_PORT = 9946
+# Timelines with more samples and steps than this show progress on a terminal.
+PROGRESS_FROM = 20_000
 # Series whose values are Unix times: promtool's clock starts at 0, so they are shifted.
 TIMESTAMP_SERIES = (
     "trainprof_training_start_timestamp_seconds",
@@ -197,7 +199,7 @@ class _Progress:
     def __init__(self, total: int, enabled: bool, stream=None):
         self.stream = stream or sys.stderr
         self.total, self.done, self.shown = max(total, 1), 0, -1
-        self.enabled = enabled and self.stream.isatty() and total > 20_000
+        self.enabled = enabled and self.stream.isatty() and total > PROGRESS_FROM
 
     def advance(self, n: int) -> None:
         if not self.enabled or not n:
