@@ -149,7 +149,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="what one datapoint lasts (default: the recording's sampling interval)",
     )
-    replay.add_argument("--format", choices=("auto", "sagemaker", "trainprof"), default="auto")
+    replay.add_argument(
+        "--format",
+        choices=("auto", "sagemaker", "trainprof"),
+        default="auto",
+        help="what SOURCE is: SageMaker profiler output (system/incremental, "
+        "framework/pevents), a trainprof recording (.jsonl[.gz]), or auto: a file is a "
+        "recording, a folder is searched for SageMaker output at any depth, else for "
+        "recordings (default: auto)",
+    )
     replay.add_argument(
         "--job",
         metavar="NAME",
@@ -219,6 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "record":
             from trainprof.exporter.cli import run
 
+            if args.record is not None and args.record != args.output:
+                print(
+                    f"error: trainprof record writes to its FILE argument ({args.output}); "
+                    f"--record {args.record} is the exporter's option (trainprof exporter "
+                    "--record FILE): give one file, as `trainprof record FILE`",
+                    file=sys.stderr,
+                )
+                return 2
             args.record = args.output
             return run(args)
         if args.command == "exporter":

@@ -159,11 +159,11 @@ def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
             chars = []
             while text[i] != '"':
                 if text[i] == "\\":
-                    i += 1
-                    chars.append({"n": "\n", "t": "\t", "r": "\r"}.get(text[i], text[i]))
+                    char, i = _unescape(text, i)
+                    chars.append(char)
                 else:
                     chars.append(text[i])
-                i += 1
+                    i += 1
             i += 1
             labels[key] = "".join(chars)
         end = i
@@ -173,6 +173,35 @@ def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
         samples.append((labels, float(value) if value else float("nan")))
         i = end
     return samples
+
+
+_SIMPLE_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+}
+_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+
+
+def _unescape(text: str, i: int) -> tuple[str, int]:
+    """The character of the Go-quoted escape at text[i] (a backslash) and the index after
+    it: promtool prints label values with Go's %q (\\t, \\u202e, \\xff, \\377)."""
+    kind = text[i + 1]
+    if kind in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[kind], i + 2
+    if kind in _HEX_ESCAPES:
+        width = _HEX_ESCAPES[kind]
+        return chr(int(text[i + 2 : i + 2 + width], 16)), i + 2 + width
+    if kind in "01234567":
+        return chr(int(text[i + 1 : i + 4], 8)), i + 4
+    return kind, i + 2
 
 
 class PromtoolError(RuntimeError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import unicodedata
 
 
 def when(t: float | None) -> str:
@@ -106,3 +107,30 @@ def axis(x: float, unit: str) -> str:
     if unit == "Bps":
         return value(x, unit)  # a rate: the axis says "/s"
     return number(x)
+
+
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def visible(text: str) -> str:
+    r"""Text with control and format characters shown as escapes: a label value holding a
+    tab, a right-to-left override or a zero-width space reads as it is, and cannot reorder
+    or hide the text around it.
+
+    >>> visible("a\tb\u202ec")
+    'a\\tb\\u202ec'
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+            code = ord(ch)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)

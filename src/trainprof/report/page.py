@@ -45,7 +45,7 @@ p.intro { margin: 0 0 12px; max-width: 860px; }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 14px; font-size: 13px; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; color: var(--muted); }
 th, td { border-bottom: 1px solid var(--line); padding: 5px 8px; text-align: left;
-         vertical-align: top; }
+         vertical-align: top; overflow-wrap: anywhere; }
 th { background: var(--band); font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.num { white-space: nowrap; }
@@ -74,6 +74,7 @@ svg .threshold { font-size: 11px; fill: var(--red); font-weight: 600; }
 svg .inbar { font-size: 11px; fill: #fff; font-weight: 600; }
 ul.legend { list-style: none; margin: 2px 0 0; padding: 0; display: flex; flex-wrap: wrap;
             gap: 2px 16px; font-size: 12px; color: var(--muted); }
+ul.legend li { min-width: 0; max-width: 100%; overflow-wrap: anywhere; }
 ul.legend i { display: inline-block; width: 11px; height: 11px; border-radius: 2px;
               margin-right: 5px; vertical-align: -1px; }
 .note { font-size: 12px; color: var(--muted); }
@@ -95,7 +96,7 @@ footer { padding: 16px 24px 30px; color: var(--muted); font-size: 12px; }
 
 
 def esc(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(fmt.visible(str(text)), quote=True)
 
 
 def prose(text: str) -> str:
