@@ -517,6 +517,7 @@ def _verdicts(
     from trainprof.rules.compiler import compile_rules
 
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
+    slack: dict[str, float] = {i.spec.name: 0.0 for i in alerting(config)}
     for group in compile_rules(config).groups:
         step = max(parse_duration(group["interval"]), (end - start) / 10_000)
         for rule in group["rules"]:
@@ -539,9 +540,46 @@ def _verdicts(
                 for fired_at in _firing_edges([t for t, _ in points], step, hold):
                     if start - 1e-9 <= fired_at <= end + 1e-9:
                         verdicts[name].alerts.append(FiredAlert(dict(labels), fired_at))
+            slack[name] = max(slack.get(name, 0.0), hold + 2 * step)
+    # The rule manager may have fired an alert in the last evaluations, before its
+    # expression's recordings reach the range's end: keep what ALERTS saw and the
+    # expressions did not.
+    for name, alerts in _alerts_series(api, config, job, namespace, start, end).items():
+        derived = verdicts[name].alerts
+        for alert in alerts:
+            if not any(
+                a.labels == alert.labels and abs(a.fired_at - alert.fired_at) <= slack[name]
+                for a in derived
+            ):
+                derived.append(alert)
     for verdict in verdicts.values():
         verdict.alerts.sort(key=lambda a: a.fired_at)
     return verdicts
+
+
+def _alerts_series(
+    api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
+) -> dict[str, list[FiredAlert]]:
+    """Each rule's rising edges of ALERTS at its evaluation interval."""
+    out: dict[str, list[FiredAlert]] = {}
+    for instance in alerting(config):
+        step = max(instance.evaluation_interval, (end - start) / 10_000)
+        matchers = [
+            'alertstate="firing"',
+            f"rule={quote(instance.spec.name)}",
+            f"training_job={quote(job)}",
+        ]
+        if namespace is not None:
+            matchers.append(f"namespace={quote(namespace)}")
+        found = out.setdefault(instance.spec.name, [])
+        for labels, points in api.range("ALERTS{" + ", ".join(matchers) + "}", start, end, step):
+            labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
+            previous = None
+            for t, _ in points:
+                if previous is None or t - previous > step * 1.5:
+                    found.append(FiredAlert(dict(labels), t))
+                previous = t
+    return out
 
 
 def _firing_edges(times: list[float], step: float, hold: float) -> list[float]:
