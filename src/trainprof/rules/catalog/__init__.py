@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from trainprof.rules.catalog.bottleneck import CPU_BOTTLENECK, IO_BOTTLENECK
 from trainprof.rules.catalog.framework import (
+    DATALOADER,
     MAX_INITIALIZATION_TIME,
     OVERALL_FRAMEWORK_METRICS,
     STEP_OUTLIER,
@@ -39,6 +40,7 @@ CATALOG: tuple[RuleSpec, ...] = (
     LOAD_BALANCING,
     MAX_INITIALIZATION_TIME,
     STEP_OUTLIER,
+    DATALOADER,
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
 )
@@ -48,9 +50,7 @@ PROFILER_REPORT = "ProfilerReport"
 
 # SageMaker rules trainprof knows of but does not implement (yet): named so a pasted
 # configuration gets a clear answer instead of "unknown rule".
-NOT_IMPLEMENTED = {
-    "Dataloader": "the Dataloader rule is not implemented yet",
-}
+NOT_IMPLEMENTED: dict[str, str] = {}
 
 
 def lookup(name: str) -> RuleSpec | None:
