@@ -90,11 +90,19 @@ def _exporter(host: Host, training_job: str) -> tuple[trainprof.exporter.Exporte
 
 
 def _rank(
-    training_job: str, node: str, rank: int, stall_every: int
+    training_job: str, node: str, rank: int, stall_every: int, workers: int
 ) -> tuple[subprocess.Popen, int]:
     script = Path(__file__).with_name("live_rank.py")
     proc = subprocess.Popen(
-        [sys.executable, str(script), training_job, node, str(rank), str(stall_every)],
+        [
+            sys.executable,
+            str(script),
+            training_job,
+            node,
+            str(rank),
+            str(stall_every),
+            str(workers),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -129,7 +137,7 @@ def scripted_job(training_job: str = "bert-base", namespace: str = "team-a") -> 
                 timer.start()
                 timers.append(timer)
         for rank, host in enumerate(HOSTS):
-            proc, port = _rank(training_job, host.node, rank, 4 if rank else 0)
+            proc, port = _rank(training_job, host.node, rank, 4 if rank else 0, len(host.cores))
             ranks.append(proc)
             targets.append(f"127.0.0.1:{port}")
         yield LiveJob(training_job, namespace, targets, [h.node for h in HOSTS])
