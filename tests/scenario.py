@@ -13,6 +13,7 @@ Case keys:
     hosts: {<name>: {cores, gpus, labels, sample_every, timeline: [{from, cpu, iowait,
             gpu_util, gpu_mem, mem}]}}   values: a number, a list (one per core/GPU), or
             {cycle: [...]} (one value per sample, repeating)
+    labels: override the exporter's identity labels; null leaves one out (a DaemonSet's job)
     exporter_reads_config: the exporters count the config's thresholds (--rules.config)
     series: raw promtool input series (training metrics)
     expect: [{at, alertname?, alerts: [labels...]}]   labels shorthand: host, gpu, peer_gpu
@@ -68,7 +69,11 @@ def host_labels(case: dict, name: str) -> dict[str, str]:
         "namespace": "ml",
         "training_job": case.get("training_job", "bert"),
     }
-    labels.update({k: str(v) for k, v in host.get("labels", {}).items()})
+    for key, value in host.get("labels", {}).items():
+        if value is None:  # a label the host does not have (a DaemonSet exporter's job)
+            labels.pop(key, None)
+        else:
+            labels[key] = str(value)
     return labels
 
 

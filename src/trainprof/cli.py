@@ -1,11 +1,13 @@
 """The `trainprof` command line.
 
-    trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
+    trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule|helm-values]
     trainprof rules validate [-c rules.yaml]
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof report (--prometheus URL --job NAME [--from T --to T] | --replay SOURCE) -o FILE
-    trainprof generate [--check]
+    trainprof trace summarize TRACE... [--json -|FILE] [--top N]
+    trainprof generate [--check]                    (inside a source checkout only)
+    trainprof export rules|dashboards|alerting|chart -o DIR [-c rules.yaml] [--force]
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
     trainprof record FILE [exporter flags]
@@ -95,10 +97,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     compile_.add_argument(
         "--format",
-        choices=("rules", "prometheusrule"),
+        choices=("rules", "prometheusrule", "helm-values"),
         default="rules",
-        help="plain rule file (Prometheus, Thanos, Mimir, vmalert) or a "
-        "prometheus-operator PrometheusRule (default: rules)",
+        help="plain rule file (Prometheus, Thanos, Mimir, vmalert), a "
+        "prometheus-operator PrometheusRule, or a values file for the helm/trainprof "
+        "chart (helm install -f trainprof.values.yaml) (default: rules)",
     )
     compile_.add_argument(
         "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
@@ -170,8 +173,27 @@ def _parser() -> argparse.ArgumentParser:
     from trainprof.report.cli import add_parser as add_report_parser
 
     add_report_parser(commands)
+    from trainprof.trace.cli import add_parser as add_trace_parser
 
-    generate = commands.add_parser("generate", help="rewrite every generated artifact")
+    add_trace_parser(commands)
+
+    export = commands.add_parser(
+        "export",
+        help="write the generated rules, dashboards, alerting config or Helm chart to a "
+        "directory (what the repository commits; never overwrites without --force)",
+    )
+    export.add_argument("kind", choices=("rules", "dashboards", "alerting", "chart"))
+    config_args(export)
+    export.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="directory to write into"
+    )
+    export.add_argument("--force", action="store_true", help="replace files that exist")
+
+    generate = commands.add_parser(
+        "generate",
+        help="rewrite every generated artifact of a trainprof source checkout "
+        "(pip users: trainprof export)",
+    )
     generate.add_argument(
         "--check",
         action="store_true",
@@ -216,10 +238,20 @@ def main(argv: list[str] | None = None) -> int:
             from trainprof.report.cli import main as report_main
 
             return report_main(args)
+        if args.command == "trace":
+            from trainprof.trace.cli import run as trace_main
+
+            return trace_main(args)
         if args.command == "generate":
             from trainprof import generate
 
+            problem = generate.not_a_checkout(args.root)
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                return EXIT_BAD_INPUT
             return generate.main(args.root, check=args.check)
+        if args.command == "export":
+            return _export(args)
         if args.command == "actions":
             from trainprof.actions import cli as actions_cli
 
@@ -304,6 +336,33 @@ def _rules(args: argparse.Namespace) -> int:
             f"{n_alerts} alerting rules in {len(compiled.groups)} groups",
             file=sys.stderr,
         )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from trainprof import export
+    from trainprof.rules import files
+    from trainprof.rules.config import ConfigError
+
+    config = None
+    custom = args.config or args.scrape_interval or args.datapoint_interval
+    if custom:
+        try:
+            config = files.read_config(args.config, args.scrape_interval, args.datapoint_interval)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    name = os.path.basename(args.config) if args.config else "defaults"
+    try:
+        produced = export.files(args.kind, config, name)
+        written = export.write(args.output, produced, force=args.force)
+    except export.ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT if "refusing" not in str(e) else EXIT_FAILED
+    except OSError as e:
+        print(f"error: cannot write under {args.output}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {len(written)} {args.kind} file(s) under {args.output}", file=sys.stderr)
     return 0
 
 

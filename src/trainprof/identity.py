@@ -20,8 +20,11 @@ A value that is not a whole number is skipped (and logged by `trainprof.start()`
 Inside Kubernetes (`KUBERNETES_SERVICE_HOST` is set) the scrape configuration owns
 `training_job` and `node`: the PodMonitor relabels them from the pod's labels and node name.
 Emitting them from the process too would make Prometheus rename one copy to `exported_*`, so
-there they come only from an argument or `TRAINPROF_JOB` / `TRAINPROF_NODE`. Set those through
-the downward API when you would rather not relabel (and then do not relabel):
+there they come only from an argument or `TRAINPROF_JOB` / `TRAINPROF_NODE`. `rank` stays the
+process's own (torchrun's RANK is exact for each process of a pod); a pod with no rank
+variable emits none and the chart's PodMonitor fills in the pod's index (trainprof.relabel).
+Set job and node through the downward API when you would rather not relabel (and then do
+not relabel):
 
     env:
       - name: TRAINPROF_NODE
@@ -86,7 +89,9 @@ class Identity:
             labels["training_job"] = bounded_label_value(self.training_job)
         if self.node:
             labels["node"] = bounded_label_value(self.node)
-        labels["rank"] = str(self.rank)
+        if not (self.in_kubernetes and self.sources.get("rank") == "default"):
+            # In a pod without RANK the scrape supplies the pod's index instead (relabel.py).
+            labels["rank"] = str(self.rank)
         labels["local_rank"] = str(self.local_rank)
         return labels
 

@@ -28,6 +28,8 @@ multiprocess mode is not used (it disables custom collectors): each rank serves 
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import logging
 import os
 import socket
@@ -43,6 +45,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from trainprof import process
 from trainprof.identity import Identity, resolve
+from trainprof.metrics import TRAINING_IDENTITY
 from trainprof.timing import NOOP, Phase, Step, TimedIterable
 from trainprof.training_state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
 
@@ -74,9 +77,11 @@ class Session:
         self.identity: Identity | None = None
         self.server: Any = None
         self.port: int | None = None
+        self._file_sd: str | None = None
         self.system: Any = None  # the in-process system exporter, if started here
         self.recorder: Any = None  # StepRecorder, with start(record=...)
         self._step_log: list | None = None
+        self._kernel: Any = None  # trace.live.KernelProfiler, with start(kernel_profile=...)
         self.started = False
         self.inert = False
 
@@ -182,7 +187,12 @@ class Session:
             snapshot = self._state.copy()
         name, version = self._framework or process.framework_info()
         snapshot.info.update(framework=name, framework_version=version)
-        return snapshot.families()
+        kernel = self._kernel
+        if kernel is None:
+            return snapshot.families()
+        ident_names = [k for k in TRAINING_IDENTITY if k in snapshot.identity]
+        ident = [snapshot.identity[k] for k in ident_names]
+        return itertools.chain(snapshot.families(), kernel.series.families(ident_names, ident))
 
     def collector(self) -> _Collector:
         """A prometheus_client collector of this session, to serve from your own registry."""
@@ -263,7 +273,22 @@ class Session:
             ", ".join(failures),
         )
 
+    def _announce(self, directory: str, identity: Identity) -> None:
+        from trainprof import file_sd
+
+        try:
+            path = self._file_sd = file_sd.write(directory, self.port, identity.labels())
+            owner = os.getpid()  # a forked DataLoader worker's exit must not remove it
+            atexit.register(lambda: os.getpid() == owner and file_sd.remove(path))
+        except OSError as e:
+            log.warning("trainprof: cannot write the file_sd target in %s: %s", directory, e)
+
     def _shutdown(self) -> None:
+        file_sd_path, self._file_sd = self._file_sd, None
+        if file_sd_path:
+            from trainprof import file_sd
+
+            file_sd.remove(file_sd_path)
         server, self.server, self.port = self.server, None, None
         if server is not None:
             server.shutdown()
@@ -274,17 +299,22 @@ class Session:
         recorder, self.recorder, self._step_log = self.recorder, None, None
         if recorder is not None:
             recorder.close()
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.close()
 
     def _abandon_in_forked_child(self) -> None:
         # Only this thread exists in the child: the server thread did not come along, but its
         # listening socket did. Close the child's copy so the port belongs to the rank alone.
         self.inert = True
+        self._file_sd = None
         system, self.system = self.system, None
         if system is not None:
             system.abandon_in_forked_child()
         recorder, self.recorder, self._step_log = self.recorder, None, None
         if recorder is not None:
             recorder.abandon_in_forked_child()
+        self._kernel = None  # the profiler and its thread belong to the parent
         self._lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
@@ -376,6 +406,8 @@ def start(
     framework_version: str | None = None,
     system_metrics: bool = False,
     record: str | None = None,
+    file_sd_dir: str | None = None,
+    kernel_profile: Any = None,
 ) -> Session:
     """Configure this rank and serve its `/metrics`. Never raises; problems are logged.
 
@@ -406,6 +438,13 @@ def start(
       (default 9945), with this rank's `training_job` and `node`. A port already taken (an
       exporter already runs on the node) or a missing `trainprof[exporter]` extra logs one
       warning and training goes on without it.
+    - `file_sd_dir` (or `TRAINPROF_FILE_SD_DIR`): write this rank's Prometheus `file_sd`
+      target there (`trainprof.file_sd`; SLURM and bare metal), removed again on `stop()`.
+    - `kernel_profile` (or `TRAINPROF_KERNEL_PROFILE`): run `torch.profiler` for a window of
+      steps on a schedule and publish the kernel-level series (`trainprof_kernel_*`): True or
+      "on" for 20 steps every 10 minutes after 10 warm-up steps, or settings such as
+      "steps=50,every=30m,first=10,keep=10,top=10,dir=/scratch/traces" (a dict works too).
+      Off by default; see `trainprof.trace.live`.
 
     Calling `start()` again returns the running session unchanged; `stop()` first to
     restart with other settings.
@@ -442,6 +481,16 @@ def start(
         session._configure(identity, factors, sync, gpus, fw)
         if serve:
             session._serve(addr, _ports(port, identity))
+        file_sd_dir = file_sd_dir or os.environ.get("TRAINPROF_FILE_SD_DIR")
+        if file_sd_dir and session.port:
+            session._announce(file_sd_dir, identity)
+        profile = (
+            kernel_profile
+            if kernel_profile is not None
+            else os.environ.get("TRAINPROF_KERNEL_PROFILE")
+        )
+        if profile is not None:
+            session._kernel = _start_kernel_profiler(profile, identity)
         record = record or os.environ.get("TRAINPROF_RECORD")
         if record:
             session._record(record, identity)
@@ -462,6 +511,25 @@ def start(
         session._error()
         session.started = True
     return session
+
+
+def _start_kernel_profiler(value: Any, identity: Identity) -> Any:
+    from trainprof.trace.live import KernelProfile, KernelProfiler
+
+    try:
+        config = KernelProfile.parse(value)
+    except ValueError as e:
+        log.warning("trainprof: kernel_profile %r: %s; kernel profiling is off", value, e)
+        return None
+    if config is None:
+        return None
+    try:
+        return KernelProfiler(config, identity.training_job or "job", identity.rank or 0)
+    except ImportError:
+        log.warning("trainprof: kernel_profile needs PyTorch (torch.profiler); it is off")
+    except OSError as e:
+        log.warning("trainprof: kernel_profile: %s; kernel profiling is off", e)
+    return None
 
 
 def _start_system_exporter(rules_config: str | None, identity: Any) -> Any:

@@ -182,6 +182,9 @@ class Step(_Frame):
                     state.add_tokens(self._tokens)
             if first:
                 session._on_first_step()
+            kernel = session._kernel
+            if kernel is not None:
+                kernel.step_ended()
         except Exception:
             session._error()
         return False

@@ -367,10 +367,17 @@ def datasource_variable() -> core.Template:
 
 
 def query_variable(
-    name: str, query: str, *, label: str, multi: bool = False, include_all: bool = False
+    name: str,
+    query: str,
+    *,
+    label: str,
+    multi: bool = False,
+    include_all: bool = False,
+    all_means_options: bool = False,
 ) -> core.Template:
     """A variable filled from `label_values(...)`. With include_all, "All" means the regex
-    `.*`, which also matches series without the label (a job without namespaces)."""
+    `.*`, which also matches series without the label (a job without namespaces); with
+    all_means_options, Grafana's own default instead: every listed value."""
     return core.Template(
         name=name,
         label=label,
@@ -378,7 +385,7 @@ def query_variable(
         dataSource=DATASOURCE,
         multi=multi,
         includeAll=include_all,
-        allValue=".*" if include_all else None,
+        allValue=".*" if include_all and not all_means_options else None,
         refresh=core.REFRESH_ON_TIME_RANGE_CHANGE,
         sort=1,
     )

@@ -5,6 +5,7 @@ Accepted shapes (YAML or JSON):
     datapoint_interval: 0.5s          # what one SageMaker datapoint lasts
     scrape_interval: 15s              # how often Prometheus scrapes the exporters
     patience_mode: auto               # auto | for | warmup
+    gpu_attribution: auto             # auto (= exporter) | exporter | assignment
     job_labels: [namespace, training_job]
     job_selector: {namespace: team-a, training_job: {regex: "bert-.*"}}
     links: {runbook_url: https://..., grafana_url: https://grafana.example.com}
@@ -40,12 +41,14 @@ _TOP_KEYS = (
     "datapoint_interval",
     "scrape_interval",
     "patience_mode",
+    "gpu_attribution",
     "job_labels",
     "job_selector",
     "links",
     "rules",
     "ProfilerRuleConfigurations",
 )
+GPU_ATTRIBUTIONS = ("auto", "exporter", "assignment")
 _ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name")
 _SELECTOR_OPS = {"regex": "=~", "not": "!=", "not_regex": "!~"}
 
@@ -93,6 +96,9 @@ class RulesConfig:
     datapoint_interval: float = 0.5
     scrape_interval: float = 15.0
     patience_mode: str = "auto"
+    # Where a GPU's job comes from: the exporter's own training_job label (exporter; auto)
+    # or the ranks' trainprof_gpu_assignment_info (assignment: a node-wide DaemonSet).
+    gpu_attribution: str = "auto"
     job_labels: tuple[str, ...] = ("namespace", "training_job")
     job_selector: tuple[Matcher, ...] = ()
     runbook_url: str = DEFAULT_RUNBOOK_URL
@@ -158,6 +164,13 @@ class _Loader:
                 f"{mode!r} is not one of {', '.join(PATIENCE_MODES)}"
                 + nearest(str(mode), PATIENCE_MODES),
             )
+        attribution = data.get("gpu_attribution", "auto")
+        if attribution not in GPU_ATTRIBUTIONS:
+            self.problem(
+                "gpu_attribution",
+                f"{attribution!r} is not one of {', '.join(GPU_ATTRIBUTIONS)}"
+                + nearest(str(attribution), GPU_ATTRIBUTIONS),
+            )
         job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
@@ -171,6 +184,7 @@ class _Loader:
             datapoint_interval=datapoint,
             scrape_interval=scrape,
             patience_mode=mode,
+            gpu_attribution=attribution,
             job_labels=job_labels,
             job_selector=selector,
             runbook_url=runbook,

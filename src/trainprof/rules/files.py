@@ -10,8 +10,12 @@ from trainprof.rules import sdk
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import ConfigError, Problem, RulesConfig, default_config, load_config
 
-FORMATS = ("rules", "prometheusrule")
-OUTPUT_NAMES = {"rules": "trainprof.rules.yaml", "prometheusrule": "trainprof.prometheusrule.yaml"}
+FORMATS = ("rules", "prometheusrule", "helm-values")
+OUTPUT_NAMES = {
+    "rules": "trainprof.rules.yaml",
+    "prometheusrule": "trainprof.prometheusrule.yaml",
+    "helm-values": "trainprof.values.yaml",
+}
 
 
 def read_config(
@@ -78,6 +82,10 @@ def render(
 
     if fmt == "rules":
         return r.to_yaml({"groups": compiled.groups}, generator)
+    if fmt == "helm-values":
+        from trainprof.chart import helm_values
+
+        return helm_values(compiled, generator)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
 
 

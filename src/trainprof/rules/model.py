@@ -64,6 +64,9 @@ class Alert:
     description: str  # may use {{ $labels.x }} and {{ $value }}
     for_seconds: float = 0.0
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # One series per GPU (a `uuid` label): with `gpu_attribution: assignment` the compiler
+    # joins it to the job that holds the GPU (trainprof.rules.attribution).
+    per_gpu: bool = False
 
     def __post_init__(self):
         if "{{" in self.summary:

@@ -145,6 +145,7 @@ MINUTES = Kind("minutes", "min", _positive, "minutes")
 MICROS = Kind(
     "microseconds", "us", _micros, "microseconds; becomes the rule group's evaluation interval"
 )
+KERNEL_MICROS = Kind("microseconds", "us", _positive, "microseconds")
 DISTANCE = Kind("distance", "", _distance, "a Jensen-Shannon distance, 0 to 0.83")
 MODE = Kind("mode", "", _mode, "train, eval, predict or global; empty for all modes")
 
