@@ -138,3 +138,33 @@ def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path, monkeypatch):
     piped = io.StringIO()
     scrape(timeline, 15.0, BottleneckGrid.default(), progress=True, stream=piped)
     assert piped.getvalue() == ""
+
+
+def test_compact_samples_give_back_what_sagemaker_output_holds(tmp_path):
+    """Replay holds SageMaker samples as arrays; each reads back as the sample it was."""
+    from trainprof.replay.compact import CompactSamples
+    from trainprof.sampling import GpuSample, HostSample
+
+    samples = CompactSamples()
+    original = [
+        HostSample(
+            START + k,
+            cpu_utilization=[0.1 * k, 0.5],
+            cpu_iowait=[0.0, 0.25],
+            memory_used_ratio=None if k == 1 else 0.3,
+            gpus=[
+                GpuSample(0, "gpu0", utilization=0.9, memory_used_ratio=None),
+                GpuSample(3, "gpu3", utilization=None, memory_used_ratio=0.4),
+            ],
+        )
+        for k in (2, 0, 1)
+    ]
+    for sample in original:
+        samples.append(sample)
+    ordered = samples.in_time_order()
+    assert list(ordered) == sorted(original, key=lambda s: s.timestamp)
+    assert ordered.gpu_indices() == {0, 3} and list(ordered.times) == [START, START + 1, START + 2]
+    assert (
+        list(ordered.select(START + 1, START + 2))
+        == sorted(original, key=lambda s: s.timestamp)[1:]
+    )

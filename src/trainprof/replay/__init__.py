@@ -16,12 +16,13 @@ import math
 import os
 import statistics
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
+from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.timeline import Step, Timeline, scrape
 from trainprof.rule_status import RuleStatus, decide, status_queries
@@ -152,7 +153,7 @@ def load_timeline(source: str, fmt: str, training_job: str | None) -> tuple[Time
 def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
     """Drop what lies far from the job (a stray timestamp, a file of another year): the
     work replay does grows with the span, which the data must bound."""
-    times = [s.timestamp for samples in timeline.hosts.values() for s in samples]
+    times = [t for samples in timeline.hosts.values() for t in _times(samples)]
     times += [s.start for s in timeline.steps] + [s.end for s in timeline.steps]
     span = main_span(times)
     if span is None:
@@ -160,7 +161,10 @@ def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
     first, last = span
     far = 0
     for node, samples in timeline.hosts.items():
-        kept = [s for s in samples if first <= s.timestamp <= last]
+        if isinstance(samples, CompactSamples):
+            kept = samples.select(first, last)
+        else:
+            kept = [s for s in samples if first <= s.timestamp <= last]
         far += len(samples) - len(kept)
         timeline.hosts[node] = kept
     kept_steps = [s for s in timeline.steps if first <= s.start and s.end <= last]
@@ -240,12 +244,15 @@ def _job_name(root: str) -> str:
     return parts[-1]
 
 
+def _times(samples) -> Sequence[float]:
+    return samples.times if isinstance(samples, CompactSamples) else [s.timestamp for s in samples]
+
+
 def _sampling_interval(by_node) -> float:
-    gaps = [
-        b.timestamp - a.timestamp
-        for samples in by_node.values()
-        for a, b in zip(samples, samples[1:])
-    ]
+    gaps = []
+    for samples in by_node.values():
+        times = _times(samples)
+        gaps += [b - a for a, b in zip(times, times[1:])]
     if not gaps:
         return 0.5
     median = statistics.median(gaps)
@@ -421,7 +428,12 @@ def replay(
         source=source,
         nodes=len(timeline.hosts),
         gpus=sum(
-            len({g.index for s in samples for g in s.gpus}) for samples in timeline.hosts.values()
+            len(
+                samples.gpu_indices()
+                if isinstance(samples, CompactSamples)
+                else {g.index for s in samples for g in s.gpus}
+            )
+            for samples in timeline.hosts.values()
         ),
         samples=sum(len(s) for s in timeline.hosts.values()),
         steps=len(timeline.steps),

@@ -26,6 +26,7 @@ import operator
 import os
 import re
 
+from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import EARLIEST, LATEST, Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
 from trainprof.sampling import GpuSample, HostSample
@@ -167,7 +168,7 @@ class _SnapshotBuilder:
     """Gathers one node's events into HostSamples, one per sampling instant."""
 
     def __init__(self):
-        self.samples: list[HostSample] = []
+        self.samples = CompactSamples()
         self._start: float | None = None
         self._cpu: dict[int, float] = {}
         self._iowait: dict[int, float] = {}
@@ -285,8 +286,7 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
                 builder._by_kind[kind][index] = value
     for node, builder in builders.items():
         builder.flush()
-        builder.samples.sort(key=lambda s: s.timestamp)
-        out.by_node[node] = builder.samples
+        out.by_node[node] = builder.samples.in_time_order()
     return out
 
 

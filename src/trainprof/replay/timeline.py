@@ -134,11 +134,12 @@ def scrape(
             identity=host_identity(node, timeline.training_job),
             grid=grid,
         )
+        times = getattr(samples, "times", None) or [s.timestamp for s in samples]
         i = 0
         for k in range(count):
             instant = t0 + k * scrape_interval
             before = i
-            while i < len(samples) and samples[i].timestamp <= instant + 1e-9:
+            while i < len(times) and times[i] <= instant + 1e-9:
                 acc.observe(samples[i])
                 i += 1
             bar.advance(i - before)
