@@ -72,11 +72,14 @@ def dashboard_files() -> dict[str, str]:
     """Compact copies of dashboards/*.json: a ConfigMap holds each under kubectl's 256 KiB
     annotation limit with room to spare."""
     from trainprof import dashboards
+    from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import default_config
 
+    config = chart_config(default_config())
+    compiled = compile_rules(config)
     out = {}
     for path in dashboards.DASHBOARDS:
-        model = json.loads(dashboards.render(path, chart_config(default_config())))
+        model = json.loads(dashboards.render(path, config, compiled))
         text = json.dumps(model, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
         out[f"files/dashboards/{os.path.basename(path)}"] = text + "\n"
     return out

@@ -12,8 +12,17 @@ at all is written, so a half-exported directory cannot happen.
 
 from __future__ import annotations
 
+import argparse
+import functools
 import os
+import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 KINDS = ("rules", "dashboards", "alerting", "chart")
 _PREFIX = {
@@ -48,11 +57,11 @@ def _from_config(kind: str, config, name: str) -> dict[str, Callable[[], str]]:
     from trainprof.rules.compiler import compile_rules
 
     generator = f"trainprof export {kind} from {name}"
+    compiled = compile_rules(config)
     if kind == "rules":
-        compiled = compile_rules(config)
         return {
-            rule_files.OUTPUT_NAMES[fmt]: (
-                lambda fmt=fmt: rule_files.render(compiled, fmt, generator)
+            rule_files.OUTPUT_NAMES[fmt]: functools.partial(
+                rule_files.render, compiled, fmt, generator
             )
             for fmt in ("rules", "prometheusrule")
         }
@@ -60,11 +69,10 @@ def _from_config(kind: str, config, name: str) -> dict[str, Callable[[], str]]:
         from trainprof import dashboards
 
         return {
-            os.path.basename(path): (lambda path=path: dashboards.render(path, config))
+            os.path.basename(path): functools.partial(dashboards.render, path, config, compiled)
             for path in dashboards.DASHBOARDS
         }
     if kind == "chart":
-        compiled = compile_rules(config)
         return {
             "trainprof.values.yaml": lambda: rule_files.render(compiled, "helm-values", generator)
         }
@@ -90,3 +98,47 @@ def write(out_dir: str, produced: dict[str, str], force: bool = False) -> list[s
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     return list(paths)
+
+
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
+    export = commands.add_parser(
+        "export",
+        help="write the generated rules, dashboards, alerting config or Helm chart to a "
+        "directory (what the repository commits; never overwrites without --force)",
+    )
+    export.set_defaults(run=run)
+    export.add_argument("kind", choices=KINDS)
+    add_rule_config_arguments(export)
+    export.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="directory to write into"
+    )
+    export.add_argument("--force", action="store_true", help="replace files that exist")
+    return export
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainprof.rules import files as rule_files
+    from trainprof.rules.config import ConfigError
+
+    config = None
+    custom = args.config or args.scrape_interval or args.datapoint_interval
+    if custom:
+        try:
+            config = rule_files.read_config(
+                args.config, args.scrape_interval, args.datapoint_interval
+            )
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    name = os.path.basename(args.config) if args.config else "defaults"
+    try:
+        produced = files(args.kind, config, name)
+        written = write(args.output, produced, force=args.force)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT if "refusing" not in str(e) else EXIT_FAILED
+    except OSError as e:
+        print(f"error: cannot write under {args.output}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {len(written)} {args.kind} file(s) under {args.output}", file=sys.stderr)
+    return 0

@@ -55,7 +55,7 @@ _INT_SOURCES = {
     "node_rank": ("GROUP_RANK", "PET_NODE_RANK", "SLURM_NODEID"),
     "restart_count": ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"),
 }
-_INT_DEFAULTS = {
+_INT_DEFAULTS: dict[str, int | None] = {
     "rank": 0,
     "local_rank": 0,
     "world_size": 1,
@@ -164,7 +164,7 @@ def resolve(
     for field, variables in _INT_SOURCES.items():
         numbers[field] = _INT_DEFAULTS[field]
         sources[field] = "default"
-        candidates = [(f"{field} argument", arguments.get(field))]
+        candidates: list[tuple[str, object]] = [(f"{field} argument", arguments.get(field))]
         candidates += [(variable, env.get(variable)) for variable in variables]
         for source, raw in candidates:
             if raw is None or raw == "":
@@ -177,15 +177,22 @@ def resolve(
             numbers[field] = int(match.group(1))
             sources[field] = "argument" if source.endswith(" argument") else source
             break
+
+    def count(field: str) -> int:
+        value = numbers[field]
+        if value is None:  # only node_rank has no default
+            raise AssertionError(f"{field} has no default")
+        return value
+
     return Identity(
         training_job=job,
         node=host,
-        rank=numbers["rank"],
-        local_rank=numbers["local_rank"],
-        world_size=numbers["world_size"],
-        local_world_size=max(numbers["local_world_size"], 1),
+        rank=count("rank"),
+        local_rank=count("local_rank"),
+        world_size=count("world_size"),
+        local_world_size=max(count("local_world_size"), 1),
         node_rank=numbers["node_rank"],
-        restart_count=numbers["restart_count"],
+        restart_count=count("restart_count"),
         in_kubernetes=in_kubernetes,
         sources=sources,
         problems=tuple(problems),

@@ -15,8 +15,16 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from trainprof.durations import format_duration
+
+
+class SeriesValues(Protocol):
+    """Series to feed promtool: (series text, its values, or them already in promtool's
+    expanding notation) by `items()`, as a dict or replay's streaming store gives them."""
+
+    def items(self) -> Iterable[tuple[str, Sequence[float | None] | str]]: ...
 
 
 def series_text(name: str, labels: dict[str, str]) -> str:
@@ -42,15 +50,18 @@ def encode(values: Sequence[float | None]) -> str:
             out.append("_" if j == i else f"_x{j - i + 1}")
             i = j + 1
             continue
-        j, step = i, None
-        while j + 1 < len(values) and values[j + 1] is not None:
-            d = values[j + 1] - values[j]
+        j, last, step = i, v, None
+        while j + 1 < len(values):
+            following = values[j + 1]
+            if following is None:
+                break
+            d = following - last
             if step is None:
                 step = d
             elif d != step:
                 break
-            j += 1
-        if j == i:
+            j, last = j + 1, following
+        if j == i or step is None:
             out.append(_num(v))
         elif step == 0:
             out.append(f"{_num(v)}x{j - i}")
@@ -66,7 +77,7 @@ def _num(v: float) -> str:
 
 def write_alerts_test(
     path: Path,
-    series: dict[str, Sequence[float | None]],
+    series: SeriesValues,
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -219,7 +230,7 @@ class RuleRun:
 
 def run_alerts(
     groups: list[dict],
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -236,7 +247,7 @@ def run_alerts(
 
 def run_rules(
     groups: list[dict],
-    series: dict[str, Sequence[float | None]],
+    series: SeriesValues,
     interval: float,
     evaluation_interval: float,
     end: float,

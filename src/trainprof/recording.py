@@ -46,7 +46,7 @@ class RecordingError(ValueError):
 
 def open_recording(path: str, mode: str = "r") -> IO[str]:
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
+        return io.TextIOWrapper(gzip.GzipFile(path, mode + "b"), encoding="utf-8")
     return open(path, mode, encoding="utf-8")
 
 
@@ -93,7 +93,9 @@ def host_sample(record: dict[str, Any]) -> HostSample:
     """The HostSample of a host record (raises KeyError/TypeError/ValueError if malformed)."""
     gpus = []
     for g in record.get("gpus", []):
-        kwargs = {attr: float(g[key]) for key, attr in _GPU_FIELDS.items() if key in g}
+        kwargs: dict[str, Any] = {
+            attr: float(g[key]) for key, attr in _GPU_FIELDS.items() if key in g
+        }
         gpus.append(GpuSample(int(g["index"]), str(g.get("uuid", "")), **kwargs))
     return HostSample(
         timestamp=float(record["t"]),

@@ -17,8 +17,7 @@ import dataclasses
 import math
 
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
-from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules
-from trainprof.rules.config import RulesConfig, alerting
+from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
 from trainprof.rules.promql import quote
 
@@ -88,25 +87,7 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
-def _signals(config: RulesConfig, name: str) -> tuple[Signal, ...]:
-    return _compiled_signals(_compiled(config), name)
-
-
-def _compiled(config: RulesConfig) -> Compiled:
-    """The configuration's compiled rules; compiled once per configuration (a replay or a
-    report asks for each rule's signals several times)."""
-    cached = _COMPILED.get(id(config))
-    if cached is None or cached[0] is not config:
-        if len(_COMPILED) > 8:
-            _COMPILED.clear()
-        cached = _COMPILED[id(config)] = (config, compile_rules(config))
-    return cached[1]
-
-
-_COMPILED: dict[int, tuple[RulesConfig, Compiled]] = {}
-
-
-def _compiled_signals(compiled: Compiled, name: str) -> tuple[Signal, ...]:
+def _signals(compiled: Compiled, name: str) -> tuple[Signal, ...]:
     if compiled.rule(name) is None:
         return ()
     try:
@@ -116,7 +97,7 @@ def _compiled_signals(compiled: Compiled, name: str) -> tuple[Signal, ...]:
 
 
 def status_queries(
-    config: RulesConfig,
+    compiled: Compiled,
     training_job: str,
     namespace: str | None,
     builtins: dict[str, str],
@@ -142,8 +123,8 @@ def status_queries(
             False,
         ),
     }
-    for instance in alerting(config):
-        for i, signal in enumerate(_signals(config, instance.spec.name)):
+    for instance in compiled.alerting:
+        for i, signal in enumerate(_signals(compiled, instance.spec.name)):
             expr = interpolate(signal.expr, values, builtins)
             name = f"status.{instance.spec.name}.{i}"
             # The value at the end, and over the range for its extreme (a subquery over
@@ -164,13 +145,13 @@ def _scalar(results: Results, name: str) -> float | None:
     return None
 
 
-def decide(config: RulesConfig, name: str, fired: bool, results: Results) -> RuleStatus:
+def decide(compiled: Compiled, name: str, fired: bool, results: Results) -> RuleStatus:
     """The rule's status from `status_queries`' results (name -> [(labels, points)])."""
     samples = _scalar(results, "status.samples")
     steps = _scalar(results, "status.steps")
     ranks = _scalar(results, "status.ranks")
     gpus_per_node = _scalar(results, "status.gpus_per_node") or 0
-    instance = config.rule(name)
+    instance = compiled.config.rule(name)
     counts = instance.spec.datapoints if instance else "samples"
     if counts == "steps":
         datapoints = steps
@@ -178,7 +159,7 @@ def decide(config: RulesConfig, name: str, fired: bool, results: Results) -> Rul
         datapoints = steps if steps else ranks
     else:
         datapoints = samples
-    measure = _measure(config, name, results)
+    measure = _measure(compiled, name, results)
     count = None if datapoints is None else int(datapoints)
     if fired:
         return RuleStatus(FIRED, count, measure)
@@ -194,15 +175,15 @@ def decide(config: RulesConfig, name: str, fired: bool, results: Results) -> Rul
         return RuleStatus(NO_DATA, count, None, "no training steps recorded")
     if counts == "ranks" and not ranks and not steps:
         return RuleStatus(NO_DATA, count, None, "no training process recorded")
-    signals = _signals(config, name)
+    signals = _signals(compiled, name)
     if signals and measure is None:
         return RuleStatus(NO_DATA, count, None, "its input series were absent")
     return RuleStatus(QUIET, count, measure)
 
 
-def _measure(config: RulesConfig, name: str, results: Results) -> Measure | None:
+def _measure(compiled: Compiled, name: str, results: Results) -> Measure | None:
     """The first signal's value at the end (the worst series) and its closest approach."""
-    for i, signal in enumerate(_signals(config, name)):
+    for i, signal in enumerate(_signals(compiled, name)):
         worst = max if signal.threshold.fires == "above" else min
         lasts = _finite(results.get(f"status.{name}.{i}", []))
         peaks = _finite(results.get(f"status.{name}.{i}.peak", []), every=True)

@@ -46,7 +46,7 @@ from prometheus_client.registry import CollectorRegistry
 from trainprof import process
 from trainprof.identity import Identity, resolve
 from trainprof.metrics import TRAINING_IDENTITY
-from trainprof.timing import NOOP, Phase, Step, TimedIterable
+from trainprof.timing import NOOP, HotPath, Phase, Step, TimedIterable
 from trainprof.training_state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
 
 log = logging.getLogger("trainprof")
@@ -64,11 +64,14 @@ class Session:
     """
 
     def __init__(self) -> None:
-        self._state = TrainingState()
-        self._lock = threading.Lock()
-        self._tls = threading.local()
-        self._sync: Callable[[], Any] | None = None
-        self._offset = time.time() - perf_counter()
+        self._hot = HotPath(
+            TrainingState(),
+            offset=time.time() - perf_counter(),
+            error=self._error,
+            first_step=self._on_first_step,
+            current=current,
+        )
+        self._state = self._hot.state  # the same object: the session's own bookkeeping
         self._modes: dict[Any, tuple[str, str]] = {}
         self._bad_modes: set[str] = set()
         self._error_logged = False
@@ -80,10 +83,25 @@ class Session:
         self._file_sd: str | None = None
         self.system: Any = None  # the in-process system exporter, if started here
         self.recorder: Any = None  # StepRecorder, with start(record=...)
-        self._step_log: list | None = None
-        self._kernel: Any = None  # trace.live.KernelProfiler, with start(kernel_profile=...)
         self.started = False
         self.inert = False
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._hot.lock
+
+    @property
+    def _tls(self) -> threading.local:
+        return self._hot.tls
+
+    @property
+    def _sync(self) -> Callable[[], Any] | None:
+        return self._hot.sync
+
+    @property
+    def _kernel(self) -> Any:
+        """The kernel profiler (trace.live.KernelProfiler), with start(kernel_profile=...)."""
+        return self._hot.kernel
 
     # --- hot path ------------------------------------------------------------------------
 
@@ -98,7 +116,7 @@ class Session:
                 resolved = self._resolve_mode(mode)
                 if resolved is None:
                     return NOOP
-            return Step(self, resolved[0], resolved[1], samples, tokens)
+            return Step(self._hot, resolved[0], resolved[1], samples, tokens)
         except Exception:
             self._error()
             return NOOP
@@ -112,7 +130,7 @@ class Session:
             except TypeError:
                 self._error()
             return NOOP
-        return Phase(self, name)
+        return Phase(self._hot, name)
 
     def add(self, samples: float = 0, tokens: float = 0) -> None:
         if self.inert:
@@ -182,7 +200,7 @@ class Session:
         """This rank's metric families (what /metrics serves), rendered from a snapshot."""
         # Re-anchor perf_counter to the wall clock on every scrape, off the hot path, so
         # step timestamps follow NTP corrections.
-        self._offset = time.time() - perf_counter()
+        self._hot.offset = time.time() - perf_counter()
         with self._lock:
             snapshot = self._state.copy()
         name, version = self._framework or process.framework_info()
@@ -223,7 +241,7 @@ class Session:
             if gpus is not None:
                 state.set_gpus((str(i), str(u)) for i, u in gpus)
         self.identity = identity
-        self._sync = sync
+        self._hot.sync = sync
         self._gpus_explicit = gpus is not None
         self._framework = framework
         if gpus is None:
@@ -245,7 +263,7 @@ class Session:
                 "trainprof: cannot record to %s: %s; training goes on", path, e.strerror or e
             )
             return
-        self._step_log = self.recorder.log
+        self._hot.step_log = self.recorder.log
 
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
         from prometheus_client.exposition import start_http_server
@@ -276,10 +294,18 @@ class Session:
     def _announce(self, directory: str, identity: Identity) -> None:
         from trainprof import file_sd
 
+        port = self.port
+        if port is None:  # not serving: nothing for Prometheus to find
+            return
         try:
-            path = self._file_sd = file_sd.write(directory, self.port, identity.labels())
+            path = self._file_sd = file_sd.write(directory, port, identity.labels())
             owner = os.getpid()  # a forked DataLoader worker's exit must not remove it
-            atexit.register(lambda: os.getpid() == owner and file_sd.remove(path))
+
+            def remove_at_exit() -> None:
+                if os.getpid() == owner:
+                    file_sd.remove(path)
+
+            atexit.register(remove_at_exit)
         except OSError as e:
             log.warning("trainprof: cannot write the file_sd target in %s: %s", directory, e)
 
@@ -296,10 +322,10 @@ class Session:
         system, self.system = self.system, None
         if system is not None:
             system.stop()
-        recorder, self.recorder, self._step_log = self.recorder, None, None
+        recorder, self.recorder, self._hot.step_log = self.recorder, None, None
         if recorder is not None:
             recorder.close()
-        kernel, self._kernel = self._kernel, None
+        kernel, self._hot.kernel = self._hot.kernel, None
         if kernel is not None:
             kernel.close()
 
@@ -311,11 +337,11 @@ class Session:
         system, self.system = self.system, None
         if system is not None:
             system.abandon_in_forked_child()
-        recorder, self.recorder, self._step_log = self.recorder, None, None
+        recorder, self.recorder, self._hot.step_log = self.recorder, None, None
         if recorder is not None:
             recorder.abandon_in_forked_child()
-        self._kernel = None  # the profiler and its thread belong to the parent
-        self._lock = threading.Lock()
+        self._hot.kernel = None  # the profiler and its thread belong to the parent
+        self._hot.lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
             try:
@@ -343,12 +369,12 @@ class _Collector:
         return []
 
 
-_current = Session()
-
-
 def current() -> Session:
     """This process's session (started or not)."""
     return _current
+
+
+_current = Session()
 
 
 def step(
@@ -364,7 +390,7 @@ def step(
     resolved = session._modes.get(mode) if type(mode) is str else None
     if resolved is None or session.inert:
         return session.step(mode, samples, tokens)
-    return Step(session, resolved[0], resolved[1], samples, tokens)
+    return Step(session._hot, resolved[0], resolved[1], samples, tokens)
 
 
 def phase(name: str) -> Phase | Any:
@@ -375,7 +401,7 @@ def phase(name: str) -> Phase | Any:
     session = _current
     if session.inert or type(name) is not str:
         return session.phase(name)
-    return Phase(session, name)
+    return Phase(session._hot, name)
 
 
 def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:
@@ -490,7 +516,7 @@ def start(
             else os.environ.get("TRAINPROF_KERNEL_PROFILE")
         )
         if profile is not None:
-            session._kernel = _start_kernel_profiler(profile, identity)
+            session._hot.kernel = _start_kernel_profiler(profile, identity)
         record = record or os.environ.get("TRAINPROF_RECORD")
         if record:
             session._record(record, identity)

@@ -225,10 +225,11 @@ class TrainingState:
             stats = self.modes[mode] = StepStatistics(self.factors)
         duration = end - start
         stats.observe(duration if duration > 0.0 else 0.0)  # clocks can step backwards
-        if self.first_step_time is None:
+        last = self.last_step_time  # set with first_step_time, on the first step
+        if last is None:
             self.first_step_time = start
             self.last_step_time = end
-        elif end > self.last_step_time:
+        elif end > last:
             self.last_step_time = end
 
     def observe_phase(self, name: str, seconds: float) -> str:

@@ -13,14 +13,19 @@ import signal
 import ssl
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 
-def add_parser(commands) -> None:
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     actions = commands.add_parser(
         "actions", help="StopTraining: an Alertmanager webhook receiver that stops jobs"
     )
+    actions.set_defaults(run=run)
     sub = actions.add_subparsers(dest="actions_command", metavar="SUBCOMMAND", required=True)
     serve = sub.add_parser("serve", help="receive Alertmanager webhooks and act on them")
     serve.add_argument(
@@ -52,6 +57,7 @@ def add_parser(commands) -> None:
         metavar="NS",
         help="namespace the receiver runs in (default: trainprof)",
     )
+    return actions
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +134,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
             )
             return EXIT_BAD_INPUT
     client = None
-    if config.kubernetes:
+    if config.kubernetes and api_url:  # resolve_api_url gave one for every kubernetes target
         try:
             client = kubernetes.Client(
                 api_url, config.kubernetes.token_file, config.kubernetes.ca_file
@@ -159,7 +165,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
         )
         log.close()
         return EXIT_FAILED
-    host, port = server.server_address[:2]
+    host, port = server.socket.getsockname()[:2]
     log.write(
         "start",
         listen=f"{host}:{port}",

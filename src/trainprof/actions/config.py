@@ -31,8 +31,8 @@ import dataclasses
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, TypeGuard
 
 from trainprof.actions import kubernetes, local
 from trainprof.durations import parse_duration
@@ -112,12 +112,11 @@ def _kind(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return str(value).lower()
-    return {dict: "a mapping", list: "a list", str: f"the string {value!r}"}.get(
-        type(value), f"{type(value).__name__} {value!r}"
-    )
+    kinds: dict[type, str] = {dict: "a mapping", list: "a list", str: f"the string {value!r}"}
+    return kinds.get(type(value), f"{type(value).__name__} {value!r}")
 
 
-def _is_one_of(value: Any, choices) -> bool:
+def _is_one_of(value: Any, choices: Collection[str]) -> TypeGuard[str]:
     return isinstance(value, str) and value in choices
 
 
@@ -364,7 +363,8 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
     job_patterns = c.string_list(allow, "training_jobs", "allow.training_jobs")
     training_jobs = c.patterns(job_patterns, "allow.training_jobs")
 
-    signal, local_jobs, target = "SIGTERM", {}, None
+    signal, target = "SIGTERM", None
+    local_jobs: dict[str, Any] = {}
     if "local" in data and "kubernetes" in data:
         c.problem("kubernetes", "configure one target: local or kubernetes, not both")
     elif "local" in data:
@@ -441,6 +441,8 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
             raise ConfigError(
                 [Problem(path, f"environment variable {config.token_env} is not set")], source
             )
+    elif config.token_file is None:
+        raise ConfigError([Problem("", "configure token_file or token_env")], source)
     else:
         path = "token_file"
         try:
@@ -473,6 +475,8 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
 
 
 def resolve_api_url(config: ActionsConfig, source: str = "configuration") -> str:
+    if config.kubernetes is None:
+        raise ValueError("the configuration has no kubernetes target")
     url = config.kubernetes.api_url or kubernetes.in_cluster_url()
     if url is None:
         raise ConfigError(

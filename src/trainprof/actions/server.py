@@ -222,6 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "trainprof-actions"
     sys_version = ""
     timeout = 10  # seconds a client may take per read: no slow-loris threads
+    server: ActionsHTTPServer
 
     def do_POST(self):
         self.server.receiver.post(self)

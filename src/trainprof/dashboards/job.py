@@ -517,8 +517,9 @@ def variables(config: RulesConfig | None = None) -> list[core.Template]:
     ]
 
 
-def dashboard(config: RulesConfig) -> core.Dashboard:
-    compiled = compile_rules(config)
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+    """The job dashboard; `compiled` is `config` compiled, if the caller has it already."""
+    compiled = compiled or compile_rules(config)
     scope = Scope(config, JOB_VARIABLES)
     rows = [
         summary_row(scope, compiled),

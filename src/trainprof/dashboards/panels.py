@@ -62,9 +62,9 @@ class _CurrentPanel(core.Panel):
     """A panel written in the current Grafana model (`type`, `options`, `fieldConfig`), for
     panel types grafanalib only knows in their pre-Grafana-8 shape (heatmap, bar gauge)."""
 
-    type = attr.ib(default="")
-    options = attr.ib(factory=dict)
-    fieldConfig = attr.ib(factory=dict)
+    type: str = attr.ib(default="")
+    options: dict[str, Any] = attr.ib(factory=dict)
+    fieldConfig: dict[str, Any] = attr.ib(factory=dict)
 
     def to_json_data(self):
         return self.panel_json(
@@ -270,7 +270,9 @@ def heatmap(
     h: int = 8,
 ) -> _CurrentPanel:
     """A heatmap of a Prometheus histogram's buckets (`query` in heatmap format)."""
-    return _CurrentPanel(
+    # grafanalib has no type information: mypy sees only _CurrentPanel's own attrs fields,
+    # not those (title, targets, ...) it inherits from core.Panel.
+    return _CurrentPanel(  # type: ignore[call-arg]
         type="heatmap",
         title=title,
         description=description,
@@ -319,7 +321,9 @@ def bargauge(
         "color": {"mode": "continuous-BlYlRd"},
         "thresholds": {"mode": "absolute", "steps": threshold_steps(None)},
     }
-    return _CurrentPanel(
+    # grafanalib has no type information: mypy sees only _CurrentPanel's own attrs fields,
+    # not those (title, targets, ...) it inherits from core.Panel.
+    return _CurrentPanel(  # type: ignore[call-arg]
         type="bargauge",
         title=title,
         description=description,

@@ -17,9 +17,13 @@ import re
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, positive_int
 from trainprof.exporter.sources import COLLECTORS, DISK_EXCLUDE, NETWORK_EXCLUDE
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -30,8 +34,31 @@ _LEVELS = {
 log = logging.getLogger("trainprof.exporter")
 
 
-def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
-    """The exporter's flags; `duration` parses a DURATION argument."""
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
+    """`trainprof exporter`, and `trainprof record FILE`: the exporter writing a recording."""
+    exporter = commands.add_parser(
+        "exporter", help="sample the host and its GPUs and serve /metrics for the rules"
+    )
+    add_arguments(exporter)
+    exporter.set_defaults(run=run)
+    record = commands.add_parser(
+        "record",
+        help="record this host's samples for `trainprof replay` (the exporter, "
+        "writing every sample to FILE; it serves /metrics too)",
+    )
+    record.add_argument(
+        "output",
+        metavar="FILE",
+        help="recording to write (.jsonl, or .jsonl.gz compressed); add the "
+        "training ranks' steps with trainprof.start(record=...)",
+    )
+    add_arguments(record)
+    record.set_defaults(run=_run_record)
+    return exporter
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The exporter's flags."""
     web = parser.add_argument_group("web")
     web.add_argument(
         "--web.listen-address",
@@ -56,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
     web.add_argument(
         "--web.max-connections",
         dest="max_connections",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         metavar="N",
         help="refuse new connections (503) beyond N open ones (default 64)",
@@ -128,14 +155,17 @@ def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _run_record(args: argparse.Namespace) -> int:
+    if args.record is not None and args.record != args.output:
+        print(
+            f"error: trainprof record writes to its FILE argument ({args.output}); "
+            f"--record {args.record} is the exporter's option (trainprof exporter "
+            "--record FILE): give one file, as `trainprof record FILE`",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    args.record = args.output
+    return run(args)
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:

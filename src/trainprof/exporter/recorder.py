@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import IO
 
 from trainprof import recording
 from trainprof._version import __version__
@@ -32,10 +33,11 @@ class Recorder:
         self.path = path
         self._node = node
         self._clock = clock
-        self._stream = recording.open_recording(path, "w")
-        self._writer = recording.Writer(self._stream)
+        stream = recording.open_recording(path, "w")
+        self._stream: IO[str] | None = stream  # None once closed or abandoned
+        self._writer = recording.Writer(stream)
         self._writer.write(recording.meta(datapoint_interval, f"trainprof {__version__}"))
-        self._stream.flush()
+        stream.flush()
         self._flushed = clock()
         self.records = 0
 
@@ -70,7 +72,8 @@ class Recorder:
 
     def _abandon(self) -> None:
         try:
-            self._stream.close()
+            if self._stream is not None:
+                self._stream.close()
         except OSError:
             pass
         self._stream = None

@@ -17,6 +17,7 @@ import socket
 import socketserver
 import ssl
 import threading
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 from trainprof._version import __version__
@@ -217,7 +218,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     bodies: ScrapeBodies
     web: WebConfig
     telemetry_path: str
-    timeout: float
+    timeout: ClassVar[float]
 
     def setup(self) -> None:
         self.request.settimeout(self.timeout)

@@ -26,7 +26,7 @@ from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.timeline import Step, Timeline, scrape
 from trainprof.rule_status import RuleStatus, decide, status_queries
-from trainprof.rules.compiler import compile_rules
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
 from trainprof.sampling import BottleneckGrid, HostSample
@@ -73,7 +73,8 @@ class Query:
 
 
 # (resolved configuration, training_job, seconds replayed) -> {name: Query}
-QueryBuilder = Callable[[RulesConfig, str, float], Mapping[str, Query]]
+# Given the compiled rules, the job's name and the seconds replayed: the queries to evaluate.
+QueryBuilder = Callable[[Compiled, str, float], Mapping[str, Query]]
 Samples = list[tuple[dict[str, str], float]]
 
 
@@ -92,10 +93,14 @@ class ReplayResult:
     scrape_interval: float
     evaluation_interval: float
     notes: list[str]
+    compiled: Compiled  # the rules as replayed
     training_job: str = ""
-    config: RulesConfig | None = None
     # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def config(self) -> RulesConfig:
+        return self.compiled.config
 
     def as_json(self) -> dict:
         """Exactly the documented contract: {"rules": {"<Rule>": {"fired", "status",
@@ -161,6 +166,7 @@ def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
     first, last = span
     far = 0
     for node, samples in timeline.hosts.items():
+        kept: Sequence[HostSample]
         if isinstance(samples, CompactSamples):
             kept = samples.select(first, last)
         else:
@@ -310,7 +316,9 @@ def _recording_timeline(
             f"skipped {duplicates} duplicated record(s) (a sample or step recorded twice, "
             "as in a copied file)"
         )
-    by_node = {n: sorted(s.values(), key=lambda x: x.timestamp) for n, s in hosts.items()}
+    by_node: dict[str, Sequence[HostSample]] = {
+        n: sorted(s.values(), key=lambda x: x.timestamp) for n, s in hosts.items()
+    }
     if not any(by_node.values()) and not steps and not starts:
         raise ReplayError(
             f"{source}: the recording holds no host samples and no steps"
@@ -336,8 +344,8 @@ def replay(
     queries: QueryBuilder | None = None,
     query_points: int = 200,
 ) -> ReplayResult:
-    """Replay `source` through the compiled rules. `queries`, given the resolved
-    configuration, the job's name and the seconds replayed, names extra PromQL to evaluate
+    """Replay `source` through the compiled rules. `queries`, given the compiled rules, the
+    job's name and the seconds replayed, names extra PromQL to evaluate
     over the same series and rules: at the end, or at about `query_points` times."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
@@ -377,14 +385,14 @@ def replay(
     asked = {
         name: (expr, status_times if over_time else [scraped.end])
         for name, (expr, over_time) in _status_queries(
-            config, timeline.training_job, scraped.end, STATUS_POINTS
+            compiled, timeline.training_job, scraped.end, STATUS_POINTS
         ).items()
     }
     if queries is not None:
         asked.update(
             {
                 name: (q.expr, times if q.over_time else [scraped.end])
-                for name, q in queries(config, timeline.training_job, scraped.end).items()
+                for name, q in queries(compiled, timeline.training_job, scraped.end).items()
             }
         )
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -417,7 +425,7 @@ def replay(
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
     for name, verdict in verdicts.items():
-        verdict.status = decide(config, name, verdict.fired, answers)
+        verdict.status = decide(compiled, name, verdict.fired, answers)
         if verdict.status.reason:
             notes.append(
                 f"{name}: {verdict.status.status.replace('_', ' ')}: {verdict.status.reason}"
@@ -444,7 +452,7 @@ def replay(
         evaluation_interval=evaluation,
         notes=notes,
         training_job=timeline.training_job,
-        config=config,
+        compiled=compiled,
         queries={
             name: {scraped.start + t: samples for t, samples in by_time.items()}
             for name, by_time in run.queries.items()
@@ -472,13 +480,14 @@ def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:
         )
 
 
-def _status_queries(config: RulesConfig, job: str, seconds: float, points: int):
+def _status_queries(
+    compiled: Compiled, job: str, seconds: float, points: int
+) -> dict[str, tuple[str, bool]]:
     from trainprof.report.queries import grafana_builtins
 
-    step = query_step(seconds, config.scrape_interval, points)
-    return status_queries(
-        config, job, None, grafana_builtins(seconds, step, config.scrape_interval)
-    )
+    interval = compiled.config.scrape_interval
+    step = query_step(seconds, interval, points)
+    return status_queries(compiled, job, None, grafana_builtins(seconds, step, interval))
 
 
 def _grouped(by_time: dict[float, Samples]) -> list[tuple[dict[str, str], list]]:

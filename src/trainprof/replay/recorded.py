@@ -73,12 +73,13 @@ def host_sample(record: dict[str, Any], where: str, damage: Damage) -> HostSampl
     if not timestamp_ok(sample.timestamp):
         damage.skip("with a timestamp outside 2000..2100", where)
         return None
-    lists = []
+    lists: list[list[float]] = []
     for values in (sample.cpu_utilization, sample.cpu_iowait):
         checked = [ratio(v, where, damage, "values") for v in values]
-        if any(v is None for v in checked):
+        kept = [v for v in checked if v is not None]
+        if len(kept) != len(checked):
             return None
-        lists.append(checked)
+        lists.append(kept)
     sample.cpu_utilization, sample.cpu_iowait = lists
     if sample.memory_used_ratio is not None:
         sample.memory_used_ratio = ratio(sample.memory_used_ratio, where, damage, "values")

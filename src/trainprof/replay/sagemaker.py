@@ -25,6 +25,7 @@ import json
 import operator
 import os
 import re
+from collections.abc import Sequence
 
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import EARLIEST, LATEST, Damage, ratio, timestamp_ok
@@ -57,7 +58,7 @@ class ProfilerOutput:
 
 @dataclasses.dataclass
 class SystemSamples:
-    by_node: dict[str, list[HostSample]]
+    by_node: dict[str, Sequence[HostSample]]
     lines: int = 0
     unused: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -239,7 +240,7 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
         seen[digest] = path
         parsed, numbers = _events(path, text, damage)
         out.lines += len(parsed)
-        events = []
+        events: list[tuple[str, float, str, int, float]] = []
         append = events.append
         for i, e in enumerate(parsed):
             try:
@@ -262,9 +263,10 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
                 damage.skip("with a timestamp outside 2000..2100", _where(path, i, numbers))
                 continue
             if not 0.0 <= value <= 1.0:
-                value = ratio(value, _where(path, i, numbers), damage, "values")
-                if value is None:
+                clamped = ratio(value, _where(path, i, numbers), damage, "values")
+                if clamped is None:
                     continue
+                value = clamped
             append((node if type(node) is str else str(node), ts, kind, index, value))
         # Lines of one sample come in varying order; sort each file by time.
         events.sort(key=operator.itemgetter(0, 1))
@@ -319,12 +321,13 @@ def read_steps(found: ProfilerOutput, damage: Damage | None = None) -> list[Step
     for _, node, rank, path in found.trace_files:
         try:
             events = _trace(path)
-        except SourceError as e:
-            damage.skip("files not readable as traces", str(e))
+        except SourceError as error:
+            damage.skip("files not readable as traces", str(error))
             continue
         base = 0
         for e in events:
-            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            given = e.get("args")
+            args: dict = given if isinstance(given, dict) else {}
             if e.get("ph") == "M" and "start_time_since_epoch_in_micros" in args:
                 try:
                     base = int(args["start_time_since_epoch_in_micros"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from typing import IO
 
 from trainprof.promtool import series_text
 
@@ -49,7 +50,7 @@ class _Run:
         if self.start is None:
             return 0
         v, n, step = self.start, self.n, self.step
-        if n == 0:
+        if n == 0 or step is None:
             token = _num(v)
         elif step == 0:
             token = f"{_num(v)}x{n}"
@@ -78,7 +79,7 @@ class SeriesStore:
         self._bytes = 0
         self._budget = budget
         self._spill_dir = spill_dir
-        self._spill = None
+        self._spill: IO[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -122,11 +123,12 @@ class SeriesStore:
     def _spill_all(self) -> None:
         if self._spill is None:
             self._spill = tempfile.TemporaryFile(mode="w+b", dir=self._spill_dir)
+        spill = self._spill
         for run in self._runs:
             if run.tokens:
                 data = (" ".join(run.tokens) + " ").encode()
-                offset = self._spill.seek(0, 2)
-                self._spill.write(data)
+                offset = spill.seek(0, 2)
+                spill.write(data)
                 run.chunks.append((offset, len(data)))
                 run.tokens = []
         self._bytes = 0
@@ -140,6 +142,7 @@ class SeriesStore:
                 run.next = self.count
             parts = []
             for offset, length in run.chunks:
+                assert self._spill is not None  # chunks exist only once spilled
                 self._spill.seek(offset)
                 parts.append(self._spill.read(length).decode())
             yield text, "".join(parts) + " ".join(run.tokens)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from trainprof.replay.series_store import SeriesStore
 from trainprof.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
@@ -47,7 +47,7 @@ class Step:
 class Timeline:
     """What happened on each host and in each training process (rank)."""
 
-    hosts: dict[str, list[HostSample]]
+    hosts: dict[str, Sequence[HostSample]]
     training_job: str
     datapoint_interval: float
     steps: list[Step] = dataclasses.field(default_factory=list)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
+    from trainprof.report.collect import Collected
 
 
-def add_parser(commands) -> argparse.ArgumentParser:
-    from trainprof.cli import _duration
-
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="a self-contained HTML profiling report of one job",
@@ -24,6 +27,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
         "framework metrics, rules summary, the rules that fired) for one job, as "
         "a single HTML file that needs no network to view.",
     )
+    report.set_defaults(run=run)
     source = report.add_mutually_exclusive_group()
     source.add_argument(
         "--prometheus",
@@ -69,7 +73,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     report.add_argument(
         "--scrape-interval",
-        type=_duration,
+        type=duration,
         metavar="DURATION",
         help="scrape interval (replay: to replay at, default 15s; "
         "Prometheus: the server's, default the configuration's)",
@@ -115,10 +119,10 @@ def add_parser(commands) -> argparse.ArgumentParser:
     return report
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from trainprof.promtool import PromtoolError
     from trainprof.replay import ReplayError
-    from trainprof.report import ReportError, build, from_prometheus, from_replay, render
+    from trainprof.report import ReportError, build, from_replay, render
     from trainprof.rules.config import ConfigError
 
     if args.replay is None and args.prometheus is None and not args.trace:
@@ -141,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
                 training_job=args.job,
             )
         else:
-            collected = _from_prometheus(args, from_prometheus)
+            collected = _from_prometheus(args)
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -215,8 +219,8 @@ def _trace_only_report(args: argparse.Namespace, kernels):
     )
 
 
-def _from_prometheus(args, from_prometheus):
-    from trainprof.report import ReportError
+def _from_prometheus(args: argparse.Namespace) -> Collected:
+    from trainprof.report import ReportError, from_prometheus
     from trainprof.report.collect import parse_time, read_access
     from trainprof.rules.files import read_config
 

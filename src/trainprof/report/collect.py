@@ -14,11 +14,14 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
+from typing import Any
 
 from trainprof.dashboards.queries import PRESENCE
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rule_status import decide, status_queries
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
 
@@ -43,11 +46,15 @@ class Collected:
     start: float
     end: float
     step: float
-    config: RulesConfig
+    compiled: Compiled  # the rules the job was watched with, compiled once for the report
     queries: dict[str, ReportQuery]
     results: dict[str, Series]
     verdicts: dict[str, Verdict]
     notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def config(self) -> RulesConfig:
+        return self.compiled.config
 
 
 # Queries whose values are Unix times (x scale): replay shifts them to promtool's clock.
@@ -72,9 +79,9 @@ def from_replay(
     rules and evaluate the report's queries over it with promtool."""
     asked: dict[str, ReportQuery] = {}
 
-    def build(config: RulesConfig, job: str, seconds: float) -> dict[str, Query]:
-        step = query_step(seconds, config.scrape_interval, POINTS)
-        asked.update(resolved(config, job, None, seconds, step))
+    def build(compiled: Compiled, job: str, seconds: float) -> dict[str, Query]:
+        step = query_step(seconds, compiled.config.scrape_interval, POINTS)
+        asked.update(resolved(compiled, job, None, seconds, step))
         return {name: Query(q.expr, q.over_time) for name, q in asked.items()}
 
     result = replay(
@@ -111,7 +118,7 @@ def from_replay(
         start=result.start,
         end=result.end,
         step=query_step(seconds, result.scrape_interval, POINTS),
-        config=result.config,
+        compiled=result.compiled,
         queries=asked,
         results=results,
         verdicts={
@@ -158,7 +165,7 @@ def read_access(
     bearer_token_file: str | None = None,
     basic_auth_user: str | None = None,
     basic_auth_password_file: str | None = None,
-    headers: list[str] = (),
+    headers: Sequence[str] = (),
     ca_file: str | None = None,
     cert_file: str | None = None,
     key_file: str | None = None,
@@ -222,7 +229,8 @@ class Prometheus:
         self.access = access or Access()
         self._context = self.access.context() if parsed.scheme == "https" else None
 
-    def _get(self, path: str, params: dict[str, str]) -> dict:
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        """The `data` of Prometheus' answer: a dict for queries, a list for label values."""
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers=self.access.headers)
         try:
@@ -405,27 +413,28 @@ def from_prometheus(
     if _extreme(api, "max", presence, end - start, end) is None:
         raise ReportError(_no_such_job(api, training_job, namespace, "in that time range"))
 
-    queries = resolved(config, training_job, namespace, end - start, step)
+    compiled = compile_rules(config)
+    queries = resolved(compiled, training_job, namespace, end - start, step)
     results: dict[str, Series] = {}
     for name, q in queries.items():
         results[name] = (
             api.range(q.expr, start, end, step) if q.over_time else api.instant(q.expr, end)
         )
-    verdicts = _verdicts(api, config, training_job, namespace, start, end)
+    verdicts = _verdicts(api, compiled, training_job, namespace, start, end)
     builtins = grafana_builtins(end - start, step, config.scrape_interval)
     for name, (expr, over_time) in status_queries(
-        config, training_job, namespace, builtins
+        compiled, training_job, namespace, builtins
     ).items():
         results[name] = api.range(expr, start, end, step) if over_time else api.instant(expr, end)
     for name, verdict in verdicts.items():
-        verdict.status = decide(config, name, verdict.fired, results)
+        verdict.status = decide(compiled, name, verdict.fired, results)
     return Collected(
         training_job=training_job,
         source=f"Prometheus at {api.url}",
         start=start,
         end=end,
         step=step,
-        config=config,
+        compiled=compiled,
         queries=queries,
         results=results,
         verdicts=verdicts,
@@ -508,17 +517,22 @@ def _no_such_job(api: Prometheus, job: str, namespace: str | None, where: str) -
 
 
 def _verdicts(
-    api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
+    api: Prometheus,
+    compiled: Compiled,
+    job: str,
+    namespace: str | None,
+    start: float,
+    end: float,
 ) -> dict[str, Verdict]:
     """Each rule's alerts with the evaluation at which each started firing, derived from the
     alert's own expression and `for:` over the range (stored ALERTS samples can be missing,
     and are only seen to a query step)."""
     from trainprof.durations import parse_duration
-    from trainprof.rules.compiler import compile_rules
 
+    config = compiled.config
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
     slack: dict[str, float] = {i.spec.name: 0.0 for i in alerting(config)}
-    for group in compile_rules(config).groups:
+    for group in compiled.groups:
         step = max(parse_duration(group["interval"]), (end - start) / 10_000)
         for rule in group["rules"]:
             name = (rule.get("labels") or {}).get("rule")
@@ -586,7 +600,8 @@ def _firing_edges(times: list[float], step: float, hold: float) -> list[float]:
     """When an alert true at `times` (evaluations `step` apart) started firing: as
     Prometheus does, the first evaluation at least `hold` after it became active, without
     a gap."""
-    edges, active, firing, previous = [], None, False, None
+    edges: list[float] = []
+    active, firing, previous = 0.0, False, None
     for t in sorted(times):
         if previous is None or t - previous > step * 1.5:
             active, firing = t, False

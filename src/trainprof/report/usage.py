@@ -73,7 +73,8 @@ def stats(buckets: list[tuple[float, float]]) -> dict[str, float] | None:
                 low = le if le <= 0 else previous_le
             high = previous_le if math.isinf(le) else le
         previous_le, previous_count = le, count
-    out["min"], out["max"] = low, high
+    # A histogram with samples has a bucket that gained some: low and high are set.
+    out["min"], out["max"] = low or 0.0, high or 0.0
     return out
 
 

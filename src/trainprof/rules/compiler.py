@@ -228,7 +228,11 @@ def _state_rules(compiled: list[CompiledRule]) -> list[dict[str, Any]]:
 def _inline(expr: str, recordings: dict[str, str]) -> str:
     for name, body in recordings.items():
         pattern = re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:{{])")
-        expr = pattern.sub(lambda _, body=body: f"({body})", expr)
+
+        def parenthesised(_: re.Match[str], body: str = body) -> str:
+            return f"({body})"
+
+        expr = pattern.sub(parenthesised, expr)
     return expr
 
 

@@ -405,7 +405,7 @@ class _Loader:
 
     def report_params(self, path, params) -> dict[str, tuple[str, dict]]:
         """Split ProfilerReport's `<Rule>_<param>` overrides onto every catalog rule."""
-        per_rule = {spec.name: {} for spec in catalog.CATALOG}
+        per_rule: dict[str, dict[str, Any]] = {spec.name: {} for spec in catalog.CATALOG}
         scan = None
         for key, value in params.items():
             key = str(key)

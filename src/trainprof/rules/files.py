@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from trainprof.rules import sdk
-from trainprof.rules.compiler import Compiled, compile_rules
-from trainprof.rules.config import ConfigError, Problem, RulesConfig, default_config, load_config
+from trainprof.rules.compiler import Compiled
+from trainprof.rules.config import ConfigError, Problem, RulesConfig, load_config
 
 FORMATS = ("rules", "prometheusrule", "helm-values")
 OUTPUT_NAMES = {
@@ -87,7 +87,3 @@ def render(
 
         return helm_values(compiled, generator)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
-
-
-def default_rules_text(fmt: str, generator: str) -> str:
-    return render(compile_rules(default_config()), fmt, generator)

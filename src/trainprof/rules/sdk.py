@@ -167,10 +167,10 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
     except SyntaxError as e:
         return Extracted({}, [(f"{filename}:{e.lineno}", f"not valid Python: {e.msg}")], [])
 
-    def where(node: ast.AST) -> str:
+    def where(node: ast.expr | ast.stmt) -> str:
         return f"{filename}:{node.lineno}"
 
-    def literal(node: ast.AST, what: str) -> Any:
+    def literal(node: ast.expr, what: str) -> Any:
         try:
             return ast.literal_eval(node)
         except ValueError:
@@ -263,7 +263,7 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
                         f"{where(node)}: actions are not compiled into rules; "
                         "see `trainprof actions` for StopTraining"
                     )
-            entry = {"rule": cfg[0]}
+            entry: dict[str, Any] = {"rule": cfg[0]}
             if params:
                 entry["parameters"] = params
             if isinstance(base, ast.Name):

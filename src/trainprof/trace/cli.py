@@ -9,15 +9,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 
-def add_parser(commands) -> None:
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     trace = commands.add_parser(
         "trace", help="kernel-level summaries of PyTorch profiler (Kineto) traces"
     )
+    trace.set_defaults(run=run)
     sub = trace.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
     summarize = sub.add_parser(
         "summarize",
@@ -31,6 +35,7 @@ def add_parser(commands) -> None:
     summarize.add_argument(
         "--top", type=int, default=15, metavar="N", help="kernels to list (default: 15)"
     )
+    return trace
 
 
 def load_traces(paths: list[str]) -> tuple[list, list[str]]:
