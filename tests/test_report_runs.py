@@ -81,3 +81,19 @@ def test_an_earlier_run_is_reported_when_asked_for(two_runs):
     assert (by_time.start, by_time.end) == (by_number.start, by_number.end)
     with pytest.raises(ReportError, match=r"--run 3: no such run; the runs are 1 \("):
         from_prometheus(base, JOB, default_config(), now=now, run="3")
+
+
+def test_the_cli_reports_the_run_asked_for(two_runs, tmp_path):
+    import sys
+
+    base, now, first, second = two_runs
+    out = tmp_path / "r.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", "report", "--prometheus", base, "--job", JOB]
+        + ["--run", "1", "--to", f"{now:.0f}", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "This report covers run 1" in result.stderr

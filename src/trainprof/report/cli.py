@@ -50,6 +50,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     report.add_argument("--namespace", metavar="NAME", help="namespace of the job, if any")
     report.add_argument(
         "--run",
+        dest="job_run",  # args.run is the sub-command's entry point
         metavar="N|TIME",
         help="with --prometheus, which run of a job name used more than once (a "
         "resubmitted job): its number as the report's note lists them, or its start time "
@@ -252,5 +253,5 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         namespace=args.namespace,
         now=now,
         access=access,
-        run=args.run,
+        run=args.job_run,
     )
