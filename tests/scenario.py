@@ -117,7 +117,7 @@ def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
     steps = int(round(duration / scrape))
     table: dict[str, list[float | None]] = {}
     for name in sorted(case.get("hosts", {})):
-        every = parse_duration(case["hosts"][name].get("sample_every", datapoint))
+        every = parse_duration(case["hosts"][name].get("sample_every", f"{datapoint}s"))
         acc = SampleAccumulator(every, identity=host_labels(case, name), grid=exporter_grid(case))
         samples = host_samples(case, name, every, duration)
         pending = next(samples, None)

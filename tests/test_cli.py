@@ -70,7 +70,8 @@ def test_compile_reads_stdin_and_honours_scrape_interval():
         "-",
         "--scrape-interval",
         "1m",
-        stdin="rules: [GPUMemoryIncrease]\n",
+        # a window the user wrote: only what the user wrote is warned about
+        stdin="rules: [{rule: GPUMemoryIncrease, parameters: {window: 10}}]\n",
     )
     assert result.returncode == 0, result.stderr
     assert "[2m]" in result.stdout and "using 2m" in result.stderr

@@ -25,9 +25,21 @@ from trainprof.cliargs import EXIT_FAILED
 
 _OPTIONAL_MODULES = {"yaml", "grafanalib", "psutil", "pynvml"}
 _MISSING_EXTRA = (
-    "{module} is not installed. Install the command-line tools with:\n"
-    "    pip install 'trainprof[all]'"
+    "{module} is not installed. Install {what} with:\n    pip install 'trainprof[{extra}]'"
 )
+_EXPORTER_COMMANDS = ("exporter", "record")
+
+
+def _missing_extra(module: str | None, command: str) -> str:
+    """What to install for a missing optional module: the exporter needs only its extra.
+
+    >>> print(_missing_extra("pynvml", "exporter"))
+    pynvml is not installed. Install the exporter with:
+        pip install 'trainprof[exporter]'
+    """
+    if command in _EXPORTER_COMMANDS:
+        return _MISSING_EXTRA.format(module=module, what="the exporter", extra="exporter")
+    return _MISSING_EXTRA.format(module=module, what="the command-line tools", extra="all")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as e:
         if e.name not in _OPTIONAL_MODULES:
             raise
-        print(_MISSING_EXTRA.format(module=e.name), file=sys.stderr)
+        print(_missing_extra(e.name, args.command), file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
         return EXIT_FAILED

@@ -36,11 +36,19 @@ not relabel):
     ...                 hostname="n1")
     >>> ident.labels()
     {'training_job': 'bert', 'node': 'n1', 'rank': '3', 'local_rank': '1'}
+
+The system exporter follows the same policy for the two labels it carries (`exporter_labels`),
+so under SLURM, torchrun or Kubernetes its `node` and `training_job` are the ranks' own:
+
+    >>> exporter_labels(env={"SLURMD_NODENAME": "gpu-n3", "SLURM_JOB_NAME": "bert",
+    ...                      "SLURM_JOB_ID": "812"}, hostname="gpu-n3.cluster.local")
+    {'training_job': 'bert-812', 'node': 'gpu-n3'}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -197,3 +205,40 @@ def resolve(
         sources=sources,
         problems=tuple(problems),
     )
+
+
+def exporter_labels(
+    node: str | None = None,
+    training_job: str | None = None,
+    env: Mapping[str, str] | None = None,
+    hostname: str | None = None,
+) -> dict[str, str]:
+    """The system exporter's identity labels (training_job, node), by `resolve`'s policy.
+
+    A flag given as "" means the label is not emitted at all (a deployment where scrape
+    relabelling attaches it).
+    """
+    ident = resolve(
+        training_job=training_job or None,
+        node=node or None,
+        env=os.environ if env is None else env,
+        hostname=hostname,
+    )
+    labels = {}
+    if training_job != "" and ident.training_job:
+        labels["training_job"] = bounded_label_value(ident.training_job)
+    if node != "" and ident.node:
+        labels["node"] = bounded_label_value(ident.node)
+    return labels
+
+
+def describe(labels: Mapping[str, str], env: Mapping[str, str] | None = None) -> str:
+    """One log line saying which identity labels are emitted and why."""
+    env = os.environ if env is None else env
+    shown = ", ".join(f"{k}={v!r}" for k, v in labels.items()) or "none"
+    where = (
+        "inside Kubernetes: relabelling attaches the others"
+        if env.get("KUBERNETES_SERVICE_HOST")
+        else "outside Kubernetes"
+    )
+    return f"identity labels: {shown} ({where})"

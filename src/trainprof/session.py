@@ -256,7 +256,13 @@ class Session:
         node = identity.node or socket.gethostname()
         try:
             self.recorder = StepRecorder(
-                path, node, rank, self._state.start_time, f"trainprof {__version__}"
+                path,
+                node,
+                rank,
+                self._state.start_time,
+                f"trainprof {__version__}",
+                training_job=identity.training_job,
+                phases=self._phase_totals,
             )
         except OSError as e:
             log.warning(
@@ -266,18 +272,18 @@ class Session:
         self._hot.step_log = self.recorder.log
 
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
-        from prometheus_client.exposition import start_http_server
+        from trainprof import rank_server
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
         failures = []
         for port in ports:
             try:
-                server, _thread = start_http_server(port, addr=addr, registry=registry)
+                server = rank_server.serve(registry, addr, port)
             except OSError as e:
                 failures.append(f"{port} ({e.strerror or e})")
                 continue
-            self.server, self.port = server, server.server_port
+            self.server, self.port = server, server.address[1]
             if failures:
                 log.warning(
                     "trainprof: port %s in use; serving rank metrics on port %d instead",
@@ -290,6 +296,10 @@ class Session:
             "(training goes on)",
             ", ".join(failures),
         )
+
+    def _phase_totals(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._state.phases)
 
     def _announce(self, directory: str, identity: Identity) -> None:
         from trainprof import file_sd
@@ -317,8 +327,7 @@ class Session:
             file_sd.remove(file_sd_path)
         server, self.server, self.port = self.server, None, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
         system, self.system = self.system, None
         if system is not None:
             system.stop()
@@ -344,10 +353,7 @@ class Session:
         self._hot.lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
-            try:
-                server.socket.close()
-            except OSError:
-                pass
+            server.close_socket()
 
 
 class _Collector:

@@ -93,6 +93,15 @@ def canonical_mode(name: str) -> str:
         ) from None
 
 
+def _count(what: str, n: float) -> float:
+    """A finite, non-negative amount to add to a counter; one NaN or infinity would stay in
+    the counter forever, so it is refused (and counted as an instrumentation error)."""
+    value = float(n)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a finite number of at least 0, got {n!r}")
+    return value
+
+
 def bounded_label_value(value: object, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
     """A label value that any scrape can carry: valid UTF-8, at most `limit` characters.
 
@@ -265,14 +274,10 @@ class TrainingState:
         return label
 
     def add_samples(self, n: float) -> None:
-        if n < 0:
-            raise ValueError(f"samples must not be negative, got {n!r}")
-        self.samples += n
+        self.samples += _count("samples", n)
 
     def add_tokens(self, n: float) -> None:
-        if n < 0:
-            raise ValueError(f"tokens must not be negative, got {n!r}")
-        self.tokens += n
+        self.tokens += _count("tokens", n)
 
     def add_stddevs(self, stddevs: Iterable[float]) -> None:
         """Count outliers for more factors too, from now on (earlier steps are not recounted)."""

@@ -126,7 +126,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
     if config.tls:
         try:
             context = tls_context(*config.tls)
-        except (OSError, ssl.SSLError) as e:
+        except (OSError, ssl.SSLError, ValueError) as e:
             print(
                 f"error: tls: cannot load {' / '.join(config.tls)}: "
                 f"{getattr(e, 'strerror', None) or e}",
@@ -156,6 +156,13 @@ def _serve(config, token: str, api_url: str | None) -> int:
         return EXIT_FAILED
     actions = decide.Actions(config, decide.stopper(config, client))
     restored = actions.remember(audit.history(config.audit_log))
+    if config.audit_log == "-" and not config.dry_run:
+        print(
+            "trainprof actions: warning: audit_log is standard output, so a restarted "
+            "receiver forgets which firings it already handled and may stop a job again "
+            "when Alertmanager resends them; set audit_log to a file on a persistent volume",
+            file=sys.stderr,
+        )
     try:
         server = ActionsHTTPServer(config.listen, Receiver(config, token, actions, log), context)
     except OSError as e:

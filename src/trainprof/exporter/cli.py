@@ -59,6 +59,9 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The exporter's flags."""
+    from trainprof._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"trainprof exporter {__version__}")
     web = parser.add_argument_group("web")
     web.add_argument(
         "--web.listen-address",
@@ -170,8 +173,8 @@ def _run_record(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or `stop` is set); the exit code."""
-    from trainprof import exporter
-    from trainprof.exporter import identity, webconfig
+    from trainprof import exporter, identity
+    from trainprof.exporter import webconfig
     from trainprof.exporter.server import parse_listen_address
     from trainprof.exporter.sources import default_sources, set_procfs
     from trainprof.rules.config import ConfigError
@@ -211,7 +214,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     sources = default_sources(
         enabled, disk_exclude=args.disk_exclude, network_exclude=args.network_exclude
     )
-    labels = identity.resolve(args.node, args.training_job)
+    labels = identity.exporter_labels(args.node, args.training_job)
     log.info(identity.describe(labels))
     try:
         running = exporter.start(

@@ -1,8 +1,9 @@
 """`--record FILE`: keep every sample in trainprof's recording format for `trainprof replay`.
 
 The file starts with a meta record, then holds one host record per datapoint; a `.gz` name
-writes gzip. Lines are flushed every few seconds and on stop, so a stopped exporter leaves a
-complete file.
+writes gzip. Lines are written every FLUSH_SECONDS (a complete gzip member each time) and on
+stop, at exit and on SIGTERM, so a stopped exporter leaves a complete file and a killed one
+(`kill -9`) a readable file that lacks at most the last FLUSH_SECONDS.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import IO
 
 from trainprof import recording
 from trainprof._version import __version__
@@ -33,19 +33,18 @@ class Recorder:
         self.path = path
         self._node = node
         self._clock = clock
-        stream = recording.open_recording(path, "w")
-        self._stream: IO[str] | None = stream  # None once closed or abandoned
-        self._writer = recording.Writer(stream)
-        self._writer.write(recording.meta(datapoint_interval, f"trainprof {__version__}"))
-        stream.flush()
+        self._stream: recording.Appender | None = recording.Appender(path)
+        self._stream.write(recording.meta(datapoint_interval, f"trainprof {__version__}"))
+        self._stream.flush()
         self._flushed = clock()
         self.records = 0
+        recording.close_at_exit(self)
 
     def __call__(self, sample: HostSample) -> None:
         if self._stream is None:
             return
         try:
-            self._writer.write(recording.host_record(self._node, sample))
+            self._stream.write(recording.host_record(self._node, sample))
             self.records += 1
             if self._clock() - self._flushed >= FLUSH_SECONDS:
                 self._stream.flush()
@@ -71,9 +70,6 @@ class Recorder:
         log.info("recording %s closed with %d samples", self.path, self.records)
 
     def _abandon(self) -> None:
-        try:
-            if self._stream is not None:
-                self._stream.close()
-        except OSError:
-            pass
+        if self._stream is not None:
+            self._stream.abandon()
         self._stream = None

@@ -247,6 +247,7 @@ def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) 
         matchers=config.job_selector,
         where=instance.where,
         warnings=warnings,
+        given=instance.given,
     )
 
 

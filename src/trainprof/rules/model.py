@@ -252,6 +252,7 @@ class Build(Generic[P]):
     matchers: tuple[promql.Matcher, ...]
     where: str  # config path template of a parameter, {param}
     warnings: list[str]
+    given: frozenset[str] = frozenset()  # parameters the configuration set
 
     def path(self, param: str) -> str:
         return self.where.format(param=param)
@@ -283,19 +284,19 @@ class Build(Generic[P]):
         """The range a window of `datapoints` samples lasts, at least two scrape intervals.
 
         Shorter ranges hold fewer than two scrapes, so rate() would return nothing and the
-        rule could never fire: raise them, and say so.
+        rule could never fire: raise them, and say so when the configuration set `param`
+        (a default raised this way is documented with its rule instead).
         """
         seconds = datapoints * self.datapoint_interval
         minimum = 2 * self.scrape_interval
-        if seconds < minimum:
+        if seconds < minimum and param in self.given:
             self.warnings.append(
                 f"{self.path(param)}: {self.rule.name}'s {param} of {datapoints} datapoints "
                 f"x {self.datapoint_interval:g}s "
                 f"= {format_duration(seconds)} is shorter than two scrape intervals; "
                 f"using {format_duration(minimum)} so the range holds at least two scrapes"
             )
-            seconds = minimum
-        return format_duration(seconds)
+        return format_duration(max(seconds, minimum))
 
     def patience(
         self, expr: str, datapoints: int, count: str, matching: str = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.durations import format_duration
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
     RATIO_UNIT,
@@ -43,12 +44,18 @@ def _window_param(default: float = 30) -> float:
     )
 
 
+def _minutes(window: float) -> str:
+    """A window of minutes as a Prometheus duration, also valid in a record name:
+    30 -> 30m, 1.5 -> 1m30s (a fraction such as 1.5m is neither)."""
+    return format_duration(window * 60)
+
+
 def _by_rank(b: Build) -> str:
     return by(tuple(b.job_labels) + ("node", "rank"))
 
 
 def _increase(b: Build, metric: str, window: float, **equal: str) -> str:
-    return f"sum {_by_rank(b)} (increase({b.sel(metric, **equal)}[{window:g}m]))"
+    return f"sum {_by_rank(b)} (increase({b.sel(metric, **equal)}[{_minutes(window)}]))"
 
 
 def _share(b: Build, part: str, whole: str, metric: str, operation: str) -> Recording:
@@ -85,14 +92,14 @@ def _launch_bound(b: Build[LaunchBoundStepsParams]) -> RuleOutput:
         _increase(b, "trainprof_kernel_step_idle_seconds_total", w),
         _increase(b, "trainprof_kernel_step_window_seconds_total", w),
         "trainprof_kernel_step_idle_seconds_total",
-        f"ratio_{w:g}m",
+        f"ratio_{_minutes(w)}",
     )
     mean = _share(
         b,
         _increase(b, "trainprof_kernel_seconds_total", w),
         _increase(b, "trainprof_kernel_launches_total", w),
         "trainprof_kernel_seconds_total",
-        f"mean_per_launch_{w:g}m",
+        f"mean_per_launch_{_minutes(w)}",
     )
     alert = Alert(
         expr=(
@@ -197,17 +204,17 @@ def _memcpy_heavy(b: Build[MemcpyHeavyStepsParams]) -> RuleOutput:
     copies = _share(
         b,
         # a rank with no host copies at all has no such series: 0, not no verdict
-        f"(\nsum {_by_rank(b)} (increase({_host_copies(b)}[{w:g}m]))\nor\n0 * {busy}\n)",
+        f"(\nsum {_by_rank(b)} (increase({_host_copies(b)}[{_minutes(w)}]))\nor\n0 * {busy}\n)",
         busy,
         "trainprof_kernel_activity_seconds_total",
-        f"host_copy_share_{w:g}m",
+        f"host_copy_share_{_minutes(w)}",
     )
     pageable = _share(
         b,
         _increase(b, "trainprof_kernel_memcpy_pageable_seconds_total", w),
         busy,
         "trainprof_kernel_memcpy_pageable_seconds_total",
-        f"busy_share_{w:g}m",
+        f"busy_share_{_minutes(w)}",
     )
     on = f"or on ({', '.join(tuple(b.job_labels) + ('node', 'rank'))})"
     alert = Alert(
@@ -299,9 +306,9 @@ def _no_reduced_precision(b: Build[NoReducedPrecisionParams]) -> RuleOutput:
         _increase(b, metric, w, kernel_class="matmul", precision="fp32"),
         matmul,
         metric,
-        f"matmul_fp32_share_{w:g}m",
+        f"matmul_fp32_share_{_minutes(w)}",
     )
-    matmul_share = _share(b, matmul, _increase(b, metric, w), metric, f"matmul_share_{w:g}m")
+    matmul_share = _share(b, matmul, _increase(b, metric, w), metric, f"matmul_share_{_minutes(w)}")
     on = f"on ({', '.join(tuple(b.job_labels) + ('node', 'rank'))})"
     tensor_cores = f"max {_by_rank(b)} ({b.sel('trainprof_kernel_gpu_info', tensor_cores='true')})"
     alert = Alert(
