@@ -41,6 +41,29 @@ def _tool(name: str) -> str:
     pytest.skip(message)
 
 
+def require_module(name: str):
+    """`pytest.importorskip`, except that a missing module fails under
+    TRAINPROF_REQUIRE_TOOLS=1, as a missing tool does."""
+    import importlib
+
+    if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
+        try:
+            return importlib.import_module(name)
+        except ImportError as e:
+            pytest.fail(
+                f"{name} is not installed ({e}); TRAINPROF_REQUIRE_TOOLS=1 makes this a failure",
+                pytrace=False,
+            )
+    return pytest.importorskip(name)
+
+
+def skip_or_fail(message: str) -> None:
+    """Skip on a laptop; fail under TRAINPROF_REQUIRE_TOOLS=1."""
+    if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
+        pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure", pytrace=False)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def promtool() -> str:
     return _tool("promtool")
@@ -79,6 +102,19 @@ def helm() -> str:
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def shared(root) -> Path:
+    """The shared real data (real SageMaker output, exporter captures) at ../shared beside
+    the repository; missing, it skips on a laptop and fails under TRAINPROF_REQUIRE_TOOLS=1."""
+    path = root.parent / "shared"
+    if not (path / "real-sagemaker").is_dir():
+        message = f"{path}/real-sagemaker is missing (the shared real data beside the repository)"
+        if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
+            pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure")
+        pytest.skip(message)
+    return path
 
 
 @pytest.fixture(scope="session")

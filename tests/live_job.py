@@ -91,16 +91,27 @@ def _exporter(host: Host, training_job: str) -> tuple[trainprof.exporter.Exporte
 
 
 def _rank(
-    training_job: str, node: str, rank: int, stall_every: int
+    training_job: str, node: str, rank: int, stall_every: int, workers: int
 ) -> tuple[subprocess.Popen, int]:
     script = Path(__file__).with_name("live_rank.py")
     kernel_trace = Path(__file__).resolve().parent.parent.parent / "shared" / "real-gpu-traces"
     kernel_trace /= "a100-nccl-training.pt.trace.json.gz"
     proc = subprocess.Popen(
-        [sys.executable, str(script), training_job, node, str(rank), str(stall_every)],
+        [
+            sys.executable,
+            str(script),
+            training_job,
+            node,
+            str(rank),
+            str(stall_every),
+        ],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "TRAINPROF_LIVE_KERNEL_TRACE": str(kernel_trace)},
+        env={
+            **os.environ,
+            "TRAINPROF_LIVE_KERNEL_TRACE": str(kernel_trace),
+            "TRAINPROF_LIVE_WORKERS": str(workers),
+        },
     )
     line = proc.stdout.readline()
     if not line.strip().isdigit():
@@ -133,7 +144,7 @@ def scripted_job(training_job: str = "bert-base", namespace: str = "team-a") -> 
                 timer.start()
                 timers.append(timer)
         for rank, host in enumerate(HOSTS):
-            proc, port = _rank(training_job, host.node, rank, 4 if rank else 0)
+            proc, port = _rank(training_job, host.node, rank, 4 if rank else 0, len(host.cores))
             ranks.append(proc)
             targets.append(f"127.0.0.1:{port}")
         yield LiveJob(training_job, namespace, targets, [h.node for h in HOSTS])

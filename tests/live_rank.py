@@ -12,6 +12,9 @@ step stalls for 0.25 s in the dataloader (step outliers).
 With TRAINPROF_LIVE_KERNEL_TRACE set to a real GPU Kineto trace, the rank runs with
 kernel_profile on (no window ever due) and folds that trace into its kernel series every
 5 s, through the aggregation a profiled window uses: there is no GPU here to profile.
+
+With TRAINPROF_LIVE_WORKERS set, its data loader says it runs that many worker processes
+(the Dataloader rule's input).
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ import threading
 import time
 
 import trainprof
+
+
+class _Loader:
+    """A DataLoader stand-in: trainprof.data() reads its worker count."""
+
+    def __init__(self, workers: int):
+        self.num_workers = workers
+
+    def __iter__(self):
+        return iter(())
 
 
 def main() -> None:
@@ -42,7 +55,10 @@ def main() -> None:
         gpus=gpus,
         kernel_profile=never if trace else None,
     )
-    trace = os.environ.get("TRAINPROF_LIVE_KERNEL_TRACE")
+    workers = os.environ.get("TRAINPROF_LIVE_WORKERS")
+    if workers:
+        for _ in trainprof.data(_Loader(int(workers))):
+            pass
     if trace:
         feed_kernel_windows(session, trace)
     print(session.port, flush=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -360,14 +359,11 @@ def test_other_paths_and_methods_are_refused(audit_path):
             assert r.status == 200
 
 
-def test_the_receiver_serves_https_with_a_configured_certificate(tmp_path, audit_path):
+def test_the_receiver_serves_https_with_a_configured_certificate(tmp_path, audit_path, openssl):
     import ssl
 
     from trainprof.actions.server import ActionsHTTPServer, tls_context
 
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl is not installed")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     subprocess.run(
         [

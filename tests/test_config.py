@@ -48,6 +48,7 @@ def test_good_configuration_resolves_every_rule_with_overrides():
         "LoadBalancing",
         "MaxInitializationTime",
         "StepOutlier",
+        "Dataloader",
         "LaunchBoundSteps",
         "MemcpyHeavySteps",
         "NoReducedPrecision",
@@ -97,12 +98,12 @@ def test_describe_training_job_shape_is_read():
     }
     config = load_config(response)
     assert config.rule("CPUBottleneck").values["threshold"] == 30
-    assert len(config.rules) == 13
+    assert len(config.rules) == 14
     assert config.datapoint_interval == 0.1
 
 
 def test_no_rules_key_means_the_default_profiler_report():
-    assert len(load_config({"datapoint_interval": "1s"}).rules) == 13
+    assert len(load_config({"datapoint_interval": "1s"}).rules) == 14
 
 
 def test_patience_mode_auto_is_per_rule():
@@ -113,11 +114,13 @@ def test_patience_mode_auto_is_per_rule():
     assert warm.rule("LowGPUUtilization").patience_mode == "warmup"
 
 
-def test_dataloader_override_is_ignored_with_a_warning():
+def test_dataloader_overrides_reach_the_rule():
     config = load_config(
         {"rules": [{"rule": "ProfilerReport", "parameters": {"Dataloader_min_threshold": 50}}]}
     )
-    assert any("Dataloader" in w and "not implemented" in w for w in config.warnings)
+    assert config.rule("Dataloader").values["min_threshold"] == 50
+    assert config.rule("Dataloader").values["max_threshold"] == 200
+    assert not any("Dataloader" in w for w in config.warnings)
 
 
 def _mutate(path, value):
@@ -271,10 +274,10 @@ BAD = [
     ),
     ("an empty rule list", _mutate(["rules"], []), "rules", "no rules configured"),
     (
-        "a Dataloader rule on its own",
-        _mutate(["rules", 1], {"rule": "Dataloader"}),
-        "rules[1]",
-        "not implemented",
+        "a Dataloader threshold that is not a number",
+        _mutate(["rules", 1], {"rule": "Dataloader", "parameters": {"max_threshold": "lots"}}),
+        "rules[1].parameters.max_threshold",
+        "not a number",
     ),
     (
         "StepOutlier mode that is not a mode",

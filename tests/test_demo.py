@@ -3,6 +3,7 @@ loop; the starved act pages CPUBottleneck and the alerts reach the webhook."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -29,4 +30,8 @@ def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, 
     ], act1
     assert (tmp_path / "rules.yaml").exists()
     report = (tmp_path / "report.html").read_text()
-    assert "TrainingCPUBottleneck" in report or "CPUBottleneck" in report
+    # The report's rules table marks the rule that paged as fired, with a count and a time.
+    row = re.search(r'<tr class="main( fired)?" data-rule="CPUBottleneck">(.*?)</tr>', report)
+    assert row and row.group(1) == " fired", row and row.group(0)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(2))
+    assert int(cells[3]) >= 1 and cells[4] not in ("", "-"), cells

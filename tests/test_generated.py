@@ -39,4 +39,4 @@ def test_promtool_accepts_the_generated_rules(name, root, promtool, tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 53 rules found" in result.stdout
+    assert "SUCCESS: 56 rules found" in result.stdout

@@ -10,8 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import trainprof
+from conftest import require_module, skip_or_fail
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch")
 
 # Third-party frameworks warn about CPU-only runs, few workers and the like.
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -56,7 +57,7 @@ def tensors(n: int = SAMPLES):
 
 
 def test_lightning_callback():
-    pl = pytest.importorskip("lightning.pytorch")
+    pl = require_module("lightning.pytorch")
     from trainprof.integrations.lightning import TrainprofCallback
 
     class Tiny(pl.LightningModule):
@@ -110,7 +111,7 @@ def test_lightning_callback():
 
 
 def test_huggingface_trainer_callback(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    transformers = require_module("transformers")
     from trainprof.integrations.huggingface import TrainprofCallback
 
     class TinyRegressor(torch.nn.Module):
@@ -168,9 +169,9 @@ def test_huggingface_trainer_callback(tmp_path):
 
 def test_keras_callback_on_the_torch_backend(monkeypatch):
     os.environ.setdefault("KERAS_BACKEND", "torch")
-    keras = pytest.importorskip("keras")
+    keras = require_module("keras")
     if keras.backend.backend() != "torch":
-        pytest.skip(f"keras was imported with the {keras.backend.backend()} backend")
+        skip_or_fail(f"keras was imported with the {keras.backend.backend()} backend")
     from trainprof.integrations.keras import TrainprofCallback
 
     x, y = tensors()

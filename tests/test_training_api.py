@@ -19,6 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import trainprof
+from conftest import require_module
 from trainprof import timing
 
 
@@ -478,7 +479,7 @@ def test_start_timestamp_is_when_the_process_started_not_when_start_was_called()
 
 
 def test_start_timestamp_matches_psutil():
-    psutil = pytest.importorskip("psutil")
+    psutil = require_module("psutil")
     s = trainprof.start(serve=False)
     assert s.value("trainprof_training_start_timestamp_seconds") == pytest.approx(
         psutil.Process(os.getpid()).create_time(), abs=1.0

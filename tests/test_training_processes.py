@@ -14,8 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import trainprof
+from conftest import require_module
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch")
 
 
 def scrape(port: int) -> list:

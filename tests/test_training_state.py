@@ -202,6 +202,7 @@ def test_every_exported_name_is_a_training_metric_of_the_contract():
     state = TrainingState(IDENTITY, start_time=1.0)
     feed(state, [0.1] * 3)
     state.set_gpus([("0", "GPU-a")])
+    state.set_dataloader_workers(4)
     state.add_tokens(1)
     # The kernel profiler's series come from the rank too, but from its own collector.
     training = {m.name for m in metrics.METRICS if (m.source, m.collector) == ("training",) * 2}

@@ -779,6 +779,17 @@ METRICS: tuple[Metric, ...] = (
         ("StalledTrainingRule",),
     ),
     _m(
+        "trainprof_training_dataloader_workers",
+        "gauge",
+        "",
+        (),
+        "Worker processes of the data loader trainprof.data() iterates (its num_workers; 0: "
+        "it loads in the training process); absent for loaders that do not say.",
+        "training",
+        "training",
+        ("Dataloader",),
+    ),
+    _m(
         "trainprof_training_steps_total",
         "counter",
         "",

@@ -16,8 +16,16 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from trainprof.durations import format_duration
+
+
+class SeriesValues(Protocol):
+    """Series to feed promtool: (series text, its values, or them already in promtool's
+    expanding notation) by `items()`, as a dict or replay's streaming store gives them."""
+
+    def items(self) -> Iterable[tuple[str, Sequence[float | None] | str]]: ...
 
 
 def series_text(name: str, labels: dict[str, str]) -> str:
@@ -78,7 +86,7 @@ def _num(v: float) -> str:
 
 def write_alerts_test(
     path: Path,
-    series: Mapping[str, Sequence[float | None]],
+    series: SeriesValues,
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -99,7 +107,8 @@ def write_alerts_test(
         f.write("tests:\n")
         f.write(f"- interval: {format_duration(interval)}\n  input_series:\n")
         for key, values in series.items():
-            f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(encode(values))}\n")
+            text = values if isinstance(values, str) else encode(values)
+            f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(text)}\n")
         f.write("  promql_expr_test:\n")
         for t in times:
             f.write(
@@ -170,11 +179,11 @@ def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
             chars = []
             while text[i] != '"':
                 if text[i] == "\\":
-                    i += 1
-                    chars.append({"n": "\n", "t": "\t", "r": "\r"}.get(text[i], text[i]))
+                    char, i = _unescape(text, i)
+                    chars.append(char)
                 else:
                     chars.append(text[i])
-                i += 1
+                    i += 1
             i += 1
             labels[key] = "".join(chars)
         end = i
@@ -184,6 +193,35 @@ def parse_samples(text: str) -> list[tuple[dict[str, str], float]]:
         samples.append((labels, float(value) if value else float("nan")))
         i = end
     return samples
+
+
+_SIMPLE_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+}
+_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+
+
+def _unescape(text: str, i: int) -> tuple[str, int]:
+    """The character of the Go-quoted escape at text[i] (a backslash) and the index after
+    it: promtool prints label values with Go's %q (\\t, \\u202e, \\xff, \\377)."""
+    kind = text[i + 1]
+    if kind in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[kind], i + 2
+    if kind in _HEX_ESCAPES:
+        width = _HEX_ESCAPES[kind]
+        return chr(int(text[i + 2 : i + 2 + width], 16)), i + 2 + width
+    if kind in "01234567":
+        return chr(int(text[i + 1 : i + 4], 8)), i + 4
+    return kind, i + 2
 
 
 class PromtoolError(RuntimeError):
@@ -218,7 +256,7 @@ def run_alerts(
 
 def run_rules(
     groups: list[dict],
-    series: Mapping[str, Sequence[float | None]],
+    series: SeriesValues,
     interval: float,
     evaluation_interval: float,
     end: float,

@@ -225,6 +225,14 @@ class Session:
         except Exception:
             pass
 
+    def set_dataloader_workers(self, workers: int) -> None:
+        """What `trainprof.data(loader)` read from the loader's num_workers."""
+        try:
+            with self._lock:
+                self._state.set_dataloader_workers(workers)
+        except Exception:
+            pass  # instrumentation never reaches the training loop
+
     def _on_first_step(self) -> None:
         if not self._gpus_explicit:
             self._detect_gpus()

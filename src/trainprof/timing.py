@@ -34,6 +34,8 @@ class _Timed(Protocol):
 
     def phase(self, name: str) -> Any: ...
 
+    def set_dataloader_workers(self, workers: int) -> None: ...
+
 
 class HotPath:
     """Everything a timed block touches: the state, its lock, this thread's stack of open
@@ -277,6 +279,14 @@ class TimedIterable:
         self._phase = phase
 
     def __iter__(self) -> Iterator:
+        # A PyTorch DataLoader says how many worker processes load its batches (the
+        # Dataloader rule compares them with the node's cores); read at each epoch.
+        try:
+            workers = getattr(self._iterable, "num_workers", None)
+            if isinstance(workers, int) and not isinstance(workers, bool) and workers >= 0:
+                self._session_getter().set_dataloader_workers(workers)
+        except Exception:
+            pass  # instrumentation never reaches the training loop
         return _TimedIterator(self._session_getter, iter(self._iterable), self._phase)
 
     def __len__(self) -> int:

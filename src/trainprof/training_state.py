@@ -219,6 +219,7 @@ class TrainingState:
         self.tokens = 0.0
         self.errors = 0
         self.gpus: list[tuple[str, str]] = []
+        self.dataloader_workers: int | None = None
 
     # --- observations --------------------------------------------------------------------
 
@@ -289,6 +290,12 @@ class TrainingState:
         """The GPUs this rank uses, as (index, uuid) pairs."""
         self.gpus = [(bounded_label_value(i), bounded_label_value(u)) for i, u in gpus]
 
+    def set_dataloader_workers(self, workers: int) -> None:
+        """The worker processes of the data loader the loop iterates (its num_workers)."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"dataloader workers must be a whole number >= 0, got {workers!r}")
+        self.dataloader_workers = workers
+
     def count_error(self, n: int = 1) -> None:
         self.errors += n
 
@@ -352,6 +359,10 @@ class TrainingState:
             ["phase"],
             [(ident + [p], v) for p, v in self.phases.items()],
         )
+        if self.dataloader_workers is not None:
+            yield fam.gauge(
+                "trainprof_training_dataloader_workers", [], [(ident, self.dataloader_workers)]
+            )
         yield fam.counter("trainprof_training_samples_total", [], [(ident, self.samples)])
         yield fam.counter("trainprof_training_tokens_total", [], [(ident, self.tokens)])
         if self.gpus:

@@ -159,6 +159,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_record(args: argparse.Namespace) -> int:
+    if args.record is not None and args.record != args.output:
+        print(
+            f"error: trainprof record writes to its FILE argument ({args.output}); "
+            f"--record {args.record} is the exporter's option (trainprof exporter "
+            "--record FILE): give one file, as `trainprof record FILE`",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     args.record = args.output
     return run(args)
 

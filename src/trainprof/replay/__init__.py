@@ -16,23 +16,27 @@ import math
 import os
 import statistics
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from trainprof import recording
 from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
-from trainprof.replay import sagemaker
-from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
+from trainprof.replay import recorded, sagemaker
+from trainprof.replay.compact import CompactSamples
+from trainprof.replay.damage import MAX_GAP, Damage, main_span
+from trainprof.replay.timeline import Step, Timeline, scrape
+from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
-from trainprof.sampling import BottleneckGrid
-from trainprof.training_state import canonical_mode
+from trainprof.sampling import BottleneckGrid, HostSample
 
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
 SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
+# Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
+MAX_INSTANTS = 1_000_000
+STATUS_POINTS = 30
 
 
 class ReplayError(ValueError):
@@ -48,6 +52,8 @@ class FiredAlert:
 @dataclasses.dataclass
 class Verdict:
     alerts: list[FiredAlert] = dataclasses.field(default_factory=list)
+    # fired | quiet | no_data | not_applicable, with the datapoints and measure behind it.
+    status: RuleStatus | None = None
 
     @property
     def fired(self) -> bool:
@@ -97,12 +103,13 @@ class ReplayResult:
         return self.compiled.config
 
     def as_json(self) -> dict:
-        """Exactly the documented contract:
-        {"rules": {"<Rule>": {"fired", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
+        """Exactly the documented contract: {"rules": {"<Rule>": {"fired", "status",
+        "datapoints", "measured", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
         return {
             "rules": {
                 name: {
                     "fired": v.fired,
+                    **(v.status.as_json() if v.status else {}),
                     "first_fired_at": _number(v.first_fired_at),
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts
@@ -135,22 +142,71 @@ def detect_format(source: str) -> str:
 
 
 def load_timeline(source: str, fmt: str, training_job: str | None) -> tuple[Timeline, list[str]]:
-    """The timeline of a source and notes about what was skipped."""
+    """The timeline of a source and notes about what was found, skipped or corrected."""
     if not os.path.exists(source):
         raise ReplayError(f"{source}: no such file or directory")
     fmt = detect_format(source) if fmt == "auto" else fmt
+    damage = Damage()
     if fmt == "sagemaker":
-        return _sagemaker_timeline(source, training_job)
-    return _recording_timeline(source, training_job)
+        timeline, notes = _sagemaker_timeline(source, training_job, damage)
+    else:
+        timeline, notes = _recording_timeline(source, training_job, damage)
+    _keep_main_span(timeline, damage)
+    return timeline, notes + damage.notes()
 
 
-def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
+    """Drop what lies far from the job (a stray timestamp, a file of another year): the
+    work replay does grows with the span, which the data must bound."""
+    times = [t for samples in timeline.hosts.values() for t in _times(samples)]
+    times += [s.start for s in timeline.steps] + [s.end for s in timeline.steps]
+    span = main_span(times)
+    if span is None:
+        return
+    first, last = span
+    far = 0
+    for node, samples in timeline.hosts.items():
+        kept: Sequence[HostSample]
+        if isinstance(samples, CompactSamples):
+            kept = samples.select(first, last)
+        else:
+            kept = [s for s in samples if first <= s.timestamp <= last]
+        far += len(samples) - len(kept)
+        timeline.hosts[node] = kept
+    kept_steps = [s for s in timeline.steps if first <= s.start and s.end <= last]
+    far += len(timeline.steps) - len(kept_steps)
+    timeline.steps = kept_steps
+    for key, start in list(timeline.rank_starts.items()):
+        if not first - MAX_GAP <= start <= last:
+            del timeline.rank_starts[key]
+            far += 1
+    if far:
+        damage.skip(
+            f"samples or steps more than {MAX_GAP / 3600:g} h away from the job "
+            f"(which ran {_utc(first)} .. {_utc(last)} UTC)",
+            "outside that span",
+            far,
+        )
+
+
+def _utc(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _sagemaker_timeline(
+    source: str, training_job: str | None, damage: Damage
+) -> tuple[Timeline, list[str]]:
     try:
         found = sagemaker.find_profiler_output(source)
-        system = sagemaker.read_system(found)
     except sagemaker.SourceError as e:
         raise ReplayError(str(e)) from None
-    notes = []
+    system = sagemaker.read_system(found, damage)
+    notes = [
+        f"found SageMaker profiler output at {found.root}: {len(found.system_files)} system "
+        f"file(s), {len(found.trace_files)} framework trace(s)"
+    ]
     if found.ignored:
         notes.append(
             f"ignored {len(found.ignored)} file(s) not named like SageMaker's: "
@@ -161,15 +217,13 @@ def _sagemaker_timeline(source: str, training_job: str | None) -> tuple[Timeline
             "ignored unknown dimensions: "
             + ", ".join(f"{k} ({n} lines)" for k, n in sorted(system.unknown.items()))
         )
-    try:
-        steps = sagemaker.read_steps(found)
-    except sagemaker.SourceError as e:
-        raise ReplayError(str(e)) from None
+    steps = sagemaker.read_steps(found, damage)
     if not any(system.by_node.values()):
         if not steps:
             raise ReplayError(
                 f"{found.root}: no system metrics (system/incremental/"
                 "*.algo-N.json holds no CPU, GPU or memory lines) and no steps"
+                + "".join(f"; {n}" for n in damage.notes())
             )
         notes.append(
             "no system metrics (system/incremental): only StepOutlier and "
@@ -196,19 +250,24 @@ def _job_name(root: str) -> str:
     return parts[-1]
 
 
+def _times(samples) -> Sequence[float]:
+    return samples.times if isinstance(samples, CompactSamples) else [s.timestamp for s in samples]
+
+
 def _sampling_interval(by_node) -> float:
-    gaps = [
-        b.timestamp - a.timestamp
-        for samples in by_node.values()
-        for a, b in zip(samples, samples[1:])
-    ]
+    gaps = []
+    for samples in by_node.values():
+        times = _times(samples)
+        gaps += [b - a for a, b in zip(times, times[1:])]
     if not gaps:
         return 0.5
     median = statistics.median(gaps)
     return min(SAGEMAKER_INTERVALS, key=lambda i: abs(i - median))
 
 
-def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline, list[str]]:
+def _recording_timeline(
+    source: str, training_job: str | None, damage: Damage
+) -> tuple[Timeline, list[str]]:
     paths = (
         [source]
         if os.path.isfile(source)
@@ -218,54 +277,58 @@ def _recording_timeline(source: str, training_job: str | None) -> tuple[Timeline
             if n.endswith((".jsonl", ".jsonl.gz"))
         )
     )
-    hosts: dict[str, list] = {}
-    steps: list[Step] = []
+    hosts: dict[str, dict[float, HostSample]] = {}
+    steps: set[Step] = set()
     starts: dict[tuple[str, int], float] = {}
-    interval, notes, skipped = None, [], 0
+    interval, job, skipped, duplicates = None, None, 0, 0
     for path in paths:
-        try:
-            for number, record in recording.read(path):
-                kind = record.get("kind")
-                if kind == "meta":
-                    interval = interval or record.get("datapoint_interval")
-                elif kind == "host":
-                    try:
-                        sample = recording.host_sample(record)
-                    except (KeyError, TypeError, ValueError) as e:
-                        raise ReplayError(f"{path}:{number}: malformed host record: {e}") from None
-                    hosts.setdefault(str(record.get("node", "node")), []).append(sample)
-                elif kind in ("step", "process"):
-                    try:
-                        key = (str(record["node"]), int(record["rank"]))
-                        if kind == "process":
-                            starts[key] = float(record["start"])
-                        else:
-                            steps.append(
-                                Step(
-                                    key[0],
-                                    key[1],
-                                    canonical_mode(record["mode"]),
-                                    float(record["start"]),
-                                    float(record["end"]),
-                                )
-                            )
-                    except (KeyError, TypeError, ValueError) as e:
-                        raise ReplayError(
-                            f"{path}:{number}: malformed {kind} record: {e}"
-                        ) from None
-                else:
-                    skipped += 1
-        except recording.RecordingError as e:
-            raise ReplayError(str(e)) from None
+        for number, record in recorded.records(path, damage):
+            where = f"{path}:{number}"
+            kind = record.get("kind")
+            if kind == "meta":
+                value = record.get("datapoint_interval")
+                if isinstance(value, (int, float)) and 0 < value <= 3600:
+                    interval = interval or float(value)
+                name = record.get("training_job") or record.get("job")
+                job = job or (str(name) if name else None)
+            elif kind == "host":
+                sample = recorded.host_sample(record, where, damage)
+                if sample is not None:
+                    node = hosts.setdefault(str(record.get("node", "node")), {})
+                    duplicates += sample.timestamp in node
+                    node[sample.timestamp] = sample
+            elif kind == "step":
+                step = recorded.step(record, where, damage)
+                if step is not None:
+                    duplicates += step in steps
+                    steps.add(step)
+            elif kind == "process":
+                found = recorded.process_start(record, where, damage)
+                if found is not None:
+                    starts[found[0]] = found[1]
+            else:
+                skipped += 1
+    notes = [f"found {len(paths)} recording file(s) at {source}"]
     if skipped:
         notes.append(f"skipped {skipped} record(s) of kinds replay does not read")
-    if not any(hosts.values()) and not steps and not starts:
-        raise ReplayError(f"{source}: the recording holds no host samples and no steps")
-    for samples in hosts.values():
-        samples.sort(key=lambda s: s.timestamp)
-    interval = float(interval) if interval else _sampling_interval(hosts)
+    if duplicates:
+        notes.append(
+            f"skipped {duplicates} duplicated record(s) (a sample or step recorded twice, "
+            "as in a copied file)"
+        )
+    by_node: dict[str, Sequence[HostSample]] = {
+        n: sorted(s.values(), key=lambda x: x.timestamp) for n, s in hosts.items()
+    }
+    if not any(by_node.values()) and not steps and not starts:
+        raise ReplayError(
+            f"{source}: the recording holds no host samples and no steps"
+            + "".join(f"; {n}" for n in damage.notes())
+        )
+    interval = interval or _sampling_interval(by_node)
     ranks = sorted(set(starts) | {(s.node, s.rank) for s in steps})
-    return Timeline(hosts, training_job or "recorded-job", interval, steps, ranks, starts), notes
+    ordered = sorted(steps, key=lambda s: (s.start, s.node, s.rank))
+    name = training_job or job or "recorded-job"
+    return Timeline(by_node, name, interval, ordered, ranks, starts), notes
 
 
 def replay(
@@ -296,6 +359,7 @@ def replay(
             datapoint_interval=f"{timeline.datapoint_interval}s",
         )
     )
+    _check_scrape_interval(timeline, config.scrape_interval)
     compiled = compile_rules(config)
     notes += list(compiled.warnings)
 
@@ -306,25 +370,31 @@ def replay(
         cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"]
     )
     scraped = scrape(
-        timeline, config.scrape_interval, grid, progress, stddevs=needed["step_outlier_stddevs"]
-    )
-    shift_timestamps(
-        scraped.series,
-        scraped.start,
-        (
-            "trainprof_training_start_timestamp_seconds",
-            "trainprof_training_first_step_timestamp_seconds",
-            "trainprof_training_last_step_timestamp_seconds",
-        ),
+        timeline,
+        config.scrape_interval,
+        grid,
+        progress,
+        stddevs=needed["step_outlier_stddevs"],
+        workdir=workdir,
     )
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
-    asked = {}
+    times = _query_times(scraped.end, config.scrape_interval, query_points)
+    # A rule's extreme over the job, for people: a few dozen points suffice and each
+    # point is one more query for promtool.
+    status_times = _query_times(scraped.end, config.scrape_interval, STATUS_POINTS)
+    asked = {
+        name: (expr, status_times if over_time else [scraped.end])
+        for name, (expr, over_time) in _status_queries(
+            compiled, timeline.training_job, scraped.end, STATUS_POINTS
+        ).items()
+    }
     if queries is not None:
-        times = _query_times(scraped.end, config.scrape_interval, query_points)
-        asked = {
-            name: (q.expr, times if q.over_time else [scraped.end])
-            for name, q in queries(compiled, timeline.training_job, scraped.end).items()
-        }
+        asked.update(
+            {
+                name: (q.expr, times if q.over_time else [scraped.end])
+                for name, q in queries(compiled, timeline.training_job, scraped.end).items()
+            }
+        )
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
             compiled.groups,
@@ -336,7 +406,13 @@ def replay(
             promtool,
             queries=asked,
         )
+    scraped.series.close()
     firing = run.firing
+    answers = {
+        name: _grouped(by_time)
+        for name, by_time in run.queries.items()
+        if name.startswith("status.")
+    }
 
     verdicts = {i.spec.name: Verdict() for i in config.rules}
     health: list[FiredAlert] = []
@@ -348,13 +424,24 @@ def replay(
             health.append(alert)
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
+    for name, verdict in verdicts.items():
+        verdict.status = decide(compiled, name, verdict.fired, answers)
+        if verdict.status.reason:
+            notes.append(
+                f"{name}: {verdict.status.status.replace('_', ' ')}: {verdict.status.reason}"
+            )
     return ReplayResult(
         rules=verdicts,
         health=health,
         source=source,
         nodes=len(timeline.hosts),
         gpus=sum(
-            len({g.index for s in samples for g in s.gpus}) for samples in timeline.hosts.values()
+            len(
+                samples.gpu_indices()
+                if isinstance(samples, CompactSamples)
+                else {g.index for s in samples for g in s.gpus}
+            )
+            for samples in timeline.hosts.values()
         ),
         samples=sum(len(s) for s in timeline.hosts.values()),
         steps=len(timeline.steps),
@@ -371,6 +458,45 @@ def replay(
             for name, by_time in run.queries.items()
         },
     )
+
+
+def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:
+    """Refuse a scrape interval that would make replay's work unbounded by the data:
+    faster than the samples (it adds nothing), or too many instants over the job."""
+    floor = min(timeline.datapoint_interval, 1.0)
+    if not math.isfinite(scrape_interval) or scrape_interval < floor - 1e-9:
+        raise ReplayError(
+            f"--scrape-interval {scrape_interval:g}s is shorter than the samples "
+            f"({timeline.datapoint_interval:g}s apart): scraping faster adds nothing; use "
+            f"{floor:g}s or more"
+        )
+    instants = (timeline.last - timeline.start) / scrape_interval
+    if instants > MAX_INSTANTS:
+        shortest = (timeline.last - timeline.start) / MAX_INSTANTS
+        raise ReplayError(
+            f"the job spans {(timeline.last - timeline.start) / 3600:.1f} h: a scrape every "
+            f"{scrape_interval:g}s means {instants:,.0f} scrape instants (at most "
+            f"{MAX_INSTANTS:,}); use --scrape-interval {math.ceil(shortest)}s or more"
+        )
+
+
+def _status_queries(
+    compiled: Compiled, job: str, seconds: float, points: int
+) -> dict[str, tuple[str, bool]]:
+    from trainprof.report.queries import grafana_builtins
+
+    interval = compiled.config.scrape_interval
+    step = query_step(seconds, interval, points)
+    return status_queries(compiled, job, None, grafana_builtins(seconds, step, interval))
+
+
+def _grouped(by_time: dict[float, Samples]) -> list[tuple[dict[str, str], list]]:
+    """{time: [(labels, value)]} -> [(labels, [(time, value)])]."""
+    grouped: dict[tuple, list] = {}
+    for t, samples in sorted(by_time.items()):
+        for labels, value in samples:
+            grouped.setdefault(tuple(sorted(labels.items())), []).append((t, value))
+    return [(dict(k), points) for k, points in grouped.items()]
 
 
 def query_step(seconds: float, scrape_interval: float, points: int) -> float:

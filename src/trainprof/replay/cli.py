@@ -49,7 +49,15 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         metavar="DURATION",
         help="what one datapoint lasts (default: the recording's sampling interval)",
     )
-    replay.add_argument("--format", choices=("auto", "sagemaker", "trainprof"), default="auto")
+    replay.add_argument(
+        "--format",
+        choices=("auto", "sagemaker", "trainprof"),
+        default="auto",
+        help="what SOURCE is: SageMaker profiler output (system/incremental, "
+        "framework/pevents), a trainprof recording (.jsonl[.gz]), or auto: a file is a "
+        "recording, a folder is searched for SageMaker output at any depth, else for "
+        "recordings (default: auto)",
+    )
     replay.add_argument(
         "--job",
         metavar="NAME",
@@ -108,7 +116,13 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _count(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
 def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
+    from trainprof.rule_status import measured_text
+
     out = out or sys.stdout
     minutes = (result.end - result.start) / 60
     print(
@@ -120,11 +134,18 @@ def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
         f"{result.evaluation_interval:g}s\n",
         file=out,
     )
-    print(f"  {'rule':<24} {'fired':<6} {'first fired (UTC)':<20} alerts", file=out)
+    print(
+        f"  {'rule':<24} {'status':<15} {'first fired (UTC)':<20} {'alerts':>6} "
+        f"{'datapoints':>10}  measured vs threshold",
+        file=out,
+    )
     for name, verdict in result.rules.items():
+        status = verdict.status
         print(
-            f"  {name:<24} {'yes' if verdict.fired else 'no':<6} "
-            f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts)}",
+            f"  {name:<24} {(status.status if status else '-'):<15} "
+            f"{_when(verdict.first_fired_at):<20} {len(verdict.alerts):>6} "
+            f"{_count(status.datapoints if status else None):>10}  "
+            f"{measured_text(status.measure if status else None)}",
             file=out,
         )
     for alert in result.health:

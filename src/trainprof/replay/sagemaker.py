@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
+import operator
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Sequence
 
+from trainprof.replay.compact import CompactSamples
+from trainprof.replay.damage import EARLIEST, LATEST, Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
 from trainprof.sampling import GpuSample, HostSample
 from trainprof.training_state import canonical_mode
@@ -54,7 +58,7 @@ class ProfilerOutput:
 
 @dataclasses.dataclass
 class SystemSamples:
-    by_node: dict[str, list[HostSample]]
+    by_node: dict[str, Sequence[HostSample]]
     lines: int = 0
     unused: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     unknown: collections.Counter = dataclasses.field(default_factory=collections.Counter)
@@ -63,13 +67,11 @@ class SystemSamples:
 def looks_like_sagemaker(path: str) -> bool:
     if not os.path.isdir(path):
         return False
-    for dirpath, dirnames, _ in os.walk(path):
+    for dirpath, _, _ in os.walk(path):
         if dirpath.endswith(os.path.join("system", "incremental")) or dirpath.endswith(
             os.path.join("framework", "pevents")
         ):
             return True
-        if dirpath.count(os.sep) - path.count(os.sep) > 6:
-            dirnames[:] = []
     return False
 
 
@@ -121,52 +123,75 @@ def find_profiler_output(source: str) -> ProfilerOutput:
     return ProfilerOutput(root, system, traces, sorted(ignored))
 
 
-def _events(path: str) -> Iterator[tuple[int, dict]]:
+def _read_text(path: str, damage: Damage) -> tuple[str, str] | None:
+    """(text, digest) of a file, or None when it cannot be read (reported)."""
     try:
-        with open(path, encoding="utf-8") as stream:
-            for number, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SourceError(f"{path}:{number}: not a JSON line: {e.msg}") from None
-                if not isinstance(event, dict):
-                    raise SourceError(f"{path}:{number}: expected a JSON object")
-                yield number, event
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
-        raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise SourceError(f"{path}: not a text file") from None
+        damage.skip("files unreadable", f"{path} ({e.strerror or e})")
+        return None
+    try:
+        return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        damage.skip("files not text", f"{path} (from line {line})")
+        return None
+
+
+def _events(path: str, text: str, damage: Damage) -> tuple[list[dict], list[int] | None]:
+    """Every readable line's event, and the line numbers (None: event i is line i + 1); a
+    damaged line is skipped and reported. An intact file is parsed in one call (the common
+    case, and most of replay's reading time); line by line only when that fails."""
+    try:
+        # Lines that are not objects fail on their first field, reported then.
+        return json.loads("[" + text.rstrip("\n").replace("\n", ",") + "]"), None
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    out, numbers = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            damage.skip("not JSON", f"{path}:{number}")
+            continue
+        if not isinstance(event, dict):
+            damage.skip("not a JSON object", f"{path}:{number}")
+            continue
+        out.append(event)
+        numbers.append(number)
+    return out, numbers
 
 
 class _SnapshotBuilder:
     """Gathers one node's events into HostSamples, one per sampling instant."""
 
     def __init__(self):
-        self.samples: list[HostSample] = []
+        self.samples = CompactSamples()
         self._start: float | None = None
         self._cpu: dict[int, float] = {}
         self._iowait: dict[int, float] = {}
         self._util: dict[int, float] = {}
         self._mem: dict[int, float] = {}
         self._memory: float | None = None
+        self._by_kind = {
+            "cpu": self._cpu,
+            "iowait": self._iowait,
+            "util": self._util,
+            "mem": self._mem,
+        }
 
     def add(self, ts: float, kind: str, index: int, value: float) -> None:
         if self._start is not None and abs(ts - self._start) > SNAPSHOT_SPREAD:
             self.flush()
         if self._start is None:
             self._start = ts
-        target = {
-            "cpu": self._cpu,
-            "iowait": self._iowait,
-            "util": self._util,
-            "mem": self._mem,
-        }.get(kind)
-        if target is None:
+        if kind == "memory":
             self._memory = value
         else:
-            target[index] = value
+            self._by_kind[kind][index] = value
 
     def flush(self) -> None:
         if self._start is None:
@@ -188,38 +213,87 @@ class _SnapshotBuilder:
         )
         self._start, self._memory = None, None
         self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
+        self._by_kind = {
+            "cpu": self._cpu,
+            "iowait": self._iowait,
+            "util": self._util,
+            "mem": self._mem,
+        }
 
 
-def read_system(found: ProfilerOutput) -> SystemSamples:
-    """Every node's samples in time order, values as ratios (SageMaker wrote percent)."""
+def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSamples:
+    """Every node's samples in time order, values as ratios (SageMaker wrote percent).
+    Damaged lines are skipped and counted in `damage`; out-of-range values clamped."""
+    damage = damage if damage is not None else Damage()
     builders: dict[str, _SnapshotBuilder] = {}
     out = SystemSamples({})
+    seen: dict[str, str] = {}
+    classified: dict[tuple, tuple[str | None, int]] = {}
     for _, file_node, path in found.system_files:
-        events = []
-        for number, e in _events(path):
-            out.lines += 1
+        read = _read_text(path, damage)
+        if read is None:
+            continue
+        text, digest = read
+        if digest in seen:
+            damage.skip("files identical to another", f"{path} (= {seen[digest]})")
+            continue
+        seen[digest] = path
+        parsed, numbers = _events(path, text, damage)
+        out.lines += len(parsed)
+        events: list[tuple[str, float, str, int, float]] = []
+        append = events.append
+        for i, e in enumerate(parsed):
             try:
                 ts, value = float(e["Timestamp"]), float(e["Value"]) / 100
-                name, dimension = str(e["Name"]), str(e.get("Dimension", ""))
-                node = str(e.get("NodeId") or file_node)
-            except (KeyError, TypeError, ValueError):
-                raise SourceError(
-                    f"{path}:{number}: expected Name, Dimension, Value and Timestamp"
-                ) from None
-            kind, index = _classify(e.get("Type"), dimension, name)
-            if kind is None:
-                (out.unused if index == -1 else out.unknown)[f"{dimension or name}"] += 1
+                key = (e.get("Type"), e.get("Dimension", ""), e["Name"])
+                node = e.get("NodeId") or file_node
+                kind, index = classified[key]
+            except KeyError:
+                if "Timestamp" not in e or "Value" not in e or "Name" not in e:
+                    damage.skip("without Name, Value and Timestamp", _where(path, i, numbers))
+                    continue
+                kind, index = classified[key] = _classify(key[0], str(key[1]), str(key[2]))
+            except (TypeError, ValueError, OverflowError):
+                damage.skip("without Name, Value and Timestamp", _where(path, i, numbers))
                 continue
-            events.append((node, ts, kind, index, value))
+            if kind is None:
+                (out.unused if index == -1 else out.unknown)[f"{key[1] or key[2]}"] += 1
+                continue
+            if not EARLIEST <= ts <= LATEST:  # also false for NaN
+                damage.skip("with a timestamp outside 2000..2100", _where(path, i, numbers))
+                continue
+            if not 0.0 <= value <= 1.0:
+                clamped = ratio(value, _where(path, i, numbers), damage, "values")
+                if clamped is None:
+                    continue
+                value = clamped
+            append((node if type(node) is str else str(node), ts, kind, index, value))
         # Lines of one sample come in varying order; sort each file by time.
-        events.sort(key=lambda ev: (ev[0], ev[1]))
+        events.sort(key=operator.itemgetter(0, 1))
+        builder, current = None, None
         for node, ts, kind, index, value in events:
-            builders.setdefault(node, _SnapshotBuilder()).add(ts, kind, index, value)
+            if builder is None or node != current:
+                builder = builders.get(node) or builders.setdefault(node, _SnapshotBuilder())
+                current = node
+            # _SnapshotBuilder.add, inlined: this loop runs once per line SageMaker wrote.
+            start = builder._start
+            if start is None:
+                builder._start = ts
+            elif ts - start > SNAPSHOT_SPREAD or start - ts > SNAPSHOT_SPREAD:
+                builder.flush()
+                builder._start = ts
+            if kind == "memory":
+                builder._memory = value
+            else:
+                builder._by_kind[kind][index] = value
     for node, builder in builders.items():
         builder.flush()
-        builder.samples.sort(key=lambda s: s.timestamp)
-        out.by_node[node] = builder.samples
+        out.by_node[node] = builder.samples.in_time_order()
     return out
+
+
+def _where(path: str, i: int, numbers: list[int] | None) -> str:
+    return f"{path}:{numbers[i] if numbers is not None else i + 1}"
 
 
 def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
@@ -239,15 +313,26 @@ def _classify(kind, dimension: str, name: str) -> tuple[str | None, int]:
     return None, 0
 
 
-def read_steps(found: ProfilerOutput) -> list[Step]:
-    """Every step of every rank, from the python timeline traces, in start order."""
+def read_steps(found: ProfilerOutput, damage: Damage | None = None) -> list[Step]:
+    """Every step of every rank, from the python timeline traces, in start order. A trace
+    that cannot be read, or a step event that makes no sense, is skipped and counted."""
+    damage = damage if damage is not None else Damage()
     steps: list[Step] = []
     for _, node, rank, path in found.trace_files:
-        events = _trace(path)
+        try:
+            events = _trace(path)
+        except SourceError as error:
+            damage.skip("files not readable as traces", str(error))
+            continue
         base = 0
         for e in events:
-            if e.get("ph") == "M" and "start_time_since_epoch_in_micros" in (e.get("args") or {}):
-                base = int(e["args"]["start_time_since_epoch_in_micros"])
+            given = e.get("args")
+            args: dict = given if isinstance(given, dict) else {}
+            if e.get("ph") == "M" and "start_time_since_epoch_in_micros" in args:
+                try:
+                    base = int(args["start_time_since_epoch_in_micros"])
+                except (TypeError, ValueError):
+                    damage.skip("steps in a trace without a start time", path)
                 break
         for e in events:
             name = str(e.get("name", ""))
@@ -256,14 +341,13 @@ def read_steps(found: ProfilerOutput) -> list[Step]:
             try:
                 start = (base + float(e["ts"])) / 1e6
                 end = start + float(e.get("dur", 0)) / 1e6
-            except (KeyError, TypeError, ValueError):
-                raise SourceError(
-                    f"{path}: step event without numeric ts/dur: {json.dumps(e)[:120]}"
-                ) from None
-            try:
                 mode = canonical_mode(name)
-            except ValueError:
-                raise SourceError(f"{path}: step event of an unknown mode: {name!r}") from None
+            except (KeyError, TypeError, ValueError, OverflowError):
+                damage.skip("step events without numeric ts/dur or a known mode", path)
+                continue
+            if not (timestamp_ok(start) and timestamp_ok(end) and end >= start):
+                damage.skip("step events with times outside 2000..2100", path)
+                continue
             steps.append(Step(node, rank, mode, start, end))
     steps.sort(key=lambda s: (s.start, s.node, s.rank))
     return steps
@@ -275,15 +359,17 @@ def _trace(path: str) -> list[dict]:
             text = stream.read()
     except OSError as e:
         raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, ValueError):
         raise SourceError(f"{path}: not a text file") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise SourceError(f"{path}: not a Chrome trace (nested too deeply)") from None
     except json.JSONDecodeError as first:
         # A trace still being written lacks its closing bracket.
         try:
             data = json.loads(text.rstrip().rstrip(",") + "]")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             line = text.count("\n", 0, first.pos) + 1
             raise SourceError(f"{path}:{line}: not a Chrome trace: {first.msg}") from None
     if isinstance(data, dict):

@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from trainprof.promtool import series_text
+from trainprof.replay.series_store import SeriesStore
 from trainprof.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
 from trainprof.training_state import TrainingState
 
@@ -24,6 +24,14 @@ EXPORTER_JOB = "trainprof"
 EXPORTER_PORT = 9945
 TRAINING_JOB = "trainprof-training"
 TRAINING_PORT = 9946
+# Timelines with more samples and steps than this show progress on a terminal.
+PROGRESS_FROM = 20_000
+# Series whose values are Unix times: promtool's clock starts at 0, so they are shifted.
+TIMESTAMP_SERIES = (
+    "trainprof_training_start_timestamp_seconds",
+    "trainprof_training_first_step_timestamp_seconds",
+    "trainprof_training_last_step_timestamp_seconds",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +47,7 @@ class Step:
 class Timeline:
     """What happened on each host and in each training process (rank)."""
 
-    hosts: dict[str, list[HostSample]]
+    hosts: dict[str, Sequence[HostSample]]
     training_job: str
     datapoint_interval: float
     steps: list[Step] = dataclasses.field(default_factory=list)
@@ -72,7 +80,7 @@ class Timeline:
 
 @dataclasses.dataclass
 class Scraped:
-    series: dict[str, list[float | None]]
+    series: SeriesStore  # (series text, values in promtool's notation) by `items()`
     start: float  # t0, Unix seconds
     end: float  # seconds after t0 of the last scrape
     scrapes: int
@@ -105,45 +113,68 @@ def scrape(
     grid: BottleneckGrid | None = None,
     progress: bool = False,
     stddevs: Iterable[float] = (),
+    relative: Iterable[str] = TIMESTAMP_SERIES,
+    workdir: str | None = None,
+    stream=None,
 ) -> Scraped:
+    """Every series at every scrape instant, in time linear in the samples and steps times
+    the instants. Series named in `relative` hold Unix times and are made relative to t0,
+    as promtool's clock starts at 0."""
     if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
         raise ValueError("the timeline holds no samples and no steps")
     t0 = timeline.start
     count = int(math.ceil((timeline.last - t0) / scrape_interval)) + 1
-    instants = [t0 + k * scrape_interval for k in range(count)]
-    series: dict[str, list[float | None]] = {}
-    bar = _Progress(sum(len(s) for s in timeline.hosts.values()), progress)
+    store = SeriesStore(count, spill_dir=workdir)
+    shifted = frozenset(relative)
+    total = sum(len(s) for s in timeline.hosts.values()) + len(timeline.steps)
+    bar = _Progress(total, progress, stream)
     for node, samples in sorted(timeline.hosts.items()):
         acc = SampleAccumulator(
             timeline.datapoint_interval,
             identity=host_identity(node, timeline.training_job),
             grid=grid,
         )
+        times = getattr(samples, "times", None) or [s.timestamp for s in samples]
         i = 0
-        for k, instant in enumerate(instants):
-            while i < len(samples) and samples[i].timestamp <= instant + 1e-9:
+        for k in range(count):
+            instant = t0 + k * scrape_interval
+            before = i
+            while i < len(times) and times[i] <= instant + 1e-9:
                 acc.observe(samples[i])
                 i += 1
-            bar.advance(i)
+            bar.advance(i - before)
             if acc.samples == 0:
                 continue  # the exporter was not up yet
-            for name, labels, value in samples_of(acc.families()):
-                series.setdefault(series_text(name, labels), [None] * count)[k] = value
-        bar.done_with(len(samples))
-    _scrape_ranks(timeline, instants, t0, tuple(stddevs), series)
+            _put(store, k, samples_of(acc.families()), None, shifted, t0)
+    _scrape_ranks(timeline, count, scrape_interval, t0, tuple(stddevs), store, shifted, bar)
     bar.close()
-    return Scraped(series, t0, instants[-1] - t0, count)
+    return Scraped(store, t0, (count - 1) * scrape_interval, count)
+
+
+def _put(store: SeriesStore, k: int, samples, target, shifted: frozenset, t0: float) -> None:
+    for name, labels, value in samples:
+        if target:
+            labels = {**labels, **target}
+        if name in shifted:
+            value -= t0
+        store.put(store.id_of(name, labels), k, value)
 
 
 def _scrape_ranks(
-    timeline: Timeline, instants: list[float], t0: float, stddevs: tuple[float, ...], series: dict
+    timeline: Timeline,
+    count: int,
+    scrape_interval: float,
+    t0: float,
+    stddevs: tuple[float, ...],
+    store: SeriesStore,
+    shifted: frozenset,
+    bar: _Progress,
 ) -> None:
     """Every rank's training series: its steps, observed as they end, read at each instant."""
     by_rank: dict[tuple[str, int], list[Step]] = {r: [] for r in timeline.ranks}
     for step in timeline.steps:
         by_rank.setdefault((step.node, step.rank), []).append(step)
     per_node: dict[str, int] = {}
-    count = len(instants)
     for (node, rank), steps in sorted(by_rank.items()):
         index = per_node[node] = per_node.get(node, -1) + 1
         labels = rank_identity(node, rank, index, timeline.training_job)
@@ -153,46 +184,39 @@ def _scrape_ranks(
         )
         steps.sort(key=lambda s: s.end)
         i = 0
-        for k, instant in enumerate(instants):
+        for k in range(count):
+            instant = t0 + k * scrape_interval
+            before = i
             while i < len(steps) and steps[i].end <= instant + 1e-9:
                 state.observe_step(steps[i].mode, steps[i].start, steps[i].end)
                 i += 1
-            for name, sample_labels, value in samples_of(state.families()):
-                key = series_text(name, {**sample_labels, **target})
-                series.setdefault(key, [None] * count)[k] = value
-
-
-def shift_timestamps(
-    series: dict[str, list[float | None]], t0: float, names: Iterable[str]
-) -> None:
-    """Make timestamp-valued series relative to t0, as promtool's clock starts at 0."""
-    prefixes = tuple(n + "{" for n in names)
-    for key, values in series.items():
-        if key.startswith(prefixes):
-            series[key] = [None if v is None else v - t0 for v in values]
+            bar.advance(i - before)
+            _put(store, k, samples_of(state.families()), target, shifted, t0)
 
 
 class _Progress:
     """A one-line progress bar on stderr for long timelines (only on a terminal)."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.base, self.shown = max(total, 1), 0, -1
-        self.enabled = enabled and sys.stderr.isatty() and total > 20_000
+    def __init__(self, total: int, enabled: bool, stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.done, self.shown = max(total, 1), 0, -1
+        self.enabled = enabled and self.stream.isatty() and total > PROGRESS_FROM
 
-    def advance(self, done_in_node: int) -> None:
-        if not self.enabled:
+    def advance(self, n: int) -> None:
+        if not self.enabled or not n:
             return
-        percent = int(100 * (self.base + done_in_node) / self.total)
+        self.done += n
+        percent = min(100, int(100 * self.done / self.total))
         if percent != self.shown:
             self.shown = percent
             filled = percent // 4
-            sys.stderr.write(f"\rreplaying [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}%")
-            sys.stderr.flush()
-
-    def done_with(self, n: int) -> None:
-        self.base += n
+            self.stream.write(
+                f"\rreplaying [{'#' * filled}{'.' * (25 - filled)}] {percent:3d}% "
+                f"of {self.total:,} samples and steps"
+            )
+            self.stream.flush()
 
     def close(self) -> None:
         if self.enabled:
-            sys.stderr.write("\r" + " " * 50 + "\r")
-            sys.stderr.flush()
+            self.stream.write("\r" + " " * 72 + "\r")
+            self.stream.flush()

@@ -15,14 +15,16 @@ from trainprof.dashboards.alerts import FIRING, PENDING
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope
 from trainprof.report import format as fmt
-from trainprof.report import svg
+from trainprof.report import svg, usage
 from trainprof.report.collect import Collected, Points, Series
 from trainprof.report.queries import signals
+from trainprof.rule_status import measured_text
 from trainprof.rules.config import RuleInstance, alerting
 from trainprof.rules.model import Signal
 
 MAX_LINES = 12  # series per chart; more would be unreadable
 MAX_ALERT_ROWS = 25
+MEMORY_NEARLY_FULL = 0.9  # SageMaker advised more memory when the footprint neared the maximum
 
 
 @dataclasses.dataclass
@@ -62,7 +64,11 @@ class RuleRow:
     parameters: str
     times_triggered: int
     first_fired_at: float | None
-    state: str  # firing | pending | ok
+    state: str  # firing | pending at the end, else the status: quiet | no_data | not_applicable
+    status: str = "quiet"  # fired | quiet | no_data | not_applicable over the whole range
+    datapoints: str = "-"
+    measured: str = "-"  # "46% (peak 74%) vs above 50%"
+    reason: str = ""  # why no_data / not_applicable
 
 
 @dataclasses.dataclass
@@ -212,6 +218,10 @@ def _summary(c: Collected, n: _Numbers, rules: list[RuleRow]) -> Section:
         ),
         ("Rules fired", f"{len(fired)} of {len(rules)}"),
     ]
+    facts += _phases(c, n)
+    advice = sizing_advice(rules, n)
+    if advice:
+        facts.append(("Sizing advice", " ".join(advice)))
     facts = [(k, v) for k, v in facts if v != "-"]
     intro = (
         f"{c.training_job} ran for "
@@ -241,6 +251,58 @@ def _summary(c: Collected, n: _Numbers, rules: list[RuleRow]) -> Section:
     return section
 
 
+def sizing_advice(rules: list[RuleRow], n: _Numbers) -> list[str]:
+    """SageMaker's instance sizing advice, where its rules gave it: from the rules that
+    fired, and from memory close to full (OverallSystemUsage's advice)."""
+    fired = {r.name for r in rules if r.times_triggered}
+    advice = []
+    underused = sorted(fired & {"BatchSize", "LowGPUUtilization"})
+    if underused:
+        advice.append(
+            f"The GPUs were underused ({' and '.join(underused)} fired): consider a smaller "
+            "instance type, or a larger batch size."
+        )
+    if "CPUBottleneck" in fired:
+        advice.append(
+            "The CPU held the GPUs back (CPUBottleneck fired): after the data-loading fixes, "
+            "consider an instance type with more CPU cores per GPU."
+        )
+    highest: dict[str, float] = {}
+    for (_, _, resource), buckets in usage.group(n.series("usage.node_buckets")).items():
+        found = usage.stats(buckets)
+        if found is not None:
+            highest[resource] = max(highest.get(resource, 0.0), found["p99"])
+    for resource in ("Host memory", "GPU memory"):
+        if highest.get(resource, 0.0) >= MEMORY_NEARLY_FULL:
+            advice.append(
+                f"{resource} reached {fmt.value(highest[resource], 'percentunit')} (p99): "
+                "choose an instance type with more memory if the footprint stays this close "
+                "to the maximum."
+            )
+    return advice
+
+
+def _phases(c: Collected, n: _Numbers) -> list[tuple[str, str]]:
+    """SageMaker's job summary split: initialisation (start to the first step), training
+    loop (first to last step), finalisation (last step to the end of the data)."""
+    start, first, last = (n.scalar(f"phases.{k}") for k in ("start", "first_step", "last_step"))
+    if start is None or first is None or last is None or not start <= first <= last:
+        return []
+    end = max(c.end, last)
+    total = end - start
+    if total <= 0:
+        return []
+    parts = (
+        ("Initialization", first - start),
+        ("Training loop", last - first),
+        ("Finalization", end - last),
+    )
+    return [
+        (name, f"{fmt.duration(seconds)} ({fmt.value(seconds / total, 'percentunit')})")
+        for name, seconds in parts
+    ]
+
+
 def _count(x: float | None) -> str:
     return "-" if x is None else fmt.number(x)
 
@@ -255,10 +317,17 @@ def _system(c: Collected, n: _Numbers) -> Section:
     )
     rows: dict[tuple[str, str], dict[str, float]] = {}
     order = list(SYSTEM_USAGE_NAMES.values())
-    for q in ("p50", "p95", "p99"):
-        for labels, points in n.series(f"system.{q}"):
-            key = (labels.get("node", ""), labels.get("resource", ""))
-            rows.setdefault(key, {})[q] = points[-1][1]
+    usage_table = _usage_table(n, order)
+    if usage_table:
+        section.tables.append(usage_table)
+    else:
+        for q in ("p50", "p95", "p99"):
+            for labels, points in n.series(f"system.{q}"):
+                key = (labels.get("node", ""), labels.get("resource", ""))
+                rows.setdefault(key, {})[q] = points[-1][1]
+    totals = _totals_table(n)
+    if totals:
+        section.tables.append(totals)
     if rows:
         section.tables.append(
             Table(
@@ -306,9 +375,60 @@ def _system(c: Collected, n: _Numbers) -> Section:
     chart = _chart(c, "Network", network, "Bps")
     if chart:
         section.charts.append(chart)
-    if not rows and not section.charts:
+    if not rows and not usage_table and not section.charts:
         section.empty = "No system metrics for this job in the source."
     return section
+
+
+def _usage_table(n: _Numbers, order: list[str]) -> Table | None:
+    """min / p50 / p90 / p95 / p99 / max per node and resource, then per GPU."""
+    columns = ("min",) + usage.QUANTILES + ("max",)
+    rows = []
+    for query, per_gpu in (("usage.node_buckets", False), ("usage.gpu_buckets", True)):
+        grouped = usage.group(n.series(query))
+        for (node, gpu, resource), buckets in sorted(
+            grouped.items(),
+            key=lambda kv: (
+                kv[0][0],
+                order.index(kv[0][2]) if kv[0][2] in order else 99,
+                int(kv[0][1]) if kv[0][1].isdigit() else kv[0][1],
+            ),
+        ):
+            found = usage.stats(buckets)
+            if found is None:
+                continue
+            label = f"GPU {gpu} {resource.removeprefix('GPU ')}" if per_gpu else resource
+            rows.append([node, label] + [fmt.value(found[c], "percentunit") for c in columns])
+    if not rows:
+        return None
+    return Table(
+        ["Node", "Resource", "min", "p50", "p90", "p95", "p99", "max"],
+        rows,
+        numeric=tuple(range(2, 8)),
+        caption="Overall system usage: every sample since the exporter started (GPU rows "
+        "per node pool the node's GPUs, then one row per GPU); min and max to the "
+        "histogram's bucket",
+    )
+
+
+def _totals_table(n: _Numbers) -> Table | None:
+    totals: dict[str, dict[str, float]] = {}
+    for labels, points in n.series("usage.totals"):
+        if points and not math.isnan(points[-1][1]):
+            totals.setdefault(labels.get("node", ""), {})[labels.get("total", "")] = points[-1][1]
+    if not totals:
+        return None
+    names = list(usage.TOTALS.values())
+    rows = [
+        [node] + [fmt.value(values[k], "bytes") if k in values else "-" for k in names]
+        for node, values in sorted(totals.items())
+    ]
+    if len(rows) > 1:
+        rows.append(
+            ["all nodes"]
+            + [fmt.value(sum(v.get(k, 0.0) for v in totals.values()), "bytes") for k in names]
+        )
+    return Table(["Node"] + names, rows, numeric=(1, 2, 3, 4), caption="Disk and network totals")
 
 
 def _framework(c: Collected, n: _Numbers) -> Section:
@@ -421,6 +541,8 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
         verdict = c.verdicts.get(name)
         alerts = verdict.alerts if verdict else []
         state = states.get(name, 0)
+        status = verdict.status if verdict and verdict.status else None
+        quiet = status.status if status and status.status != "fired" else "quiet"
         rows.append(
             RuleRow(
                 name,
@@ -430,7 +552,11 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
                 _parameters(instance),
                 len(alerts),
                 min((a.fired_at for a in alerts), default=None),
-                "firing" if state >= FIRING else "pending" if state >= PENDING else "ok",
+                "firing" if state >= FIRING else "pending" if state >= PENDING else quiet,
+                status.status if status else ("fired" if alerts else "quiet"),
+                fmt.number(status.datapoints) if status and status.datapoints is not None else "-",
+                measured_text(status.measure) if status else "-",
+                status.reason if status else "",
             )
         )
         spans[name] = _spans(firing.get(name, []), c.step)

@@ -49,6 +49,14 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     )
     report.add_argument("--namespace", metavar="NAME", help="namespace of the job, if any")
     report.add_argument(
+        "--run",
+        dest="job_run",  # args.run is the sub-command's entry point
+        metavar="N|TIME",
+        help="with --prometheus, which run of a job name used more than once (a "
+        "resubmitted job): its number as the report's note lists them, or its start time "
+        "(default: the latest)",
+    )
+    report.add_argument(
         "--from",
         dest="start",
         metavar="TIME",
@@ -70,6 +78,32 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         metavar="DURATION",
         help="scrape interval (replay: to replay at, default 15s; "
         "Prometheus: the server's, default the configuration's)",
+    )
+    auth = report.add_argument_group(
+        "access to a Prometheus that asks who is calling (with --prometheus)"
+    )
+    auth.add_argument(
+        "--bearer-token-file", metavar="FILE", help="send the token in FILE as a bearer token"
+    )
+    auth.add_argument("--basic-auth-user", metavar="NAME", help="basic auth user name")
+    auth.add_argument(
+        "--basic-auth-password-file", metavar="FILE", help="basic auth password, read from FILE"
+    )
+    auth.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="an extra header, e.g. 'X-Scope-OrgID: team-a' for a Mimir, Cortex or Thanos "
+        "tenant (repeatable)",
+    )
+    auth.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the server")
+    auth.add_argument("--cert-file", metavar="FILE", help="client certificate (mutual TLS)")
+    auth.add_argument("--key-file", metavar="FILE", help="the client certificate's key")
+    auth.add_argument(
+        "--insecure-skip-verify",
+        action="store_true",
+        help="do not verify the server's certificate (testing only)",
     )
     report.add_argument(
         "--trace",
@@ -188,7 +222,7 @@ def _trace_only_report(args: argparse.Namespace, kernels):
 
 def _from_prometheus(args: argparse.Namespace) -> Collected:
     from trainprof.report import ReportError, from_prometheus
-    from trainprof.report.collect import parse_time
+    from trainprof.report.collect import parse_time, read_access
     from trainprof.rules.files import read_config
 
     if not args.job:
@@ -199,7 +233,25 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         end = parse_time(args.end, now) if args.end else None
     except ValueError as e:
         raise ReportError(f"--from/--to: {e}") from None
+    access = read_access(
+        bearer_token_file=args.bearer_token_file,
+        basic_auth_user=args.basic_auth_user,
+        basic_auth_password_file=args.basic_auth_password_file,
+        headers=args.header,
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        insecure_skip_verify=args.insecure_skip_verify,
+    )
     config = read_config(args.rules, scrape_interval=args.scrape_interval)
     return from_prometheus(
-        args.prometheus, args.job, config, start=start, end=end, namespace=args.namespace, now=now
+        args.prometheus,
+        args.job,
+        config,
+        start=start,
+        end=end,
+        namespace=args.namespace,
+        now=now,
+        access=access,
+        run=args.job_run,
     )

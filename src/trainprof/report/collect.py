@@ -14,11 +14,13 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 
 from trainprof.dashboards.queries import PRESENCE
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
-from trainprof.report.queries import ReportQuery, resolved
+from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
+from trainprof.rule_status import decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
@@ -55,6 +57,14 @@ class Collected:
         return self.compiled.config
 
 
+# Queries whose values are Unix times (x scale): replay shifts them to promtool's clock.
+_TIME_QUERIES = {
+    "summary.start": 1000.0,
+    "phases.start": 1.0,
+    "phases.first_step": 1.0,
+    "phases.last_step": 1.0,
+}
+
 # --- replay ----------------------------------------------------------------------------------
 
 
@@ -90,6 +100,12 @@ def from_replay(
             for labels, value in samples:
                 grouped.setdefault(tuple(sorted(labels.items())), []).append((t, value))
         results[name] = [(dict(key), points) for key, points in grouped.items()]
+    # promtool's clock starts at the replay's t0; series holding Unix times were shifted.
+    for name, scale in _TIME_QUERIES.items():
+        results[name] = [
+            (labels, [(t, v + result.start * scale) for t, v in points])
+            for labels, points in results.get(name, [])
+        ]
     seconds = result.end - result.start
     notes = list(result.notes)
     if result.health:
@@ -115,10 +131,94 @@ def from_replay(
 # --- Prometheus ------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class Access:
+    """How to reach a Prometheus that asks who is calling: the headers to send (bearer
+    token, basic auth, X-Scope-OrgID for Mimir, Cortex and Thanos tenants) and TLS."""
+
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure_skip_verify: bool = False
+
+    def context(self):
+        import ssl
+
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file:
+                ctx.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
+        except (OSError, ssl.SSLError, ValueError) as e:
+            raise ReportError(f"TLS options: {getattr(e, 'strerror', None) or e}") from None
+        if self.insecure_skip_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+def _no_passphrase() -> str:
+    raise ValueError("the client key is encrypted; give an unencrypted key file")
+
+
+def read_access(
+    bearer_token_file: str | None = None,
+    basic_auth_user: str | None = None,
+    basic_auth_password_file: str | None = None,
+    headers: Sequence[str] = (),
+    ca_file: str | None = None,
+    cert_file: str | None = None,
+    key_file: str | None = None,
+    insecure_skip_verify: bool = False,
+) -> Access:
+    """The report's --bearer-token-file, --basic-auth-*, --header and TLS options; secrets
+    are read from files so they never sit in a shell history or a process list."""
+    import base64
+
+    sent: dict[str, str] = {}
+    for header in headers:
+        name, sep, value = header.partition(":")
+        if not sep or not re.fullmatch(r"[A-Za-z0-9-]+", name.strip()):
+            raise ReportError(f"--header {name.strip()!r}...: expected 'Name: value'")
+        if "\n" in value or "\r" in value:
+            raise ReportError(f"--header {name.strip()}: the value holds a line break")
+        sent[name.strip()] = value.strip()
+    if bearer_token_file and (basic_auth_user or basic_auth_password_file):
+        raise ReportError("give --bearer-token-file or --basic-auth-user, not both")
+    if bearer_token_file:
+        sent["Authorization"] = f"Bearer {_secret(bearer_token_file, '--bearer-token-file')}"
+    if basic_auth_password_file and not basic_auth_user:
+        raise ReportError("--basic-auth-password-file needs --basic-auth-user")
+    if basic_auth_user:
+        password = (
+            _secret(basic_auth_password_file, "--basic-auth-password-file")
+            if basic_auth_password_file
+            else ""
+        )
+        pair = f"{basic_auth_user}:{password}".encode()
+        sent["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    if key_file and not cert_file:
+        raise ReportError("--key-file needs --cert-file")
+    return Access(sent, ca_file, cert_file, key_file, insecure_skip_verify)
+
+
+def _secret(path: str, option: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(
+            f"{option} {path}: cannot read: {getattr(e, 'strerror', None) or e}"
+        ) from None
+    if not value or "\n" in value:
+        raise ReportError(f"{option} {path}: expected one line holding the secret")
+    return value
+
+
 class Prometheus:
     """The few calls of Prometheus' HTTP API the report makes."""
 
-    def __init__(self, url: str, timeout: float = 60.0):
+    def __init__(self, url: str, timeout: float = 60.0, access: Access | None = None):
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ReportError(
@@ -126,14 +226,25 @@ class Prometheus:
             )
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.access = access or Access()
+        self._context = self.access.context() if parsed.scheme == "https" else None
 
     def _get(self, path: str, params: dict[str, str]) -> Any:
         """The `data` of Prometheus' answer: a dict for queries, a list for label values."""
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        request = urllib.request.Request(url, headers=self.access.headers)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+            with urllib.request.urlopen(
+                request, timeout=self.timeout, context=self._context
+            ) as response:
                 doc = json.loads(response.read())
         except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                raise ReportError(
+                    f"Prometheus at {self.url} refused the credentials (HTTP {e.code}): "
+                    "see --bearer-token-file, --basic-auth-user, --header",
+                    bad_input=False,
+                ) from None
             try:
                 body = json.loads(e.read())
                 message = body["error"]
@@ -255,14 +366,18 @@ def from_prometheus(
     end: float | None = None,
     namespace: str | None = None,
     now: float | None = None,
+    access: Access | None = None,
+    run: str | None = None,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
-    samples within the last week (and before now)."""
+    samples within the last week (and before now). A job name used by several runs (a
+    resubmitted job) is narrowed to one run: the latest, or `run` (its number or start)."""
     import time
 
-    api = Prometheus(url)
+    api = Prometheus(url, access=access)
     now = now if now is not None else time.time()
     presence = _presence(training_job, namespace)
+    asked_start, asked_end = start, end
     if end is None or start is None:
         week = 7 * 86400
         first = _extreme(api, "min", presence, week, now)
@@ -271,6 +386,27 @@ def from_prometheus(
             raise ReportError(_no_such_job(api, training_job, namespace, "in the last week"))
         start = start if start is not None else first
         end = end if end is not None else min(last + 15, now)
+    notes: list[str] = []
+    if end > start:
+        runs = find_runs(api, training_job, namespace, start, end)
+        if len(runs) > 1 or (run is not None and runs):
+            index = pick_run(runs, run)
+            chosen = runs[index]
+            if asked_start is None:
+                start = max(start, min(chosen.started, chosen.first))
+            if asked_end is None and index + 1 < len(runs):
+                end = min(end, runs[index + 1].first - 1)
+            notes.append(
+                f"{len(runs)} runs of {training_job} (told apart by their start time): "
+                + "; ".join(f"run {i + 1} started {_utc(r.started)}" for i, r in enumerate(runs))
+                + f". This report covers run {index + 1}"
+                + ("" if run is not None else " (the latest; --run N picks another)")
+            )
+        elif run is not None:
+            raise ReportError(
+                f"--run {run}: no start time (trainprof_training_start_timestamp_seconds) "
+                f"of {training_job} to tell runs apart by"
+            )
     if end <= start:
         raise ReportError(f"--to ({end:.0f}) must be after --from ({start:.0f})")
     step = max(float(math.ceil((end - start) / POINTS)), config.scrape_interval, 1.0)
@@ -284,7 +420,14 @@ def from_prometheus(
         results[name] = (
             api.range(q.expr, start, end, step) if q.over_time else api.instant(q.expr, end)
         )
-    verdicts = _verdicts(api, config, training_job, namespace, start, end)
+    verdicts = _verdicts(api, compiled, training_job, namespace, start, end)
+    builtins = grafana_builtins(end - start, step, config.scrape_interval)
+    for name, (expr, over_time) in status_queries(
+        compiled, training_job, namespace, builtins
+    ).items():
+        results[name] = api.range(expr, start, end, step) if over_time else api.instant(expr, end)
+    for name, verdict in verdicts.items():
+        verdict.status = decide(compiled, name, verdict.fired, results)
     return Collected(
         training_job=training_job,
         source=f"Prometheus at {api.url}",
@@ -295,6 +438,65 @@ def from_prometheus(
         queries=queries,
         results=results,
         verdicts=verdicts,
+        notes=notes,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run of a job name: when its processes started, and when it was first and last
+    seen holding that start time."""
+
+    started: float
+    first: float
+    last: float
+
+
+def find_runs(
+    api: Prometheus, job: str, namespace: str | None, start: float, end: float
+) -> list[Run]:
+    """The runs of `job` between `start` and `end`, oldest first: each distinct value of
+    the job's earliest process start time (a resubmitted job starts again)."""
+    matchers = [f"training_job={quote(job)}"]
+    if namespace is not None:
+        matchers.append(f"namespace={quote(namespace)}")
+    expr = f"min(trainprof_training_start_timestamp_seconds{{{', '.join(matchers)}}})"
+    step = max(15.0, float(math.ceil((end - start) / 10_000)))
+    runs: dict[float, list[float]] = {}
+    for _, points in api.range(expr, start, end, step):
+        for t, value in points:
+            if math.isnan(value):
+                continue
+            key = next((k for k in runs if abs(k - value) < 1.0), value)
+            seen = runs.setdefault(key, [t, t])
+            seen[0], seen[1] = min(seen[0], t), max(seen[1], t)
+    return sorted((Run(k, a, b) for k, (a, b) in runs.items()), key=lambda r: r.started)
+
+
+def pick_run(runs: list[Run], run: str | None) -> int:
+    """The index of the run asked for: None = the latest, N = the N-th (from 1), or a time
+    (Unix seconds or RFC 3339) within a minute of a run's start."""
+    if run is None:
+        return len(runs) - 1
+    listed = ", ".join(f"{i + 1} ({_utc(r.started)})" for i, r in enumerate(runs))
+    text = run.strip()
+    if text.isdigit() and int(text) < 10_000:  # a run number, not a Unix time
+        if 1 <= int(text) <= len(runs):
+            return int(text) - 1
+    else:
+        try:
+            at = parse_time(text, 0.0)
+        except ValueError:
+            at = math.nan
+        for i, r in enumerate(runs):
+            if abs(r.started - at) <= 60:
+                return i
+    raise ReportError(f"--run {run}: no such run; the runs are {listed}")
+
+
+def _utc(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"
     )
 
 
@@ -315,14 +517,67 @@ def _no_such_job(api: Prometheus, job: str, namespace: str | None, where: str) -
 
 
 def _verdicts(
-    api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
+    api: Prometheus,
+    compiled: Compiled,
+    job: str,
+    namespace: str | None,
+    start: float,
+    end: float,
 ) -> dict[str, Verdict]:
-    """Each rule's alerts with the evaluation at which each started firing: the rising
-    edges of ALERTS at the rule's evaluation interval, as replay reports them."""
+    """Each rule's alerts with the evaluation at which each started firing, derived from the
+    alert's own expression and `for:` over the range (stored ALERTS samples can be missing,
+    and are only seen to a query step)."""
+    from trainprof.durations import parse_duration
+
+    config = compiled.config
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
+    slack: dict[str, float] = {i.spec.name: 0.0 for i in alerting(config)}
+    for group in compiled.groups:
+        step = max(parse_duration(group["interval"]), (end - start) / 10_000)
+        for rule in group["rules"]:
+            name = (rule.get("labels") or {}).get("rule")
+            if "alert" not in rule or name not in verdicts:
+                continue
+            hold = parse_duration(rule["for"]) if rule.get("for") else 0.0
+            # Look back far enough that an alert already pending at `start` is seen.
+            series = api.range(rule["expr"], start - hold - step, end, step)
+            for labels, points in series:
+                if labels.get("training_job") != job:
+                    continue
+                if namespace is not None and labels.get("namespace") != namespace:
+                    continue
+                labels = {
+                    **{k: v for k, v in labels.items() if k != "__name__"},
+                    **rule.get("labels", {}),
+                    "alertname": rule["alert"],
+                }
+                for fired_at in _firing_edges([t for t, _ in points], step, hold):
+                    if start - 1e-9 <= fired_at <= end + 1e-9:
+                        verdicts[name].alerts.append(FiredAlert(dict(labels), fired_at))
+            slack[name] = max(slack.get(name, 0.0), hold + 2 * step)
+    # The rule manager may have fired an alert in the last evaluations, before its
+    # expression's recordings reach the range's end: keep what ALERTS saw and the
+    # expressions did not.
+    for name, alerts in _alerts_series(api, config, job, namespace, start, end).items():
+        derived = verdicts[name].alerts
+        for alert in alerts:
+            if not any(
+                a.labels == alert.labels and abs(a.fired_at - alert.fired_at) <= slack[name]
+                for a in derived
+            ):
+                derived.append(alert)
+    for verdict in verdicts.values():
+        verdict.alerts.sort(key=lambda a: a.fired_at)
+    return verdicts
+
+
+def _alerts_series(
+    api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
+) -> dict[str, list[FiredAlert]]:
+    """Each rule's rising edges of ALERTS at its evaluation interval."""
+    out: dict[str, list[FiredAlert]] = {}
     for instance in alerting(config):
-        step = instance.evaluation_interval
-        step = max(step, (end - start) / 10_000)  # Prometheus answers 11,000 points at most
+        step = max(instance.evaluation_interval, (end - start) / 10_000)
         matchers = [
             'alertstate="firing"',
             f"rule={quote(instance.spec.name)}",
@@ -330,13 +585,28 @@ def _verdicts(
         ]
         if namespace is not None:
             matchers.append(f"namespace={quote(namespace)}")
+        found = out.setdefault(instance.spec.name, [])
         for labels, points in api.range("ALERTS{" + ", ".join(matchers) + "}", start, end, step):
             labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
             previous = None
             for t, _ in points:
                 if previous is None or t - previous > step * 1.5:
-                    verdicts[instance.spec.name].alerts.append(FiredAlert(dict(labels), t))
+                    found.append(FiredAlert(dict(labels), t))
                 previous = t
-    for verdict in verdicts.values():
-        verdict.alerts.sort(key=lambda a: a.fired_at)
-    return verdicts
+    return out
+
+
+def _firing_edges(times: list[float], step: float, hold: float) -> list[float]:
+    """When an alert true at `times` (evaluations `step` apart) started firing: as
+    Prometheus does, the first evaluation at least `hold` after it became active, without
+    a gap."""
+    edges: list[float] = []
+    active, firing, previous = 0.0, False, None
+    for t in sorted(times):
+        if previous is None or t - previous > step * 1.5:
+            active, firing = t, False
+        if not firing and t - active >= hold - 1e-9:
+            edges.append(t)
+            firing = True
+        previous = t
+    return edges

@@ -2,8 +2,8 @@
 
 >>> value(0.4567, "percentunit"), value(1, "percentunit"), value(5400, "s")
 ('45.7%', '100%', '1 h 30 min')
->>> value(2.5e6, "Bps")
-'2.5 MB/s'
+>>> value(2.5e6, "Bps"), axis(2000, "Bps"), value(3.2e9, "bytes")
+('2.5 MB/s', '2 kB/s', '3.2 GB')
 >>> when(1783677636)
 '2026-07-10 10:00:36 UTC'
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import unicodedata
 
 
 def when(t: float | None) -> str:
@@ -85,6 +86,11 @@ def value(x: float | None, unit: str) -> str:
             if abs(x) >= size:
                 return f"{x / size:.3g} {name}"
         return f"{x:.0f} B/s" if abs(x) >= 10 or x == int(x) else f"{x:.2g} B/s"
+    if unit == "bytes":
+        for size, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if abs(x) >= size:
+                return f"{x / size:.3g} {name}"
+        return f"{x:.0f} B"
     if unit.startswith("suffix:"):
         return f"{number(x)} {unit.split(':', 1)[1].strip()}"
     return number(x)
@@ -99,5 +105,32 @@ def axis(x: float, unit: str) -> str:
             return "0"
         return duration(x).replace(" min", "m").replace(" ms", "ms").replace(" s", "s")
     if unit == "Bps":
-        return value(x, unit).replace("/s", "")
+        return value(x, unit)  # a rate: the axis says "/s"
     return number(x)
+
+
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def visible(text: str) -> str:
+    r"""Text with control and format characters shown as escapes: a label value holding a
+    tab, a right-to-left override or a zero-width space reads as it is, and cannot reorder
+    or hide the text around it.
+
+    >>> visible("a\tb\u202ec")
+    'a\\tb\\u202ec'
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"):
+            code = ord(ch)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -45,7 +45,7 @@ p.intro { margin: 0 0 12px; max-width: 860px; }
 table { border-collapse: collapse; width: 100%; margin: 6px 0 14px; font-size: 13px; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; color: var(--muted); }
 th, td { border-bottom: 1px solid var(--line); padding: 5px 8px; text-align: left;
-         vertical-align: top; }
+         vertical-align: top; overflow-wrap: anywhere; }
 th { background: var(--band); font-weight: 600; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.num { white-space: nowrap; }
@@ -74,6 +74,7 @@ svg .threshold { font-size: 11px; fill: var(--red); font-weight: 600; }
 svg .inbar { font-size: 11px; fill: #fff; font-weight: 600; }
 ul.legend { list-style: none; margin: 2px 0 0; padding: 0; display: flex; flex-wrap: wrap;
             gap: 2px 16px; font-size: 12px; color: var(--muted); }
+ul.legend li { min-width: 0; max-width: 100%; overflow-wrap: anywhere; }
 ul.legend i { display: inline-block; width: 11px; height: 11px; border-radius: 2px;
               margin-right: 5px; vertical-align: -1px; }
 .note { font-size: 12px; color: var(--muted); }
@@ -83,7 +84,8 @@ ul.legend i { display: inline-block; width: 11px; height: 11px; border-radius: 2
 .badge.critical, .badge.firing { background: var(--red); }
 .badge.warning, .badge.pending { background: var(--amber); }
 .badge.info { background: var(--accent); }
-.badge.ok { background: var(--green); }
+.badge.ok, .badge.quiet { background: var(--green); }
+.badge.no_data, .badge.not_applicable { background: var(--muted); }
 article.rule { border: 1px solid var(--line); border-radius: 8px; padding: 4px 16px 6px;
                margin: 14px 0; }
 article.rule .rec { background: #fbf6ea; border-left: 3px solid var(--amber);
@@ -94,7 +96,7 @@ footer { padding: 16px 24px 30px; color: var(--muted); font-size: 12px; }
 
 
 def esc(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(fmt.visible(str(text)), quote=True)
 
 
 def prose(text: str) -> str:
@@ -165,6 +167,10 @@ def _badge(kind: str) -> str:
     return f'<span class="badge {esc(kind)}">{esc(kind)}</span>'
 
 
+def _reason(r) -> str:
+    return f'<br><span class="note">{esc(r.reason)}</span>' if r.reason else ""
+
+
 def _rules_table(report: Report) -> str:
     cols = "".join(
         f'<col class="{c}">'
@@ -172,7 +178,7 @@ def _rules_table(report: Report) -> str:
     )
     head = (
         "<tr><th>Rule</th><th>Description</th><th>Recommendation</th>"
-        '<th class="num">Times triggered</th><th>First fired</th><th>At the end</th></tr>'
+        '<th class="num">Times triggered</th><th>First fired</th><th>Status</th></tr>'
     )
     body = []
     for r in report.rules:
@@ -186,9 +192,10 @@ def _rules_table(report: Report) -> str:
             f"{_badge(r.severity)}</td><td>{prose(r.description)}</td>"
             f"<td>{prose(r.recommendation)}</td>"
             f'<td class="num">{r.times_triggered}</td><td>{esc(first)}</td>'
-            f"<td>{_badge(r.state)}</td></tr>"
-            f'<tr class="params{fired}"><td></td><td colspan="5">Parameters: '
-            f"{esc(r.parameters)}</td></tr>"
+            f"<td>{_badge(r.state)}{_reason(r)}</td></tr>"
+            f'<tr class="params{fired}"><td></td><td colspan="5">'
+            f"Datapoints analysed: {esc(r.datapoints)}; measured: {esc(r.measured)}. "
+            f"Parameters: {esc(r.parameters)}</td></tr>"
         )
     return (
         f'<table class="rules"><colgroup>{cols}</colgroup><thead>{head}</thead>'

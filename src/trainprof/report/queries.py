@@ -13,6 +13,7 @@ from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
 from trainprof.durations import format_duration
+from trainprof.report import usage
 from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules  # noqa: F401
 from trainprof.rules.config import RuleInstance, default_config  # noqa: F401
 from trainprof.rules.model import Signal
@@ -78,6 +79,8 @@ def report_queries(compiled: Compiled) -> dict[str, ReportQuery]:
         ),
         "rules.state": ReportQuery(state_now(scope, compiled.alerting), legend="{{rule}}"),
     }
+    for name, expr in usage.queries(scope).items():
+        q[name] = ReportQuery(expr)
     # Recordings of the summary rules: each block all or none, none when the configuration
     # leaves out the rule that records them.
     try:

@@ -33,7 +33,7 @@ LEFT, RIGHT, TOP, BOTTOM = 58, 14, 10, 26
 
 
 def esc(text: object) -> str:
-    return escape(str(text), quote=True)
+    return escape(fmt.visible(str(text)), quote=True)
 
 
 def color(i: int) -> str:

@@ -204,6 +204,12 @@ class RuleSpec(Generic[P]):
     # The parameter saying below which utilization a GPU counts as idle; the fleet
     # dashboard's idle GPU-hours use the first configured rule that has one.
     gpu_idle_param: str = ""
+    # What the rule counts as its datapoints (replay's and the report's "datapoints
+    # analysed"): "samples" (the exporter's), "steps", or "ranks" (processes that started);
+    # none of them means the rule had no data.
+    datapoints: str = "samples"
+    # A rule comparing GPUs within a node does not apply to a node with fewer.
+    min_gpus_per_node: int = 0
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -215,6 +221,8 @@ class RuleSpec(Generic[P]):
             raise ValueError(
                 f"rule {self.name}: family {self.family!r} is not one of {', '.join(FAMILIES)}"
             )
+        if self.datapoints not in ("samples", "steps", "ranks"):
+            raise ValueError(f"rule {self.name}: datapoints must be samples, steps or ranks")
         if self.patience_auto not in ("for", "warmup"):
             raise ValueError(f"rule {self.name}: patience_auto must be for or warmup")
         if self.alerting and self.signals is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from trainprof.rules.catalog.bottleneck import CPU_BOTTLENECK, IO_BOTTLENECK
 from trainprof.rules.catalog.framework import (
+    DATALOADER,
     MAX_INITIALIZATION_TIME,
     OVERALL_FRAMEWORK_METRICS,
     STEP_OUTLIER,
@@ -47,6 +48,7 @@ PROFILER_RULES: tuple[RuleSpec, ...] = (
     LOAD_BALANCING,
     MAX_INITIALIZATION_TIME,
     STEP_OUTLIER,
+    DATALOADER,
     LAUNCH_BOUND_STEPS,
     MEMCPY_HEAVY_STEPS,
     NO_REDUCED_PRECISION,
@@ -60,9 +62,7 @@ PROFILER_REPORT = "ProfilerReport"
 
 # SageMaker rules trainprof knows of but does not implement (yet): named so a pasted
 # configuration gets a clear answer instead of "unknown rule".
-NOT_IMPLEMENTED = {
-    "Dataloader": "the Dataloader rule is not implemented yet",
-}
+NOT_IMPLEMENTED: dict[str, str] = {}
 
 
 def lookup(name: str) -> RuleSpec | None:

@@ -1,4 +1,4 @@
-"""Rules over the training process: MaxInitializationTime, StepOutlier,
+"""Rules over the training process: MaxInitializationTime, StepOutlier, Dataloader,
 OverallFrameworkMetrics."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from trainprof.names import NOT_STARTED_ALERT
 from trainprof.rules.catalog._text import HOST, JOB
 from trainprof.rules.model import (
     NUMBER_UNIT,
+    RATIO_UNIT,
     SECONDS_UNIT,
     Alert,
     Build,
@@ -23,14 +24,18 @@ from trainprof.rules.model import (
     Threshold,
 )
 from trainprof.rules.params import (
+    COUNT,
     FACTOR,
     MINUTES,
     MODE,
     OUTLIERS,
+    Kind,
     SummaryParams,
     param,
     scan_interval_param,
 )
+from trainprof.rules.params import _number as number
+from trainprof.rules.promql import selector
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +122,7 @@ def _not_started(b: Build[MaxInitializationTimeParams]) -> tuple[StateAlert, ...
 
 MAX_INITIALIZATION_TIME = RuleSpec(
     name="MaxInitializationTime",
+    datapoints="ranks",
     summary="No training step long after start",
     detects=(
         "Time since the job's oldest training process started, while no rank of the job has "
@@ -204,6 +210,7 @@ def _step_outlier_inputs(b: Build[StepOutlierParams]) -> dict[str, float]:
 
 STEP_OUTLIER = RuleSpec(
     name="StepOutlier",
+    datapoints="steps",
     summary="Outliers in step duration",
     detects=(
         "Per rank and mode, steps slower than the mean plus `stddev` standard deviations of "
@@ -231,6 +238,137 @@ STEP_OUTLIER = RuleSpec(
         "modes counted (the documented meaning; the original code only ever added names). "
         "The AWS documentation page gives `stddev` a default of 5; the SDK and the code "
         "use 3."
+    ),
+)
+
+
+def _percent_of_cores(value):
+    result = number(value)
+    if not 0 <= result <= 10_000:
+        raise ValueError(f"{value!r} is not a percentage of the cores between 0 and 10000")
+    return result
+
+
+# Dataloader's thresholds are percentages of the node's cores: 200 means two workers a core.
+CORES_PERCENT = Kind("percent", "%", _percent_of_cores, "a percentage of the node's CPU cores")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataloaderParams:
+    min_threshold: float = param(
+        70, CORES_PERCENT, "Fewest data-loading workers, as a percentage of the node's cores."
+    )
+    max_threshold: float = param(
+        200, CORES_PERCENT, "Most data-loading workers, as a percentage of the node's cores."
+    )
+    patience: int = param(
+        10, COUNT, "Seconds the worker count must stay outside the range before the rule fires."
+    )
+    scan_interval_us: int = scan_interval_param()
+
+
+def _workers_per_core(b: Build[DataloaderParams]) -> Recording:
+    workers = b.sel("trainprof_training_dataloader_workers")
+    cores = b.sel("trainprof_cpu_cores")
+    keep = ", ".join(b.job_labels + ("node",))
+    return Recording(
+        "node",
+        "trainprof_training_dataloader_workers",
+        "per_core",
+        f"sum by ({keep}) ({workers})\n/ on ({keep})\nmax by ({keep}) ({cores})",
+    )
+
+
+def _dataloader(b: Build[DataloaderParams]) -> RuleOutput:
+    p = b.p
+    if p.min_threshold > p.max_threshold:
+        b.warnings.append(
+            f"{b.path('min_threshold')}: {p.min_threshold:g} is above max_threshold "
+            f"({p.max_threshold:g}): the rule fires whatever the worker count"
+        )
+    per_core = _workers_per_core(b)
+    ratio_of = selector(per_core.record, ())
+    low, high = p.min_threshold / 100, p.max_threshold / 100
+    described = (
+        f"The training ranks on {HOST} (job {JOB}) load data with "
+        "{{ $value | humanizePercentage }} as many worker processes as the node has cores "
+    )
+    return RuleOutput(
+        (per_core,),
+        (
+            Alert(
+                expr=f"{ratio_of} < {low:g}",
+                for_seconds=float(p.patience),
+                summary="Too few data-loading workers for the node's cores.",
+                description=described + f"(the rule fires below {p.min_threshold:g}%).",
+                labels={"reason": "too_few"},
+            ),
+            Alert(
+                expr=f"{ratio_of} > {high:g}",
+                for_seconds=float(p.patience),
+                summary="More data-loading workers than the node's cores can run.",
+                description=described + f"(the rule fires above {p.max_threshold:g}%).",
+                labels={"reason": "too_many"},
+            ),
+        ),
+    )
+
+
+def _dataloader_signals(
+    b: Build[DataloaderParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    expr = scope.sel(out.recordings[0].record)
+    title = "Data-loading workers per core of the node"
+    return (
+        Signal(
+            title,
+            expr,
+            "{{node}}",
+            RATIO_UNIT,
+            Threshold(p.min_threshold / 100, f"min_threshold = {p.min_threshold:g}%", "below"),
+        ),
+        Signal(
+            title,
+            expr,
+            "{{node}}",
+            RATIO_UNIT,
+            Threshold(p.max_threshold / 100, f"max_threshold = {p.max_threshold:g}%", "above"),
+        ),
+    )
+
+
+DATALOADER = RuleSpec(
+    name="Dataloader",
+    summary="Data-loading workers out of proportion to the cores",
+    detects=(
+        "Per node, the data-loading worker processes of its training ranks (each rank's "
+        "DataLoader `num_workers`, as `trainprof.data(loader)` reads it) against the node's "
+        "CPU cores. Fewer than `min_threshold` % of the cores leaves cores idle while the "
+        "GPUs may wait for data; more than `max_threshold` % makes the workers compete for "
+        "the cores."
+    ),
+    recommendation=(
+        "Set the DataLoader's num_workers so that all ranks of a node together use about "
+        "as many workers as the node has cores: raise it when the rule says too few, and "
+        "lower it (or pin the workers) when it says too many."
+    ),
+    severity="warning",
+    parameters=DataloaderParams,
+    build=_dataloader,
+    signals=_dataloader_signals,
+    family="framework",
+    datapoints="ranks",
+    differences=(
+        "The original counted the distinct process ids of PyTorch's DataLoader worker "
+        "events in every second of the framework trace and compared their median over "
+        "`scan_interval_us` with the cores; trainprof compares the workers the ranks "
+        "configured (`num_workers`, summed over the ranks of a node) with the node's cores "
+        "from the exporter, and `patience` is seconds outside the range (the original's "
+        "per-second counts), as the alert's `for:`. Loaders that do not say how many "
+        "workers they use (any iterable without `num_workers`) leave the rule without "
+        "data, and so does replay of SageMaker output, whose traces replay does not count "
+        "workers in."
     ),
 )
 
@@ -283,6 +421,7 @@ def _overall_framework(b: Build[SummaryParams]) -> RuleOutput:
 
 OVERALL_FRAMEWORK_METRICS = RuleSpec(
     name="OverallFrameworkMetrics",
+    datapoints="steps",
     summary="Where training time goes (no alert)",
     detects=(
         "Recording rules for the report and the dashboards: each phase's share of the "

@@ -488,6 +488,7 @@ def _load_balancing_signals(
 
 LOAD_BALANCING = RuleSpec(
     name="LoadBalancing",
+    min_gpus_per_node=2,
     summary="GPUs of a host carry unequal load",
     detects=(
         "For every pair of GPUs on a host, the Jensen-Shannon distance between their "

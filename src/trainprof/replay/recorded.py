@@ -1,0 +1,127 @@
+"""Reading trainprof recordings for replay, up to the damage.
+
+A trainer killed mid-write leaves a gzip without its end, or a last line cut in half; a disk
+error can leave a garbled line in the middle. Replay reads every line it can, skips the
+damaged ones with their file and line, and says how much of a truncated file it read:
+
+    note: read 403 lines of rec.jsonl.gz, then it ends early (truncated: the writer
+          did not close it); the rest of the recording is lost
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from trainprof import recording
+from trainprof.replay.damage import Damage, ratio, timestamp_ok
+from trainprof.replay.timeline import Step
+from trainprof.sampling import HostSample
+from trainprof.training_state import canonical_mode
+
+
+def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every readable line of `path`."""
+    number = 0
+    try:
+        with recording.open_recording(path) as stream:
+            while True:
+                try:
+                    line = stream.readline()
+                except UnicodeDecodeError:
+                    number += 1
+                    damage.skip("not text", f"{path}:{number}")
+                    return
+                if not line:
+                    return
+                number += 1
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    damage.skip("not JSON", f"{path}:{number}")
+                    continue
+                if not isinstance(record, dict) or "kind" not in record:
+                    damage.skip("without a kind", f"{path}:{number}")
+                    continue
+                yield number, record
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        name = os.path.basename(path)
+        if number == 0:
+            damage.skip("files not readable", f"{path} ({e})")
+        else:
+            damage.read.append(
+                f"read {number} line(s) of {name}, then it ends early ({e}: the writer did "
+                "not close it); the rest of that file is lost"
+            )
+    except OSError as e:
+        damage.skip("files not readable", f"{path} ({e.strerror or e})")
+
+
+def host_sample(record: dict[str, Any], where: str, damage: Damage) -> HostSample | None:
+    """The host record's sample, with ratios checked; None (reported) if unusable."""
+    try:
+        sample = recording.host_sample(record)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        damage.skip("host records without a time or with non-numeric values", where)
+        return None
+    if not timestamp_ok(sample.timestamp):
+        damage.skip("with a timestamp outside 2000..2100", where)
+        return None
+    lists: list[list[float]] = []
+    for values in (sample.cpu_utilization, sample.cpu_iowait):
+        checked = [ratio(v, where, damage, "values") for v in values]
+        kept = [v for v in checked if v is not None]
+        if len(kept) != len(checked):
+            return None
+        lists.append(kept)
+    sample.cpu_utilization, sample.cpu_iowait = lists
+    if sample.memory_used_ratio is not None:
+        sample.memory_used_ratio = ratio(sample.memory_used_ratio, where, damage, "values")
+        if sample.memory_used_ratio is None:
+            return None
+    for gpu in sample.gpus:
+        for attr in ("utilization", "memory_used_ratio"):
+            value = getattr(gpu, attr)
+            if value is not None:
+                value = ratio(value, where, damage, "values")
+                if value is None:
+                    return None
+                setattr(gpu, attr, value)
+    return sample
+
+
+def step(record: dict[str, Any], where: str, damage: Damage) -> Step | None:
+    try:
+        result = Step(
+            str(record["node"]),
+            int(record["rank"]),
+            canonical_mode(record["mode"]),
+            float(record["start"]),
+            float(record["end"]),
+        )
+    except (KeyError, TypeError, ValueError, OverflowError):
+        damage.skip("step records without node, rank, mode, start or end", where)
+        return None
+    if not (timestamp_ok(result.start) and timestamp_ok(result.end) and result.end >= result.start):
+        damage.skip("step records with times outside 2000..2100", where)
+        return None
+    return result
+
+
+def process_start(record: dict[str, Any], where: str, damage: Damage):
+    """((node, rank), start) of a process record, or None (reported)."""
+    try:
+        key, start = (str(record["node"]), int(record["rank"])), float(record["start"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        damage.skip("process records without node, rank or start", where)
+        return None
+    if not timestamp_ok(start):
+        damage.skip("process records with a start outside 2000..2100", where)
+        return None
+    return key, start

@@ -1,0 +1,153 @@
+"""Scraped series, encoded for promtool as they are scraped, in memory bounded by the
+number of series.
+
+Replay reads every series at every scrape instant. Holding a list per series as long as
+the job (what it did before) made memory and time grow with the job's length times its
+series. Here each value goes straight into its series' run in promtool's expanding notation
+(`1+0.5x20`, `7x12`, `_x3`), so a counter rising evenly or a gauge holding still costs one
+token however long it lasts; what is encoded spills to a temporary file past a budget.
+
+    >>> store = SeriesStore(count=5)
+    >>> s = store.id_of("up", {"job": "a"})
+    >>> for k in (1, 2, 3):
+    ...     store.put(s, k, 1.0)
+    >>> list(store.items())
+    [('up{job="a"}', '_ 1x2 _')]
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+from trainprof.promtool import series_text
+
+# Encoded text kept in memory before it moves to the spill file.
+BUDGET = 32 * 1024 * 1024
+
+
+def _num(v: float) -> str:
+    return repr(float(v)) if v != int(v) else str(int(v))
+
+
+class _Run:
+    """One series' encoder: the open run of values with a constant step, and its tokens."""
+
+    __slots__ = ("next", "start", "last", "step", "n", "tokens", "chunks")
+
+    def __init__(self) -> None:
+        self.next = 0  # the next instant expected
+        self.start: float | None = None  # the open run's first value
+        self.last = 0.0
+        self.step: float | None = None
+        self.n = 0  # steps taken in the open run
+        self.tokens: list[str] = []
+        self.chunks: list[tuple[int, int]] = []  # (offset, length) in the spill file
+
+    def close(self) -> int:
+        """End the open run; the bytes its token adds."""
+        if self.start is None:
+            return 0
+        v, n, step = self.start, self.n, self.step
+        if n == 0 or step is None:
+            token = _num(v)
+        elif step == 0:
+            token = f"{_num(v)}x{n}"
+        else:
+            token = f"{_num(v)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{n}"
+        self.tokens.append(token)
+        self.start, self.step, self.n = None, None, 0
+        return len(token) + 1
+
+    def gap(self, missing: int) -> int:
+        added = self.close()
+        token = "_" if missing == 1 else f"_x{missing}"
+        self.tokens.append(token)
+        return added + len(token) + 1
+
+
+class SeriesStore:
+    """Series by id, each holding `count` instants; values must arrive in instant order."""
+
+    def __init__(self, count: int, budget: int = BUDGET, spill_dir: str | None = None):
+        self.count = count
+        self._ids: dict[tuple, int] = {}
+        self._by_text: dict[str, int] = {}
+        self._texts: list[str] = []
+        self._runs: list[_Run] = []
+        self._bytes = 0
+        self._budget = budget
+        self._spill_dir = spill_dir
+        self._spill: IO[bytes] | None = None
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def id_of(self, name: str, labels: dict[str, str]) -> int:
+        key = (name, tuple(labels.items()))
+        found = self._ids.get(key)
+        if found is None:
+            text = series_text(name, labels)
+            found = self._by_text.get(text)
+            if found is None:
+                found = self._by_text[text] = len(self._texts)
+                self._texts.append(text)
+                self._runs.append(_Run())
+            self._ids[key] = found
+        return found
+
+    def put(self, series: int, k: int, value: float) -> None:
+        """The value of `series` at instant `k`."""
+        run = self._runs[series]
+        if k < run.next:
+            raise ValueError(f"instant {k} of {self._texts[series]} after {run.next - 1}")
+        if k > run.next:
+            self._bytes += run.gap(k - run.next)
+        run.next = k + 1
+        if run.start is None:
+            run.start, run.last = value, value
+            return
+        d = value - run.last
+        if run.step is None:
+            run.step, run.n = d, 1
+        elif d == run.step:
+            run.n += 1
+        else:
+            self._bytes += run.close()
+            run.start = value
+        run.last = value
+        if self._bytes > self._budget:
+            self._spill_all()
+
+    def _spill_all(self) -> None:
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile(mode="w+b", dir=self._spill_dir)
+        spill = self._spill
+        for run in self._runs:
+            if run.tokens:
+                data = (" ".join(run.tokens) + " ").encode()
+                offset = spill.seek(0, 2)
+                spill.write(data)
+                run.chunks.append((offset, len(data)))
+                run.tokens = []
+        self._bytes = 0
+
+    def items(self) -> Iterator[tuple[str, str]]:
+        """(series text, its values in expanding notation), one series at a time."""
+        for text, run in zip(self._texts, self._runs):
+            run.close()
+            if run.next < self.count:
+                run.gap(self.count - run.next)
+                run.next = self.count
+            parts = []
+            for offset, length in run.chunks:
+                assert self._spill is not None  # chunks exist only once spilled
+                self._spill.seek(offset)
+                parts.append(self._spill.read(length).decode())
+            yield text, "".join(parts) + " ".join(run.tokens)
+
+    def close(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None

@@ -1,0 +1,107 @@
+"""The report's system usage statistics: SageMaker's OverallSystemUsage table (min, p50,
+p90, p95, p99, max per node and resource, and per GPU), the job's disk and network totals,
+and its initialisation / training loop / finalisation split.
+
+Statistics come from the sampled-ratio histograms, which hold every sample whatever the
+scrape interval; quantiles are interpolated as Prometheus' `histogram_quantile` does, and
+min and max are known to the bucket (5 % wide), so they are shown as the bucket's bound.
+
+    >>> stats([(0.0, 0), (0.5, 10), (1.0, 20), (math.inf, 20)])["p50"]
+    0.5
+"""
+
+from __future__ import annotations
+
+import math
+
+from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
+from trainprof.dashboards.queries import RANGE, Scope
+
+QUANTILES = ("p50", "p90", "p95", "p99")
+GPU_HISTOGRAMS = (
+    "trainprof_gpu_utilization_sampled_ratio",
+    "trainprof_gpu_memory_used_sampled_ratio",
+)
+TOTALS = {
+    "trainprof_disk_read_bytes_total": "Disk read",
+    "trainprof_disk_written_bytes_total": "Disk written",
+    "trainprof_network_receive_bytes_total": "Network received",
+    "trainprof_network_transmit_bytes_total": "Network sent",
+}
+
+
+def queries(scope: Scope) -> dict[str, str]:
+    """name -> PromQL, each one instant query at the report's end."""
+    node_parts, gpu_parts, totals = [], [], []
+    for histogram, name in SYSTEM_USAGE_NAMES.items():
+        bucket = scope.sel(histogram + "_bucket")
+        node_parts.append(
+            f'label_replace(sum by (node, le) ({bucket}), "resource", "{name}", "", "")'
+        )
+        if histogram in GPU_HISTOGRAMS:
+            gpu_parts.append(
+                f'label_replace(sum by (node, gpu, le) ({bucket}), "resource", "{name}", "", "")'
+            )
+    for counter, name in TOTALS.items():
+        totals.append(
+            f"label_replace(sum by (node) (increase({scope.sel(counter)}[{RANGE}])), "
+            f'"total", "{name}", "", "")'
+        )
+    start = scope.sel("trainprof_training_start_timestamp_seconds")
+    return {
+        "usage.node_buckets": "\nor\n".join(node_parts),
+        "usage.gpu_buckets": "\nor\n".join(gpu_parts),
+        "usage.totals": "\nor\n".join(totals),
+        "phases.start": f"min({start})",
+        "phases.first_step": f"min({scope.sel('trainprof_training_first_step_timestamp_seconds')})",
+        "phases.last_step": f"max({scope.sel('trainprof_training_last_step_timestamp_seconds')})",
+    }
+
+
+def stats(buckets: list[tuple[float, float]]) -> dict[str, float] | None:
+    """min, p50, p90, p95, p99 and max of a cumulative histogram [(le, count)]."""
+    buckets = sorted(buckets)
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    out = {q: _quantile(float(q[1:]) / 100, buckets, total) for q in QUANTILES}
+    previous_le, previous_count = 0.0, 0.0
+    low = high = None
+    for le, count in buckets:
+        if count > previous_count:
+            if low is None:
+                low = le if le <= 0 else previous_le
+            high = previous_le if math.isinf(le) else le
+        previous_le, previous_count = le, count
+    # A histogram with samples has a bucket that gained some: low and high are set.
+    out["min"], out["max"] = low or 0.0, high or 0.0
+    return out
+
+
+def _quantile(q: float, buckets: list[tuple[float, float]], total: float) -> float:
+    """Prometheus' histogram_quantile over one histogram's cumulative buckets."""
+    rank = q * total
+    previous_le, previous_count = 0.0, 0.0
+    for i, (le, count) in enumerate(buckets):
+        if count >= rank:
+            if math.isinf(le):
+                return buckets[i - 1][0] if i else math.nan
+            if i == 0 and le <= 0:
+                return le
+            start = 0.0 if i == 0 else previous_le
+            if count == previous_count:
+                return le
+            return start + (le - start) * (rank - previous_count) / (count - previous_count)
+        previous_le, previous_count = le, count
+    return buckets[-1][0]
+
+
+def group(series) -> dict[tuple[str, ...], list[tuple[float, float]]]:
+    """Bucket series -> {(node, gpu, resource): [(le, count)]}."""
+    out: dict[tuple[str, ...], list[tuple[float, float]]] = {}
+    for labels, points in series:
+        if not points or "le" not in labels:
+            continue
+        key = (labels.get("node", ""), labels.get("gpu", ""), labels.get("resource", ""))
+        out.setdefault(key, []).append((float(labels["le"]), points[-1][1]))
+    return out

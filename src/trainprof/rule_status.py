@@ -1,0 +1,210 @@
+"""What each rule decided, and what it could not: fired, quiet, no data, not applicable.
+
+A rule that never saw its input (StepOutlier with no steps recorded) or that does not apply
+(LoadBalancing with one GPU per node) is not "ok": it decided nothing. Replay and the report
+evaluate the same queries (`status_queries`) over their series, through promtool or
+Prometheus, and `decide` turns the answers into a status and a measure, SageMaker's
+"datapoints analysed" and how close the rule came to its threshold:
+
+    >>> decide("CPUBottleneck", False, results).as_json()          # doctest: +SKIP
+    {'status': 'quiet', 'datapoints': 1508, 'measured': {'value': 0.47, 'peak': 0.61,
+     'threshold': 0.5, 'fires': 'above', 'parameter': 'threshold = 50%', 'unit': 'percentunit'}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
+from trainprof.rules.compiler import Compiled, MissingRecording
+from trainprof.rules.model import Signal
+from trainprof.rules.promql import quote
+
+FIRED, QUIET, NO_DATA, NOT_APPLICABLE = "fired", "quiet", "no_data", "not_applicable"
+STATUSES = (FIRED, QUIET, NO_DATA, NOT_APPLICABLE)
+
+
+@dataclasses.dataclass
+class Measure:
+    """The rule's signal against its threshold: at the end and at its closest approach
+    (the highest value for a rule firing above its threshold, the lowest for below)."""
+
+    value: float | None
+    peak: float | None
+    threshold: float
+    fires: str
+    parameter: str
+    unit: str
+
+    def as_json(self) -> dict:
+        return {
+            "value": _round(self.value),
+            "peak": _round(self.peak),
+            "threshold": self.threshold,
+            "fires": self.fires,
+            "parameter": self.parameter,
+            "unit": self.unit,
+        }
+
+
+@dataclasses.dataclass
+class RuleStatus:
+    status: str
+    datapoints: int | None = None
+    measure: Measure | None = None
+    reason: str = ""  # why no_data / not_applicable, for people
+
+    def as_json(self) -> dict:
+        return {
+            "status": self.status,
+            "datapoints": self.datapoints,
+            "measured": self.measure.as_json() if self.measure else None,
+        }
+
+
+def measured_text(measure: Measure | None) -> str:
+    """'46% (peak 74%) vs above 50%': at the end, the extreme, the threshold."""
+    if measure is None:
+        return "-"
+
+    def show(v: float | None) -> str:
+        if v is None:
+            return "-"
+        if measure.unit == "percentunit":
+            return f"{v * 100:.0f}%"
+        if measure.unit == "s":
+            return f"{v:.0f}s"
+        return f"{v:.3g}"
+
+    return (
+        f"{show(measure.value)} (peak {show(measure.peak)}) vs "
+        f"{measure.fires} {show(measure.threshold)}"
+    )
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def _signals(compiled: Compiled, name: str) -> tuple[Signal, ...]:
+    if compiled.rule(name) is None:
+        return ()
+    try:
+        return compiled.signals(name, Scope(compiled.config, JOB_VARIABLES))
+    except (KeyError, MissingRecording):  # a summary rule with no signal, or one left out
+        return ()
+
+
+def status_queries(
+    compiled: Compiled,
+    training_job: str,
+    namespace: str | None,
+    builtins: dict[str, str],
+) -> dict[str, tuple[str, bool]]:
+    """name -> (PromQL, over the range?) of everything `decide` needs."""
+    values = {
+        "training_job": training_job,
+        "namespace": namespace,
+        "node": None,
+        "gpu": None,
+        "rank": None,
+    }
+    matchers = [f"training_job={quote(training_job)}"]
+    if namespace is not None:
+        matchers.append(f"namespace={quote(namespace)}")
+    sel = "{" + ", ".join(matchers) + "}"
+    out = {
+        "status.samples": (f"sum(trainprof_samples_total{sel})", False),
+        "status.steps": (f"sum(trainprof_training_steps_total{sel})", False),
+        "status.ranks": (f"count(trainprof_training_start_timestamp_seconds{sel})", False),
+        "status.gpus_per_node": (
+            f"max(count by (node) (trainprof_gpu_utilization_sampled_ratio_count{sel}))",
+            False,
+        ),
+    }
+    for instance in compiled.alerting:
+        for i, signal in enumerate(_signals(compiled, instance.spec.name)):
+            expr = interpolate(signal.expr, values, builtins)
+            name = f"status.{instance.spec.name}.{i}"
+            # The value at the end, and over the range for its extreme (a subquery over
+            # the whole range would be cheaper but hits promtool's sample limit).
+            out[name] = (expr, False)
+            out[name + ".peak"] = (expr, True)
+    return out
+
+
+Results = dict[str, list[tuple[dict[str, str], list[tuple[float, float]]]]]
+
+
+def _scalar(results: Results, name: str) -> float | None:
+    for _, points in results.get(name, []):
+        finite = [v for _, v in points if not math.isnan(v)]
+        if finite:
+            return finite[-1]
+    return None
+
+
+def decide(compiled: Compiled, name: str, fired: bool, results: Results) -> RuleStatus:
+    """The rule's status from `status_queries`' results (name -> [(labels, points)])."""
+    samples = _scalar(results, "status.samples")
+    steps = _scalar(results, "status.steps")
+    ranks = _scalar(results, "status.ranks")
+    gpus_per_node = _scalar(results, "status.gpus_per_node") or 0
+    instance = compiled.config.rule(name)
+    counts = instance.spec.datapoints if instance else "samples"
+    if counts == "steps":
+        datapoints = steps
+    elif counts == "ranks":
+        datapoints = steps if steps else ranks
+    else:
+        datapoints = samples
+    measure = _measure(compiled, name, results)
+    count = None if datapoints is None else int(datapoints)
+    if fired:
+        return RuleStatus(FIRED, count, measure)
+    needs = instance.spec.min_gpus_per_node if instance else 0
+    if needs and gpus_per_node < needs and samples:
+        return RuleStatus(
+            NOT_APPLICABLE,
+            count,
+            measure,
+            f"needs {needs} GPUs on a node; the job had at most {gpus_per_node:g}",
+        )
+    if counts == "steps" and not steps:
+        return RuleStatus(NO_DATA, count, None, "no training steps recorded")
+    if counts == "ranks" and not ranks and not steps:
+        return RuleStatus(NO_DATA, count, None, "no training process recorded")
+    signals = _signals(compiled, name)
+    if signals and measure is None:
+        return RuleStatus(NO_DATA, count, None, "its input series were absent")
+    return RuleStatus(QUIET, count, measure)
+
+
+def _measure(compiled: Compiled, name: str, results: Results) -> Measure | None:
+    """The first signal's value at the end (the worst series) and its closest approach."""
+    for i, signal in enumerate(_signals(compiled, name)):
+        worst = max if signal.threshold.fires == "above" else min
+        lasts = _finite(results.get(f"status.{name}.{i}", []))
+        peaks = _finite(results.get(f"status.{name}.{i}.peak", []), every=True)
+        if not lasts and not peaks:
+            continue
+        return Measure(
+            worst(lasts) if lasts else None,
+            worst(peaks + lasts),
+            signal.threshold.value,
+            signal.threshold.fires,
+            signal.threshold.text,
+            signal.unit,
+        )
+    return None
+
+
+def _finite(series, every: bool = False) -> list[float]:
+    """The last finite value of each series (`every`: all of them)."""
+    out = []
+    for _, points in series:
+        finite = [v for _, v in points if not math.isnan(v) and not math.isinf(v)]
+        if finite:
+            out += finite if every else finite[-1:]
+    return out
