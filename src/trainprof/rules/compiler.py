@@ -355,7 +355,35 @@ def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dic
                 ),
             ),
             affects="all",
-        )
+        ),
+        _health_alert(
+            HealthCheck(
+                "TrainprofSamplerStalled",
+                f"rate({selector('trainprof_samples_total', config.job_selector)}[1m]) == 0",
+                summary="An exporter answers scrapes but has stopped sampling.",
+                description=(
+                    "The exporter {{ $labels.instance }} took no sample in the last minute "
+                    "while it still answers scrapes (a hung source, or its sampling thread "
+                    "stopped): the rules that read it see no new data. Check its log and "
+                    "trainprof_collector_success; restart it if the host is healthy."
+                ),
+            ),
+            affects="all",
+        ),
+        _health_alert(
+            HealthCheck(
+                "TrainprofCollectorFailing",
+                f"{selector('trainprof_collector_success', config.job_selector)} == 0",
+                summary="An exporter's collector keeps failing.",
+                description=(
+                    "The {{ $labels.collector }} collector of {{ $labels.instance }} has failed "
+                    "every sample for 5 minutes (its source errors or does not answer in time): "
+                    "the rules that read its series judge old data or none. The exporter's log "
+                    "says why."
+                ),
+            ),
+            affects="all",
+        ),
     ]
     for c in compiled:
         if c.instance.spec.health is not None:
