@@ -496,6 +496,44 @@ def test_actions_configuration_is_accepted_by_the_receiver(rendered):
     assert os.path.dirname(config.token_file) in mounts
 
 
+def test_actions_audit_log_is_kept_on_a_writable_volume(rendered, helm, helm_home):
+    """The audit log is the receiver's memory of what it stopped: a restart that lost it would
+    stop the same firing again. It is a file on a volume, a claim when one is named."""
+    docs = objects(rendered["actions"])
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if "actions.yaml" in d.get("data", {})]
+    audit_log = yaml.safe_load(cm["data"]["actions.yaml"])["audit_log"]
+    assert audit_log != "-"
+    (deploy,) = by_kind(docs, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [
+        m for m in container["volumeMounts"] if m["mountPath"] == os.path.dirname(audit_log)
+    ]
+    assert not mount.get("readOnly")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume.get("emptyDir") == {}
+    assert pod["securityContext"]["fsGroup"] == container["securityContext"]["runAsGroup"]
+
+    claimed = objects(
+        render(
+            helm,
+            helm_home,
+            sets=[
+                "actions.enabled=true",
+                "actions.token=0123456789abcdef-token",
+                "actions.allow.namespaces={ml}",
+                "actions.auditLog.existingClaim=actions-audit",
+            ],
+        )
+    )
+    (deploy,) = by_kind(claimed, "Deployment")
+    volumes = {v["name"]: v for v in deploy["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mount["name"]] == {
+        "name": mount["name"],
+        "persistentVolumeClaim": {"claimName": "actions-audit"},
+    }
+
+
 def test_actions_networkpolicy_admits_only_alertmanager(rendered):
     docs = objects(rendered["actions"])
     (policy,) = by_kind(docs, "NetworkPolicy")

@@ -144,6 +144,7 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "cooldown": DURATION,
             "token": STRING,
             "existingSecret": STRING,
+            "auditLog": _closed({"existingClaim": STRING}),
             "networkPolicy": _closed(
                 {
                     "enabled": BOOL,
