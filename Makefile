@@ -36,7 +36,7 @@ generate: $(VENV)/.installed
 
 check: setup
 	$(PY) -m trainprof.generate --check
-	promtool check rules rules/trainprof.rules.yaml
+	promtool check rules rules/trainprof.rules.yaml rules/trainprof.sources.rules.yaml
 	amtool check-config alerting/alertmanager.example.yml
 
 clean:

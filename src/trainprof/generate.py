@@ -22,7 +22,7 @@ GENERATED_DIRS = ("rules", "docs", "alerting", "dashboards")
 
 def artifacts() -> dict[str, Callable[[], str]]:
     """Repository-relative path -> function producing its content."""
-    from trainprof import dashboards, docs
+    from trainprof import dashboards, docs, sources
     from trainprof.alerting import files as alerting
     from trainprof.rules import files
     from trainprof.rules.config import default_config
@@ -32,6 +32,7 @@ def artifacts() -> dict[str, Callable[[], str]]:
         "rules/trainprof.prometheusrule.yaml": lambda: files.default_rules_text(
             "prometheusrule", GENERATOR
         ),
+        "rules/trainprof.sources.rules.yaml": lambda: sources.default_rules_text(GENERATOR),
         "docs/metrics.md": docs.metrics_md,
         "docs/rules.md": docs.rules_md,
         "docs/alerting.md": alerting.alerting_md,

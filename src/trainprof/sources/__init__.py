@@ -45,6 +45,15 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
     return {"name": GROUP, "interval": format_duration(options.scrape_interval), "rules": rules}
 
 
+def default_rules_text(generator: str) -> str:
+    """`rules/trainprof.sources.rules.yaml`: the group for dcgm-exporter and node_exporter
+    with the default options (a `node` label on node_exporter's targets, PyTorchJob pods)."""
+    from trainprof.render import to_yaml
+
+    group = normalisation_group(("dcgm", "node_exporter"), SourceOptions())
+    return to_yaml({"groups": [group]}, generator)
+
+
 def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
     """`TrainprofRuleInputMissing` per configured source: the `input` label names the series."""
     jl = ", ".join(options.job_labels)
