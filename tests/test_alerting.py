@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from trainprof.alerting import files, routing
+from trainprof.names import HEALTH_RULE, STATE_RULE
 from trainprof.rules import catalog
-from trainprof.rules.compiler import HEALTH_RULE, STATE_RULE
 from trainprof.rules.model import FAMILIES, SEVERITIES
 
 CASES = routing.route_cases(files.compiled_alerts())

@@ -13,7 +13,8 @@ from trainprof.dashboards import DASHBOARDS, fleet, job, panel_queries
 from trainprof.dashboards import iter_panels as panels
 from trainprof.dashboards.panels import grafanalib_json, modernize
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate, series_labels
-from trainprof.rules.compiler import JOB_DASHBOARD_UID, compile_rules
+from trainprof.names import JOB_DASHBOARD
+from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import default_config, load_config
 
 
@@ -50,7 +51,7 @@ def test_grafanalibs_own_output_fails_the_schema_so_the_check_has_teeth(
 
 def test_alerts_link_to_the_job_dashboard_and_its_variables(root):
     data = committed(root, "dashboards/trainprof-job.json")
-    assert data["uid"] == JOB_DASHBOARD_UID
+    assert data["uid"] == JOB_DASHBOARD.uid
     urls = {
         r["annotations"]["dashboard_url"]
         for g in compile_rules(default_config()).groups

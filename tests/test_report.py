@@ -19,10 +19,10 @@ import yaml
 from trainprof import recording
 from trainprof.dashboards.alerts import times_triggered
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
-from trainprof.dashboards.signals import alerting
 from trainprof.replay.synthetic import write_system
 from trainprof.report import from_prometheus
 from trainprof.report.queries import grafana_builtins
+from trainprof.rules.config import alerting
 from trainprof.sampling import GpuSample, HostSample
 
 from browser import dump_dom, screenshot

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from trainprof.names import alert_name
 from trainprof.rules import catalog
-from trainprof.rules.compiler import alert_name
 
 from scenario import load_cases
 

@@ -20,8 +20,8 @@ import os
 import sys
 
 from trainprof._version import __version__
+from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
 
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 _OPTIONAL_MODULES = {"yaml", "grafanalib", "psutil", "pynvml"}
 _MISSING_EXTRA = (
     "{module} is not installed. Install the command-line tools with:\n"

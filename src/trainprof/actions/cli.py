@@ -14,7 +14,7 @@ import ssl
 import sys
 import threading
 
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
 
 
 def add_parser(commands) -> None:

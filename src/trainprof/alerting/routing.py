@@ -22,8 +22,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from trainprof.alerting.model import InhibitRule, Matcher, Route, Timing
+from trainprof.names import HEALTH_RULE, STATE_RULE
 from trainprof.rules import catalog
-from trainprof.rules.compiler import HEALTH_RULE, STATE_RULE
 from trainprof.rules.model import FAMILIES, SEVERITIES, RuleSpec
 
 PAGE = "trainprof-page"
@@ -134,6 +134,30 @@ def inhibited_by(spec: RuleSpec) -> tuple[str, ...]:
     return tuple(r.name for r in alerting_rules() if r.name in names)
 
 
+def _state_inhibitions(job_labels: tuple[str, ...]) -> list[InhibitRule]:
+    """A rule's job-state alerts (`RuleSpec.state`) hold back what the rule inhibits."""
+    from trainprof.rules.compiler import compile_rules
+    from trainprof.rules.config import default_config
+
+    out = []
+    for rule in compile_rules(default_config()).rules:
+        spec = rule.instance.spec
+        if spec.state is None:
+            continue
+        held = inhibited_by(spec)
+        for state in spec.state(rule.build):
+            out.append(
+                InhibitRule(
+                    (Matcher("rule", "=", STATE_RULE), Matcher("alertname", "=", state.alert)),
+                    (_any_of("rule", held),),
+                    job_labels,
+                    why=f"{state.why}: its {', '.join(held)} alerts wait ({spec.name} judges "
+                    "the wait)",
+                )
+            )
+    return out
+
+
 def inhibit_rules(job_labels: Sequence[str] = DEFAULT_JOB_LABELS) -> list[InhibitRule]:
     """The catalog's inhibitions, then critical-over-warning-over-info per rule and job.
 
@@ -158,16 +182,7 @@ def inhibit_rules(job_labels: Sequence[str] = DEFAULT_JOB_LABELS) -> list[Inhibi
                 "of the same job",
             )
         )
-    held = tuple(r.name for r in alerting_rules() if r.family in ("bottleneck", "gpu"))
-    out.append(
-        InhibitRule(
-            (Matcher("rule", "=", STATE_RULE), Matcher("alertname", "=", "TrainingNotStarted")),
-            (_any_of("rule", held),),
-            job_labels,
-            why=f"a job that has not completed its first step is initializing: its "
-            f"{', '.join(held)} alerts wait (MaxInitializationTime judges the wait)",
-        )
-    )
+    out += _state_inhibitions(job_labels)
     rules = _any_of("rule", [r.name for r in alerting_rules()])
     ranked = list(reversed(SEVERITIES))  # critical, warning, info
     for i, higher in enumerate(ranked[:-1]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.config import RulesConfig
 
 
@@ -27,8 +28,8 @@ def _fleet(config: RulesConfig):
 
 
 DASHBOARDS: dict[str, Callable] = {
-    "dashboards/trainprof-job.json": _job,
-    "dashboards/trainprof-fleet.json": _fleet,
+    JOB_DASHBOARD.file: _job,
+    FLEET_DASHBOARD.file: _fleet,
 }
 
 

@@ -13,7 +13,6 @@ import itertools
 from collections.abc import Sequence
 
 from trainprof.dashboards.queries import RANGE, Scope
-from trainprof.dashboards.signals import evaluation_interval
 from trainprof.durations import format_duration
 from trainprof.rules.config import RuleInstance
 from trainprof.rules.promql import Matcher, quote
@@ -31,7 +30,7 @@ def times_triggered(
     """Per rule (`by`), the rising edges of its firing alerts within `over`; 0 for rules
     that never fired."""
     parts = []
-    key = lambda i: evaluation_interval(i)  # noqa: E731
+    key = lambda i: i.evaluation_interval  # noqa: E731
     for seconds, group in itertools.groupby(sorted(instances, key=key), key=key):
         rules = _rules_regex(list(group))
         step = format_duration(seconds)

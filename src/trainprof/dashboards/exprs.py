@@ -2,14 +2,15 @@
 
 Each function returns PromQL narrowed by the scope's variables; the dashboard puts it in a
 panel, the report evaluates it (against Prometheus, or over a replay through promtool), so a
-number in the report is the number on the dashboard.
+number in the report is the number on the dashboard. Recordings are looked up by metric and
+level in the compiled configuration, whichever rule writes them; a MissingRecording when none
+does.
 """
 
 from __future__ import annotations
 
 from trainprof.dashboards.queries import RANGE, RATE_INTERVAL, Scope
-from trainprof.dashboards.signals import recording, summary_recordings
-from trainprof.rules.config import RulesConfig
+from trainprof.rules.compiler import Compiled
 
 # OverallSystemUsage's histograms, as the report's table names them.
 SYSTEM_USAGE_NAMES = {
@@ -40,11 +41,8 @@ def start_ms(scope: Scope) -> str:
     return f"min({scope.sel('trainprof_training_start_timestamp_seconds')}) * 1000"
 
 
-def initialization(scope: Scope, config: RulesConfig) -> str:
-    rec = recording(
-        summary_recordings(config, "OverallFrameworkMetrics"),
-        "trainprof_training_initialization_seconds",
-    )
+def initialization(scope: Scope, compiled: Compiled) -> str:
+    rec = compiled.recording("trainprof_training_initialization_seconds", level="training_job")
     return scope.sel(rec.record)
 
 
@@ -92,18 +90,17 @@ def rank_count(scope: Scope) -> str:
 # --- system usage ----------------------------------------------------------------------------
 
 
-def network(scope: Scope, config: RulesConfig, direction: str) -> str:
-    usage = summary_recordings(config, "OverallSystemUsage")
-    return scope.sel(recording(usage, f"trainprof_network_{direction}_bytes").record)
+def network(scope: Scope, compiled: Compiled, direction: str) -> str:
+    rec = compiled.recording(f"trainprof_network_{direction}_bytes", level="node")
+    return scope.sel(rec.record)
 
 
-def system_usage_quantile(scope: Scope, config: RulesConfig, q: str) -> str:
+def system_usage_quantile(scope: Scope, compiled: Compiled, q: str) -> str:
     """OverallSystemUsage's q-quantile of every resource, one series per node and resource
     (label `resource`)."""
-    usage = summary_recordings(config, "OverallSystemUsage")
     parts = []
     for histogram, name in SYSTEM_USAGE_NAMES.items():
-        rec = recording(usage, histogram, quantile=q)
+        rec = compiled.recording(histogram, level="node", operation="quantile", quantile=q)
         parts.append(
             f'label_replace({scope.sel(rec.record, quantile=q)}, "resource", "{name}", "", "")'
         )
@@ -142,22 +139,19 @@ def step_quantile(scope: Scope, q: str, by: str = "mode") -> str:
     return f"histogram_quantile({q}, sum by (le, {by}) (rate({buckets}[{RATE_INTERVAL}])))"
 
 
-def _framework(config: RulesConfig, level: str, metric: str) -> str:
-    return recording(summary_recordings(config, "OverallFrameworkMetrics"), metric, level).record
+def job_phase_share(scope: Scope, compiled: Compiled) -> str:
+    rec = compiled.recording("trainprof_training_phase_seconds", level="training_job_phase")
+    return scope.sel(rec.record)
 
 
-def job_phase_share(scope: Scope, config: RulesConfig) -> str:
-    return scope.sel(_framework(config, "training_job_phase", "trainprof_training_phase_seconds"))
+def rank_phase_share(scope: Scope, compiled: Compiled) -> str:
+    rec = compiled.recording("trainprof_training_phase_seconds", level="rank_phase")
+    return scope.sel(rec.record)
 
 
-def rank_phase_share(scope: Scope, config: RulesConfig) -> str:
-    return scope.sel(_framework(config, "rank_phase", "trainprof_training_phase_seconds"))
-
-
-def job_mode_share(scope: Scope, config: RulesConfig) -> str:
-    return scope.sel(
-        _framework(config, "training_job_mode", "trainprof_training_step_duration_seconds")
-    )
+def job_mode_share(scope: Scope, compiled: Compiled) -> str:
+    rec = compiled.recording("trainprof_training_step_duration_seconds", level="training_job_mode")
+    return scope.sel(rec.record)
 
 
 def dataloader_share(scope: Scope, by: str = "rank") -> str:

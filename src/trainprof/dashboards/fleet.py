@@ -9,29 +9,29 @@ from trainprof import metrics as contract
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import FLEET_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
+from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 
-UID = "trainprof-fleet"
-TITLE = "Trainprof fleet"
-SLUG = "trainprof-fleet"
+UID = FLEET_DASHBOARD.uid
+TITLE = FLEET_DASHBOARD.title
+SLUG = FLEET_DASHBOARD.slug
 SOURCE = "src/trainprof/dashboards/fleet.py"
 _UTIL = "trainprof_gpu_utilization_sampled_ratio"
 
 
-def idle_bound(config: RulesConfig) -> float:
-    """The utilization below which a GPU counts as idle: CPUBottleneck's `gpu_threshold`
-    (SageMaker's definition of a starved GPU), rounded down to a bucket bound of the
-    utilization histogram (counted samples are at or below it)."""
-    instance = config.rule("CPUBottleneck")
-    percent = instance.values["gpu_threshold"] if instance else 10
+def idle_bound(compiled: Compiled) -> float:
+    """The utilization below which a GPU counts as idle: the rules' (CPUBottleneck's
+    `gpu_threshold`, SageMaker's definition of a starved GPU; 10 % without it), rounded
+    down to a bucket bound of the utilization histogram (counted samples are at or below
+    it)."""
+    percent = compiled.gpu_idle_percent(default=10)
     return max(b for b in contract.UTILIZATION_BUCKETS if b <= percent / 100)
 
 
 def _job_link(field: str = "training_job") -> list[dict]:
-    from trainprof.dashboards import job
-
     url = (
-        f"/d/{job.UID}/{job.SLUG}?var-training_job=${{__data.fields.training_job}}"
+        JOB_DASHBOARD.url() + "?var-training_job=${__data.fields.training_job}"
         "&var-namespace=${__data.fields.namespace}&${__url_time_range}"
     )
     return [
@@ -49,7 +49,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
     s = scope.sel
     jl = ", ".join(config.job_labels)
     by_job = f"by ({jl})"
-    bound = idle_bound(config)
+    bound = idle_bound(compile_rules(config))
     interval = s("trainprof_sampler_interval_seconds")
     idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
     idle_hours = (
@@ -216,8 +216,6 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
             include_all=True,
         ),
     ]
-    from trainprof.dashboards import job
-
     return ui.dashboard(
         TITLE,
         UID,
@@ -226,5 +224,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         rows,
         variables,
         tags=["trainprof"],
-        links=[ui.link_to("Job dashboard", job.UID, job.SLUG, "One job in detail")],
+        links=[
+            ui.link_to("Job dashboard", JOB_DASHBOARD.uid, JOB_DASHBOARD.slug, "One job in detail")
+        ],
     )

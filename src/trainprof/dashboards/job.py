@@ -15,20 +15,20 @@ from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
-from trainprof.dashboards.signals import alerting, rule_signals
-from trainprof.rules.compiler import JOB_DASHBOARD_UID
+from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RuleInstance, RulesConfig
 
-UID = JOB_DASHBOARD_UID
-TITLE = "Trainprof job"  # slug trainprof-job, as in the alerts' dashboard_url
-SLUG = "trainprof-job"
+UID = JOB_DASHBOARD.uid
+TITLE = JOB_DASHBOARD.title  # the alerts' dashboard_url names its slug
+SLUG = JOB_DASHBOARD.slug
 SOURCE = "src/trainprof/dashboards/job.py"
 
 
 # --- rows ------------------------------------------------------------------------------------
 
 
-def summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
+def summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     return ui.row(
         "Training job summary",
         [
@@ -41,7 +41,7 @@ def summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
             ),
             ui.stat(
                 "Time to first step",
-                [target(x.initialization(scope, config))],
+                [target(x.initialization(scope, compiled))],
                 unit=ui.DURATION,
                 description="From the first process start to the first training step "
                 "(MaxInitializationTime watches it).",
@@ -83,9 +83,9 @@ def summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     )
 
 
-def system_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
+def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     network = [
-        target(x.network(scope, config, d), f"{{{{node}}}} {d}") for d in ("receive", "transmit")
+        target(x.network(scope, compiled, d), f"{{{{node}}}} {d}") for d in ("receive", "transmit")
     ]
     gpu = x.GPU_LEGEND
     return ui.row(
@@ -131,16 +131,16 @@ def system_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
                 w=8,
             ),
             ui.timeseries("Network", network, unit=ui.BYTES_PER_SECOND, w=8),
-            system_usage_table(scope, config),
+            system_usage_table(scope, compiled),
         ],
     )
 
 
-def system_usage_table(scope: Scope, config: RulesConfig) -> core.Table:
+def system_usage_table(scope: Scope, compiled: Compiled) -> core.Table:
     """OverallSystemUsage: per node and resource, p50/p95/p99 since the job started."""
     queries = [
         target(
-            x.system_usage_quantile(scope, config, q),
+            x.system_usage_quantile(scope, compiled, q),
             instant=True,
             fmt="table",
             ref=f"p{float(q) * 100:g}",
@@ -184,7 +184,7 @@ def system_usage_table(scope: Scope, config: RulesConfig) -> core.Table:
     )
 
 
-def framework_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
+def framework_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     return ui.row(
         "Framework metrics summary",
         [
@@ -211,14 +211,14 @@ def framework_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
             ),
             ui.piechart(
                 "Phase breakdown (since start)",
-                [target(x.job_phase_share(scope, config), "{{phase}}", instant=True)],
+                [target(x.job_phase_share(scope, compiled), "{{phase}}", instant=True)],
                 w=6,
                 description="SageMaker's OverallFrameworkMetrics: each phase's share of the "
                 "training loop, all ranks together.",
             ),
             ui.piechart(
                 "Step time per mode",
-                [target(x.job_mode_share(scope, config), "{{mode}}", instant=True)],
+                [target(x.job_mode_share(scope, compiled), "{{mode}}", instant=True)],
                 w=6,
             ),
             ui.timeseries(
@@ -233,7 +233,7 @@ def framework_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
             ),
             ui.table(
                 "Phase share per rank (since start)",
-                [target(x.rank_phase_share(scope, config), instant=True, fmt="table")],
+                [target(x.rank_phase_share(scope, compiled), instant=True, fmt="table")],
                 unit=ui.RATIO,
                 w=12,
                 transformations=[
@@ -251,8 +251,8 @@ def framework_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     )
 
 
-def rules_summary_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
-    rules = alerting(config)
+def rules_summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+    rules = compiled.alerting
     firing_by_rule = f"count by (rule) ({x.firing_alerts(scope)})"
     return ui.row(
         "Rules summary",
@@ -339,7 +339,7 @@ def _override(field: str, properties: list[dict]) -> dict:
     return {"matcher": {"id": "byName", "options": field}, "properties": properties}
 
 
-def profiler_views_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
+def profiler_views_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     """The SageMaker Profiler UI's views: active time, utilization per node, step time
     distribution per rank, per-annotation durations."""
     return ui.row(
@@ -420,13 +420,13 @@ def profiler_views_row(scope: Scope, config: RulesConfig) -> core.RowPanel:
     )
 
 
-def rule_row(scope: Scope, config: RulesConfig, instance: RuleInstance) -> core.RowPanel:
+def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.RowPanel:
     """One alerting rule: its state, how often it triggered, and each signal it compares
     with its threshold."""
     spec = instance.spec
-    runbook = (f"Runbook: {spec.name}", f"{config.runbook_url}#{spec.name.lower()}")
+    runbook = (f"Runbook: {spec.name}", f"{compiled.config.runbook_url}#{spec.name.lower()}")
     described = f"{spec.detects}\n\nRecommendation: {spec.recommendation}"
-    signals = rule_signals(config, instance, scope)
+    signals = compiled.signals(instance, scope)
     width = 16 if len(signals) == 1 else 8
     panels = [
         ui.stat(
@@ -507,17 +507,16 @@ def variables() -> list[core.Template]:
 
 
 def dashboard(config: RulesConfig) -> core.Dashboard:
+    compiled = compile_rules(config)
     scope = Scope(config, JOB_VARIABLES)
     rows = [
-        summary_row(scope, config),
-        system_row(scope, config),
-        framework_row(scope, config),
-        rules_summary_row(scope, config),
-        profiler_views_row(scope, config),
+        summary_row(scope, compiled),
+        system_row(scope, compiled),
+        framework_row(scope, compiled),
+        rules_summary_row(scope, compiled),
+        profiler_views_row(scope, compiled),
     ]
-    rows += [rule_row(scope, config, i) for i in alerting(config)]
-    from trainprof.dashboards import fleet
-
+    rows += [rule_row(scope, compiled, i) for i in compiled.alerting]
     return ui.dashboard(
         TITLE,
         UID,
@@ -530,8 +529,8 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         links=[
             ui.link_to(
                 "Fleet overview",
-                fleet.UID,
-                fleet.SLUG,
+                FLEET_DASHBOARD.uid,
+                FLEET_DASHBOARD.slug,
                 "Every running job, rules firing, idle GPU-hours",
             )
         ],

@@ -19,8 +19,8 @@ import sys
 import threading
 
 from trainprof.exporter.sources import COLLECTORS, DISK_EXCLUDE, NETWORK_EXCLUDE
+from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
 
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from trainprof import recording
+from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
 from trainprof.replay import sagemaker
 from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
-from trainprof.rules.compiler import compile_rules, required_inputs
+from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
 from trainprof.sampling import BottleneckGrid
@@ -32,7 +33,6 @@ from trainprof.training_state import canonical_mode
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
 SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
-HEALTH_RULE = "TrainprofHealth"
 
 
 class ReplayError(ValueError):
@@ -296,7 +296,7 @@ def replay(
 
     # Replay stands for exporters started with --rules.config: they count every threshold
     # the configuration needs.
-    needed = required_inputs(config)
+    needed = compiled.inputs
     grid = BottleneckGrid.default().including(
         cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"]
     )

@@ -7,11 +7,10 @@ import datetime
 import json
 import sys
 
+from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
 from trainprof.promtool import PromtoolError
 from trainprof.replay import ReplayError, ReplayResult, replay
 from trainprof.rules.config import ConfigError
-
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,12 +14,13 @@ from trainprof import __version__
 from trainprof.dashboards.alerts import FIRING, PENDING
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope
-from trainprof.dashboards.signals import Signal, alerting
 from trainprof.report import format as fmt
 from trainprof.report import svg
 from trainprof.report.collect import Collected, Points, Series
 from trainprof.report.queries import signals
-from trainprof.rules.config import RuleInstance
+from trainprof.rules.compiler import compile_rules
+from trainprof.rules.config import RuleInstance, alerting
+from trainprof.rules.model import Signal
 
 MAX_LINES = 12  # series per chart; more would be unreadable
 MAX_ALERT_ROWS = 25
@@ -455,13 +456,14 @@ def _rules_section(rows: list[RuleRow]) -> Section:
 
 def _details(c: Collected, rows: list[RuleRow], spans: dict[str, list]) -> list[RuleDetail]:
     scope = Scope(c.config, JOB_VARIABLES)
+    compiled = compile_rules(c.config)
     n = _Numbers(c)
     details = []
-    by_name = {i.spec.name: i for i in alerting(c.config)}
+    by_name = {i.spec.name: i for i in compiled.alerting}
     for row in sorted((r for r in rows if r.times_triggered), key=lambda r: -r.times_triggered):
         instance = by_name[row.name]
         charts = []
-        for i, signal in enumerate(signals(c.config, instance, scope)):
+        for i, signal in enumerate(signals(compiled, instance, scope)):
             chart = _chart(
                 c,
                 signal.title,

@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
 
 
 def add_parser(commands) -> argparse.ArgumentParser:

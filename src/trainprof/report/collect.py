@@ -16,10 +16,9 @@ import urllib.parse
 import urllib.request
 
 from trainprof.dashboards.queries import PRESENCE
-from trainprof.dashboards.signals import alerting, evaluation_interval
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, resolved
-from trainprof.rules.config import RulesConfig
+from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
 
 Points = list[tuple[float, float]]
@@ -314,7 +313,7 @@ def _verdicts(
     edges of ALERTS at the rule's evaluation interval, as replay reports them."""
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
     for instance in alerting(config):
-        step = evaluation_interval(instance)
+        step = instance.evaluation_interval
         step = max(step, (end - start) / 10_000)  # Prometheus answers 11,000 points at most
         matchers = [
             'alertstate="firing"',

@@ -12,9 +12,10 @@ import dataclasses
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
-from trainprof.dashboards.signals import Signal, alerting, rule_signals
 from trainprof.durations import format_duration
+from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules
 from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
+from trainprof.rules.model import Signal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,18 +25,19 @@ class ReportQuery:
     legend: str = ""  # Grafana legend format
 
 
-def signals(config: RulesConfig, instance: RuleInstance, scope: Scope) -> tuple[Signal, ...]:
+def signals(compiled: Compiled, instance: RuleInstance, scope: Scope) -> tuple[Signal, ...]:
     """The rule's signals; none when they read a summary rule the configuration leaves out."""
     try:
-        return rule_signals(config, instance, scope)
-    except ValueError:
+        return compiled.signals(instance, scope)
+    except MissingRecording:
         return ()
 
 
-def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
+def report_queries(config: RulesConfig, compiled: Compiled | None = None) -> dict[str, ReportQuery]:
     """Every query of the report. Those reading OverallSystemUsage's or
     OverallFrameworkMetrics' recordings are left out when the configuration leaves the rule
     out: nothing records them then."""
+    compiled = compiled or compile_rules(config)
     scope = Scope(config, JOB_VARIABLES)
     q: dict[str, ReportQuery] = {
         "summary.start": ReportQuery(x.start_ms(scope)),
@@ -74,27 +76,43 @@ def report_queries(config: RulesConfig) -> dict[str, ReportQuery]:
         "rules.firing": ReportQuery(
             f"count by (rule) ({x.firing_alerts(scope)})", True, "{{rule}}"
         ),
-        "rules.state": ReportQuery(state_now(scope, alerting(config)), legend="{{rule}}"),
+        "rules.state": ReportQuery(state_now(scope, compiled.alerting), legend="{{rule}}"),
     }
-    if config.rule("OverallSystemUsage"):
+    # Recordings of the summary rules: each block all or none, none when the configuration
+    # leaves out the rule that records them.
+    try:
+        system = {}
         for direction in ("receive", "transmit"):
-            q[f"system.network_{direction}"] = ReportQuery(
-                x.network(scope, config, direction), True, f"{{{{node}}}} {direction}"
+            system[f"system.network_{direction}"] = ReportQuery(
+                x.network(scope, compiled, direction), True, f"{{{{node}}}} {direction}"
             )
         for quantile in x.QUANTILES:
-            q[f"system.p{float(quantile) * 100:g}"] = ReportQuery(
-                x.system_usage_quantile(scope, config, quantile)
+            system[f"system.p{float(quantile) * 100:g}"] = ReportQuery(
+                x.system_usage_quantile(scope, compiled, quantile)
             )
-    if config.rule("OverallFrameworkMetrics"):
-        q["summary.initialization"] = ReportQuery(x.initialization(scope, config))
-        q["framework.phases"] = ReportQuery(x.job_phase_share(scope, config), legend="{{phase}}")
-        q["framework.modes"] = ReportQuery(x.job_mode_share(scope, config), legend="{{mode}}")
+        q.update(system)
+    except MissingRecording:
+        pass
+    try:
+        q.update(
+            {
+                "summary.initialization": ReportQuery(x.initialization(scope, compiled)),
+                "framework.phases": ReportQuery(
+                    x.job_phase_share(scope, compiled), legend="{{phase}}"
+                ),
+                "framework.modes": ReportQuery(
+                    x.job_mode_share(scope, compiled), legend="{{mode}}"
+                ),
+            }
+        )
+    except MissingRecording:
+        pass
     for quantile in x.STEP_QUANTILES:
         q[f"framework.step_p{float(quantile) * 100:g}"] = ReportQuery(
             x.step_quantile(scope, quantile), True, "{{mode}}"
         )
-    for instance in alerting(config):
-        for i, signal in enumerate(signals(config, instance, scope)):
+    for instance in compiled.alerting:
+        for i, signal in enumerate(signals(compiled, instance, scope)):
             q[f"rule.{instance.spec.name}.{i}"] = ReportQuery(signal.expr, True, signal.legend)
     return q
 

@@ -1,12 +1,22 @@
-"""Compile a resolved configuration into Prometheus rule groups.
+"""Compile a resolved configuration, once, into Prometheus rule groups and everything that
+reads them.
 
 One group per rule, named `trainprof.<Rule>`, evaluated every `scan_interval_us`: its
 recording rules first, then its alerts, so an alert reads recordings of the same evaluation.
-A recording several rules need is written once, in the first group that needs it. A last group,
-`trainprof.health`, alerts when the exporters do not serve what the rules were compiled for.
+A recording several rules need is written once, in the first group that needs it. The group
+`trainprof.state` holds the job-state alerts rules bring (`RuleSpec.state`); a last group,
+`trainprof.health`, alerts when the exporters do not serve what the rules were compiled for
+(`RuleSpec.health`).
 
 Every alert carries `rule`, `severity` and `trainprof_rule_version`, and the annotations
 summary, description (with the measured value), recommendation, runbook_url and dashboard_url.
+
+The `Compiled` result indexes every rule's recordings by (rule, metric, level) and draws each
+rule's signals: the dashboards, the report, alerting, replay and the docs read it.
+
+    >>> compiled = compile_rules(default_config())
+    >>> compiled.recording("trainprof_training_initialization_seconds", level="training_job").record
+    'training_job:trainprof_training_initialization_seconds:min'
 """
 
 from __future__ import annotations
@@ -16,30 +26,146 @@ import re
 from typing import Any
 
 from trainprof.durations import format_duration
-from trainprof.rules.config import RuleInstance, RulesConfig
-from trainprof.rules.model import Alert, Build, Recording, Values, ratio
+from trainprof.names import (
+    HEALTH_GROUP,
+    HEALTH_RULE,
+    JOB_DASHBOARD,
+    STATE_GROUP,
+    STATE_RULE,
+    alert_name,
+    group_name,
+)
+from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
+from trainprof.rules.model import (
+    INPUTS,
+    Alert,
+    Build,
+    HealthCheck,
+    Recording,
+    RuleOutput,
+    Selects,
+    Signal,
+)
 
-ALERT_PREFIX = "Training"
-JOB_DASHBOARD_UID = "trainprof-job"
-HEALTH_RULE = "TrainprofHealth"
-# A job's state rather than a verdict: alerts with this `rule` label exist for Alertmanager
-# to inhibit on (a job that has not started is not bottlenecked yet); no one acts on them.
-STATE_RULE = "TrainprofState"
+# Kept importable from here: older code and tests name them through the compiler.
+__all__ = ["HEALTH_RULE", "STATE_RULE", "alert_name", "compile_rules", "required_inputs"]
+JOB_DASHBOARD_UID = JOB_DASHBOARD.uid
+
+
+class MissingRecording(ValueError):
+    """A query reads a recording no rule of the configuration writes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledRule:
+    """One configured rule: its build context, what it built and its group."""
+
+    instance: RuleInstance
+    build: Build
+    output: RuleOutput
+    group: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.instance.spec.name
 
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
     groups: list[dict[str, Any]]
     warnings: tuple[str, ...]
+    config: RulesConfig
+    rules: tuple[CompiledRule, ...]
 
+    def rule(self, name: str) -> CompiledRule | None:
+        return next((r for r in self.rules if r.name == name), None)
 
-def alert_name(rule: str) -> str:
-    return ALERT_PREFIX + rule
+    @property
+    def alerting(self) -> tuple[RuleInstance, ...]:
+        """The configured alerting rules, in report order."""
+        return tuple(r.instance for r in self.rules if r.instance.spec.alerting)
+
+    def recordings(
+        self,
+        metric: str,
+        level: str | None = None,
+        operation: str | None = None,
+        rule: str | None = None,
+        **labels: str,
+    ) -> list[Recording]:
+        """Every distinct recording of `metric`, narrowed by level, operation, rule and
+        labels."""
+        found: dict[tuple, Recording] = {}
+        for compiled in self.rules:
+            if rule not in (None, compiled.name):
+                continue
+            for rec in compiled.output.recordings:
+                if (
+                    rec.metric == metric
+                    and level in (None, rec.level)
+                    and operation in (None, rec.operation)
+                    and all(rec.labels.get(k) == v for k, v in labels.items())
+                ):
+                    found.setdefault((rec.record, tuple(sorted(rec.labels.items()))), rec)
+        return list(found.values())
+
+    def recording(
+        self,
+        metric: str,
+        level: str | None = None,
+        operation: str | None = None,
+        rule: str | None = None,
+        **labels: str,
+    ) -> Recording:
+        """The one recording of `metric` so narrowed; MissingRecording when no configured
+        rule writes it."""
+        found = self.recordings(metric, level, operation, rule, **labels)
+        what = f"{metric} at level {level or 'any'}" + (f" {labels}" if labels else "")
+        if not found:
+            raise MissingRecording(
+                f"no configured rule records {what}; configure ProfilerReport or the rule "
+                "that records it (see docs/rules.md)"
+            )
+        if len(found) > 1:
+            names = ", ".join(r.record for r in found)
+            raise LookupError(f"several recordings of {what}: {names}; say which")
+        return found[0]
+
+    def signals(self, instance: RuleInstance | str, scope: Selects) -> tuple[Signal, ...]:
+        """What the rule's dashboard row and report section draw, narrowed by `scope`.
+
+        Raises MissingRecording when they read a summary rule the configuration leaves out.
+        """
+        name = instance if isinstance(instance, str) else instance.spec.name
+        compiled = self.rule(name)
+        if compiled is None:
+            raise KeyError(f"rule {name} is not configured")
+        make = compiled.instance.spec.signals
+        if make is None:
+            raise KeyError(f"rule {name} has no signals in its catalog entry")
+        # Spans may warn again; those warnings were given when the rules were compiled.
+        build = dataclasses.replace(compiled.build, warnings=[])
+        return make(build, compiled.output, scope, self)
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return required_inputs(self.config)
+
+    def gpu_idle_percent(self, default: float) -> float:
+        """Below which utilization a GPU counts as idle: the first configured rule that
+        defines it (`RuleSpec.gpu_idle_param`), else `default`."""
+        for compiled in self.rules:
+            param = compiled.instance.spec.gpu_idle_param
+            if param:
+                return compiled.instance.values[param]
+        return default
 
 
 def compile_rules(config: RulesConfig) -> Compiled:
     warnings = list(config.warnings)
-    groups, seen = [], {}
+    groups: list[dict[str, Any]] = []
+    seen: dict[tuple, str] = {}
+    compiled: list[CompiledRule] = []
     for instance in config.rules:
         build = _build_context(config, instance, warnings)
         output = instance.spec.build(build)
@@ -58,57 +184,44 @@ def compile_rules(config: RulesConfig) -> Compiled:
             # could lag one interval behind: spell its expression out instead.
             alert = dataclasses.replace(alert, expr=_inline(alert.expr, elsewhere))
             rules.append(_alert(config, instance, alert))
-        groups.append(
-            {
-                "name": f"trainprof.{instance.spec.name}",
-                "interval": format_duration(instance.values["scan_interval_us"] / 1e6),
-                "rules": rules,
-            }
-        )
-    state = _state_rules(config)
-    if state:
-        fastest = min(i.values["scan_interval_us"] for i in config.rules) / 1e6
-        groups.append(
-            {"name": "trainprof.state", "interval": format_duration(fastest), "rules": state}
-        )
-    health = _health_rules(config)
-    if health:
-        groups.append({"name": "trainprof.health", "interval": "1m", "rules": health})
-    return Compiled(groups, tuple(warnings))
-
-
-def _state_rules(config: RulesConfig) -> list[dict[str, Any]]:
-    """`TrainingNotStarted`: from a job's first training process until its first step.
-
-    Fires at once (no `for:`), so Alertmanager can hold back the host and GPU verdicts of a
-    job that is still loading: they describe initialization, which MaxInitializationTime
-    judges. Only compiled with MaxInitializationTime, whose inputs it reads.
-    """
-    if config.rule("MaxInitializationTime") is None:
-        return []
-    from trainprof.rules.promql import by, selector
-
-    jl = config.job_labels
-    start = selector("trainprof_training_start_timestamp_seconds", config.job_selector)
-    steps = selector("trainprof_training_steps_total", config.job_selector)
-    return [
-        {
-            "alert": "TrainingNotStarted",
-            "expr": (
-                f"max {by(jl)} (time() - {start})\nunless on ({', '.join(jl)})\n"
-                f"sum {by(jl)} ({steps}) > 0"
-            ),
-            "labels": {"rule": STATE_RULE, "severity": "info", "trainprof_rule_version": "1"},
-            "annotations": {
-                "summary": "A training job has not completed its first step yet.",
-                "description": (
-                    "Job {{ $labels.training_job }} started {{ $value | "
-                    "humanizeDuration }} ago and is still initializing; its host "
-                    "and GPU alerts are held back until its first step."
-                ),
-            },
+        group = {
+            "name": group_name(instance.spec.name),
+            "interval": format_duration(instance.evaluation_interval),
+            "rules": rules,
         }
-    ]
+        groups.append(group)
+        compiled.append(CompiledRule(instance, build, output, group))
+    state = _state_rules(compiled)
+    if state:
+        fastest = min(i.evaluation_interval for i in config.rules)
+        groups.append({"name": STATE_GROUP, "interval": format_duration(fastest), "rules": state})
+    health = _health_rules(config, compiled)
+    if health:
+        groups.append({"name": HEALTH_GROUP, "interval": "1m", "rules": health})
+    return Compiled(groups, tuple(warnings), config, tuple(compiled))
+
+
+def _state_rules(compiled: list[CompiledRule]) -> list[dict[str, Any]]:
+    """The job-state alerts of the configured rules (`TrainingNotStarted` with
+    MaxInitializationTime, whose inputs it reads)."""
+    out = []
+    for c in compiled:
+        if c.instance.spec.state is None:
+            continue
+        for state in c.instance.spec.state(c.build):
+            out.append(
+                {
+                    "alert": state.alert,
+                    "expr": state.expr,
+                    "labels": {
+                        "rule": STATE_RULE,
+                        "severity": "info",
+                        "trainprof_rule_version": "1",
+                    },
+                    "annotations": {"summary": state.summary, "description": state.description},
+                }
+            )
+    return out
 
 
 def _inline(expr: str, recordings: dict[str, str]) -> str:
@@ -121,7 +234,7 @@ def _inline(expr: str, recordings: dict[str, str]) -> str:
 def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) -> Build:
     return Build(
         rule=instance.spec,
-        p=Values(instance.values),
+        p=instance.spec.values(instance.values),
         datapoint_interval=config.datapoint_interval,
         scrape_interval=config.scrape_interval,
         patience_mode=instance.patience_mode,
@@ -143,8 +256,8 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
     spec = instance.spec
     anchor = spec.name.lower()
     dashboard = (
-        f"{config.grafana_url}/d/{JOB_DASHBOARD_UID}/trainprof-job"
-        "?var-training_job={{ $labels.training_job | urlquery }}"
+        JOB_DASHBOARD.url(config.grafana_url)
+        + "?var-training_job={{ $labels.training_job | urlquery }}"
         "&var-namespace={{ $labels.namespace | urlquery }}"
     )
     out: dict[str, Any] = {"alert": alert_name(spec.name), "expr": alert.expr}
@@ -166,69 +279,42 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
     return out
 
 
-def _health_rules(config: RulesConfig) -> list[dict[str, Any]]:
+def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dict[str, Any]]:
     """Alerts that say the rules are blind: the exporters sample at another interval than
     the rules were compiled for, or do not count the thresholds a rule selects."""
-    uses_exporter = any(
-        i.spec.name not in ("MaxInitializationTime", "StepOutlier", "OverallFrameworkMetrics")
-        for i in config.rules
-    )
-    if not uses_exporter:
+    if not any(c.instance.spec.reads_exporter for c in compiled):
         return []
     from trainprof.rules.promql import selector
 
-    jl = ", ".join(config.job_labels)
     interval = selector("trainprof_sampler_interval_seconds", config.job_selector)
-    samples = selector("trainprof_samples_total", config.job_selector)
     rules = [
         _health_alert(
-            "TrainprofSamplerIntervalMismatch",
-            f"{interval} != {config.datapoint_interval:g}",
-            summary="An exporter samples at another interval than the rules assume.",
-            description=(
-                "The exporter {{ $labels.instance }} samples every {{ $value }}s, but the rules "
-                f"were compiled for a datapoint interval of {config.datapoint_interval:g}s: "
-                "windows and patience are off by the same factor. Restart the exporter with "
-                f"--datapoint-interval {config.datapoint_interval:g}s or recompile the rules."
+            HealthCheck(
+                "TrainprofSamplerIntervalMismatch",
+                f"{interval} != {config.datapoint_interval:g}",
+                summary="An exporter samples at another interval than the rules assume.",
+                description=(
+                    "The exporter {{ $labels.instance }} samples every {{ $value }}s, but the "
+                    "rules were compiled for a datapoint interval of "
+                    f"{config.datapoint_interval:g}s: windows and patience are off by the same "
+                    f"factor. Restart the exporter with --datapoint-interval "
+                    f"{config.datapoint_interval:g}s or recompile the rules."
+                ),
             ),
             affects="all",
         )
     ]
-    for name, counter, busy_label, busy_param in (
-        ("CPUBottleneck", "trainprof_cpu_bottleneck_samples_total", "cpu_above", "cpu_threshold"),
-        ("IOBottleneck", "trainprof_io_bottleneck_samples_total", "iowait_above", "io_threshold"),
-    ):
-        instance = config.rule(name)
-        if instance is None:
-            continue
-        grid = {
-            busy_label: ratio(instance.values[busy_param]),
-            "gpu_below": ratio(instance.values["gpu_threshold"]),
-        }
-        served = selector(counter, config.job_selector, **grid)
-        rules.append(
-            _health_alert(
-                "TrainprofRuleInputMissing",
-                f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
-                summary="Exporters do not serve a series a rule needs.",
-                description=(
-                    f"The exporters of job {{{{ $labels.training_job }}}} do not count "
-                    f'{counter}{{{busy_label}="{grid[busy_label]}", gpu_below='
-                    f'"{grid["gpu_below"]}"}}, so {name} cannot fire. Start them with '
-                    "--rules.config set to the rule configuration."
-                ),
-                affects=name,
-            )
-        )
+    for c in compiled:
+        if c.instance.spec.health is not None:
+            for check in c.instance.spec.health(c.build):
+                rules.append(_health_alert(check, affects=c.name))
     return rules
 
 
-def _health_alert(
-    name: str, expr: str, summary: str, description: str, affects: str
-) -> dict[str, Any]:
+def _health_alert(check: HealthCheck, affects: str) -> dict[str, Any]:
     return {
-        "alert": name,
-        "expr": expr,
+        "alert": check.alert,
+        "expr": check.expr,
         "for": "5m",
         "labels": {
             "rule": HEALTH_RULE,
@@ -236,27 +322,24 @@ def _health_alert(
             "affects": affects,
             "trainprof_rule_version": "1",
         },
-        "annotations": {"summary": summary, "description": description},
+        "annotations": {"summary": check.summary, "description": check.description},
     }
 
 
 def required_inputs(config: RulesConfig) -> dict[str, Any]:
-    """Thresholds the exporters and the training API must count for these rules.
+    """Thresholds the exporters and the training API must count for these rules
+    (`RuleSpec.inputs`).
 
     `trainprof exporter --rules.config` and `trainprof.start(rules_config=...)` read this.
     """
-    cpu, io, stddevs = [], [], []
+    needed: dict[str, Any] = {key: [] for key in INPUTS}
     for instance in config.rules:
-        v = instance.values
-        if instance.spec.name == "CPUBottleneck":
-            cpu.append((v["cpu_threshold"] / 100, v["gpu_threshold"] / 100))
-        elif instance.spec.name == "IOBottleneck":
-            io.append((v["io_threshold"] / 100, v["gpu_threshold"] / 100))
-        elif instance.spec.name == "StepOutlier":
-            stddevs.append(float(v["stddev"]))
-    return {
-        "cpu_bottleneck": cpu,
-        "io_bottleneck": io,
-        "step_outlier_stddevs": stddevs,
-        "datapoint_interval": config.datapoint_interval,
-    }
+        if instance.spec.inputs is None:
+            continue
+        build = _build_context(config, instance, [])
+        for key, value in instance.spec.inputs(build).items():
+            if key not in needed:
+                raise KeyError(f"rule {instance.spec.name} asks for input {key}, not in {INPUTS}")
+            needed[key].append(value)
+    needed["datapoint_interval"] = config.datapoint_interval
+    return needed

@@ -81,6 +81,11 @@ class RuleInstance:
     patience_mode: str  # for | warmup
     where: str  # config path of a parameter: where.format(param="window")
 
+    @property
+    def evaluation_interval(self) -> float:
+        """Seconds between two evaluations of the rule's group."""
+        return self.values["scan_interval_us"] / 1e6
+
 
 @dataclasses.dataclass(frozen=True)
 class RulesConfig:
@@ -96,6 +101,11 @@ class RulesConfig:
 
     def rule(self, name: str) -> RuleInstance | None:
         return next((r for r in self.rules if r.spec.name == name), None)
+
+
+def alerting(config: RulesConfig) -> tuple[RuleInstance, ...]:
+    """The configured rules that alert (not the summary rules), in report order."""
+    return tuple(i for i in config.rules if i.spec.alerting)
 
 
 def nearest(name: str, candidates) -> str:

@@ -1,10 +1,21 @@
 """What a catalog entry is, and what it compiles to.
 
-A `RuleSpec` holds SageMaker's parameters with their defaults, the prose (what the rule
-detects, what to do about it) and a `build` function. `build` receives a `Build`: the resolved
-parameter values plus the deployment facts (datapoint and scrape interval, patience mode, job
-selector), and returns recording and alerting rules. Names, durations and selectors are all
-made by `Build`, so a parameter change moves every place that depends on it.
+A `RuleSpec` is everything trainprof knows about a rule: SageMaker's parameters with their
+defaults, the prose (what the rule detects, what to do about it) and functions of a `Build`
+(the resolved parameter values plus the deployment facts: datapoint and scrape interval,
+patience mode, job selector):
+
+- `build` returns its recording and alerting rules;
+- `signals` the series its dashboard row and report section draw, each with the threshold
+  the alert compares it with, made from the same parameter;
+- `inputs` what the exporters and the training API must count for it
+  (`trainprof exporter --rules.config`);
+- `health` the alerts that say the exporters do not serve those inputs;
+- `state` the job-state alerts it brings (Alertmanager inhibits on them).
+
+Names, durations and selectors are all made by `Build`, so a parameter change moves every
+place that depends on it. `trainprof.rules.compiler.compile_rules` runs them all once per
+configuration.
 """
 
 from __future__ import annotations
@@ -12,14 +23,15 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from trainprof import metrics as contract
 from trainprof.durations import format_duration
+from trainprof.names import RECORD_NAME, record_name
 from trainprof.rules import promql
-from trainprof.rules.params import Param
+from trainprof.rules.params import Param, params_of
 
-RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+__all__ = ["RECORD_NAME"]  # re-exported: tests and dashboards recognise recordings by it
 SEVERITIES = ("info", "warning", "critical")
 # Rule families, one per catalog module: what kind of trouble a rule points at. Alerting
 # inhibitions name families, so a new rule of a family is silenced like its siblings.
@@ -29,13 +41,20 @@ PATIENCE_MODES = ("auto", "for", "warmup")
 
 @dataclasses.dataclass(frozen=True)
 class Recording:
-    record: str
+    """A recording rule; its name is `level:metric:operation` (see `names.record_name`)."""
+
+    level: str  # the labels kept: gpu, node, rank_phase, training_job, ...
+    metric: str  # the contract metric it is computed from
+    operation: str  # what was done to it: ratio, quantile, p95_rate4m10s, ...
     expr: str
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if not RECORD_NAME.match(self.record):
-            raise ValueError(f"recording {self.record!r} is not level:metric:operations")
+        record_name(self.level, self.metric, self.operation)  # raises on a malformed part
+
+    @property
+    def record(self) -> str:
+        return record_name(self.level, self.metric, self.operation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +77,94 @@ class RuleOutput:
 
 
 @dataclasses.dataclass(frozen=True)
-class RuleSpec:
+class HealthCheck:
+    """An alert of the `trainprof.health` group: the exporters cannot serve this rule."""
+
+    alert: str
+    expr: str
+    summary: str
+    description: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StateAlert:
+    """An alert of the `trainprof.state` group: a job's state, fired at once (no `for:`).
+    While it fires, Alertmanager holds back the alerts its rule inhibits (`inhibits`)."""
+
+    alert: str
+    expr: str
+    summary: str
+    description: str
+    why: str  # what the state means for those alerts, for the inhibit rule's comment
+
+
+# --- what a dashboard row and the report draw --------------------------------------------------
+
+RATIO_UNIT, SECONDS_UNIT, NUMBER_UNIT = "percentunit", "s", "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    value: float  # in the signal's unit
+    text: str  # the parameter and its configured value: "threshold_p95 = 70%"
+    fires: str  # above | below: on which side of the line the rule fires
+
+
+def percent_threshold(param: str, value: float, fires: str) -> Threshold:
+    """A percentage parameter as the ratio line a signal is drawn against."""
+    return Threshold(value / 100, f"{param} = {value:g}%", fires)
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    title: str
+    expr: str  # PromQL, narrowed by the scope's variables
+    legend: str  # Grafana legend format: "{{node}} GPU {{gpu}}"
+    unit: str  # Grafana unit id
+    threshold: Threshold
+
+
+class Selects(Protocol):
+    """Where a signal is drawn (`dashboards.queries.Scope`): selectors narrowed by the
+    dashboard's variables."""
+
+    def sel(self, series: str, *extra: promql.Matcher, **equal: str) -> str: ...
+
+    @property
+    def by_job(self) -> str: ...
+
+
+class Recordings(Protocol):
+    """Every rule's recordings of a compiled configuration (`compiler.Compiled`)."""
+
+    def recording(
+        self,
+        metric: str,
+        level: str | None = None,
+        operation: str | None = None,
+        rule: str | None = None,
+        **labels: str,
+    ) -> Recording: ...
+
+
+# The exporter inputs a rule may ask for, as `trainprof exporter --rules.config` reads them:
+# (busy, idle GPU) ratio pairs the bottleneck counters count, and the step-outlier factors.
+INPUTS = ("cpu_bottleneck", "io_bottleneck", "step_outlier_stddevs")
+
+
+P = TypeVar("P")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleSpec(Generic[P]):
     name: str  # SageMaker's rule name; also the `rule` label
     summary: str  # one line, for tables
     detects: str  # what it detects, for docs and the dashboard
     recommendation: str  # SageMaker report's advice, in our words
     severity: str  # info | warning | critical
-    params: tuple[Param, ...]
-    build: Callable[[Build], RuleOutput]
+    # A frozen dataclass, one `params.param(...)` field per parameter; `Build.p` is one.
+    parameters: type[P]
+    build: Callable[[Build[P]], RuleOutput]
     differences: str = ""  # how trainprof's verdict differs from the original
     patience_auto: str = "for"  # what patience_mode=auto means for this rule
     version: int = 1  # bump when the rule's semantics change
@@ -74,6 +173,21 @@ class RuleSpec:
     # Families or rule names whose alerts for the same job this rule's firing alert makes
     # noise (they follow from it): Alertmanager inhibits them while it fires.
     inhibits: tuple[str, ...] = ()
+    # What the rule's dashboard row and report section draw: (build, its output, where it
+    # is drawn, every rule's recordings) -> signals. Every alerting rule has them.
+    signals: Callable[[Build[P], RuleOutput, Selects, Recordings], tuple[Signal, ...]] | None = None
+    # What the exporters / the training API must count for it: input (one of INPUTS) -> value.
+    inputs: Callable[[Build[P]], Mapping[str, Any]] | None = None
+    # Alerts saying the exporters do not serve this rule's inputs (group trainprof.health).
+    health: Callable[[Build[P]], tuple[HealthCheck, ...]] | None = None
+    # Job-state alerts the rule brings (group trainprof.state, rule label TrainprofState).
+    state: Callable[[Build[P]], tuple[StateAlert, ...]] | None = None
+    # False for rules that read only the training API: without any rule reading the
+    # exporters, the health group's sampler-interval check is left out.
+    reads_exporter: bool = True
+    # The parameter saying below which utilization a GPU counts as idle; the fleet
+    # dashboard's idle GPU-hours use the first configured rule that has one.
+    gpu_idle_param: str = ""
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -87,6 +201,21 @@ class RuleSpec:
             )
         if self.patience_auto not in ("for", "warmup"):
             raise ValueError(f"rule {self.name}: patience_auto must be for or warmup")
+        if self.alerting and self.signals is None:
+            raise ValueError(
+                f"rule {self.name}: an alerting rule says what its dashboard row draws (signals=)"
+            )
+        params_of(self.parameters)  # a TypeError names a field not made by param()
+        if self.gpu_idle_param:
+            self.param(self.gpu_idle_param)  # a KeyError names a parameter it does not have
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return params_of(self.parameters)
+
+    def values(self, values: Mapping[str, Any]) -> P:
+        """The typed parameters of resolved values (every parameter present)."""
+        return self.parameters(**values)
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -98,22 +227,13 @@ class RuleSpec:
         return {p.name: p.default for p in self.params}
 
 
-class Values:
-    """Resolved parameter values, read as attributes: `p.threshold_p95`."""
-
-    def __init__(self, values: Mapping[str, Any]):
-        self.__dict__.update(values)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
 @dataclasses.dataclass
-class Build:
-    """Everything a catalog entry needs to write its PromQL."""
+class Build(Generic[P]):
+    """Everything a catalog entry needs to write its PromQL: `p` holds the rule's typed
+    parameters (its `RuleSpec.parameters` dataclass), the rest the deployment."""
 
-    rule: RuleSpec
-    p: Values
+    rule: RuleSpec[P]
+    p: P
     datapoint_interval: float
     scrape_interval: float
     patience_mode: str  # for | warmup (auto already resolved)

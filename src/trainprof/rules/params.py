@@ -1,5 +1,16 @@
 """Rule parameters: SageMaker's names, defaults and meaning, and how a value is checked.
 
+A rule declares its parameters as a frozen dataclass, one field per parameter made by
+`param` (SageMaker's name is the field's name), so the loader, the docs and a type checker
+all read the same declaration, and a catalog entry's build sees `b.p.window` typed:
+
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Example:
+    ...     threshold: float = param(70, PERCENT, "Utilization below which it fires.")
+    ...     scan_interval_us: int = scan_interval_param()
+    >>> [(p.name, p.default, p.kind.name) for p in params_of(Example)]
+    [('threshold', 70, 'percent'), ('scan_interval_us', 60000000, 'microseconds')]
+
 SageMaker's SDK sends every parameter as a string ("70"), so each kind parses strings and
 numbers alike and says what is wrong in words a SageMaker user knows.
 
@@ -147,18 +158,42 @@ class Param:
     extension: bool = False  # a trainprof addition, not a SageMaker parameter
 
 
-SCAN_INTERVAL = Param(
-    "scan_interval_us",
-    60_000_000,
-    MICROS,
-    "How often the rule is evaluated (SageMaker scanned new data this often).",
-)
+_DECLARED = "trainprof.param"
 
 
-def patience(default: int = 1000) -> Param:
-    return Param(
-        "patience",
-        default,
-        COUNT,
-        "Datapoints to collect before the rule decides anything (job warm-up).",
+def param(default: Any, kind: Kind, help: str, extension: bool = False) -> Any:
+    """A parameter as a field of a rule's parameter dataclass."""
+    return dataclasses.field(default=default, metadata={_DECLARED: (kind, help, extension)})
+
+
+def scan_interval_param() -> Any:
+    """`scan_interval_us`, which every rule has."""
+    return param(
+        60_000_000,
+        MICROS,
+        "How often the rule is evaluated (SageMaker scanned new data this often).",
     )
+
+
+def patience_param(default: int = 1000) -> Any:
+    return param(
+        default, COUNT, "Datapoints to collect before the rule decides anything (job warm-up)."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryParams:
+    """The summary rules' only parameter (they record, never alert)."""
+
+    scan_interval_us: int = scan_interval_param()
+
+
+def params_of(parameters: type) -> tuple[Param, ...]:
+    """The parameters a rule's dataclass declares, in declaration order."""
+    out = []
+    for f in dataclasses.fields(parameters):
+        if _DECLARED not in f.metadata:
+            raise TypeError(f"{parameters.__name__}.{f.name} is not declared with param()")
+        kind, help, extension = f.metadata[_DECLARED]
+        out.append(Param(f.name, f.default, kind, help, extension))
+    return tuple(out)

@@ -2,6 +2,15 @@
 
 `ProfilerReport` is not an entry of its own: it stands for all of them (as it did in
 SageMaker), with `<Rule>_<parameter>` overrides.
+
+Adding a rule touches one module: write its `RuleSpec` in the family's module (bottleneck,
+gpu, framework, system) and list it in `CATALOG` below. The spec carries everything:
+`parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
+alerts), `signals` (what its dashboard row and report section draw, thresholds from the same
+parameters), and, when it needs them, `inputs` (what exporters must count), `health`
+(alerts when they do not), `state` (job-state alerts) and `reads_exporter`. The compiler,
+dashboards, report, alerting routes, replay and docs pick it up; `make generate` rewrites
+the artifacts. tests/test_throwaway_rule.py adds a complete rule in one test module.
 """
 
 from __future__ import annotations

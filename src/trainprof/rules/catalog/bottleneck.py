@@ -2,24 +2,101 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Protocol, TypeVar
+
 from trainprof import metrics as contract
 from trainprof.rules.catalog._text import JOB, PCT
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, ratio
-from trainprof.rules.params import COUNT, PERCENT, SCAN_INTERVAL, Param, patience
+from trainprof.rules.model import (
+    RATIO_UNIT,
+    Alert,
+    Build,
+    HealthCheck,
+    Recording,
+    Recordings,
+    RuleOutput,
+    RuleSpec,
+    Selects,
+    Signal,
+    percent_threshold,
+    ratio,
+)
+from trainprof.rules.params import (
+    COUNT,
+    PERCENT,
+    param,
+    patience_param,
+    scan_interval_param,
+)
 from trainprof.rules.promql import selector
 
-_WINDOW = Param(
-    "window",
-    None,
-    COUNT,
-    "Optional: count only the last `window` datapoints instead of everything since the job "
-    "started (trainprof extension).",
-    extension=True,
-)
+
+def _window_param() -> Any:
+    return param(
+        None,
+        COUNT,
+        "Optional: count only the last `window` datapoints instead of everything since the job "
+        "started (trainprof extension).",
+        extension=True,
+    )
+
+
+def _threshold_param() -> Any:
+    return param(
+        50, PERCENT, "Percent of all datapoints that must be bottlenecks for the rule to fire."
+    )
+
+
+def _gpu_threshold_param() -> Any:
+    return param(10, PERCENT, "A GPU below this utilization counts as idle.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CPUBottleneckParams:
+    threshold: float = _threshold_param()
+    gpu_threshold: float = _gpu_threshold_param()
+    cpu_threshold: float = param(90, PERCENT, "A core above this utilization counts as busy.")
+    patience: int = patience_param()
+    scan_interval_us: int = scan_interval_param()
+    window: int | None = _window_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class IOBottleneckParams:
+    threshold: float = _threshold_param()
+    gpu_threshold: float = _gpu_threshold_param()
+    io_threshold: float = param(
+        50, PERCENT, "A core with more I/O wait than this counts as waiting on I/O."
+    )
+    patience: int = patience_param()
+    scan_interval_us: int = scan_interval_param()
+    window: int | None = _window_param()
+
+
+class _Shared(Protocol):
+    """What the two bottleneck rules' parameters have in common."""
+
+    @property
+    def threshold(self) -> float: ...
+    @property
+    def gpu_threshold(self) -> float: ...
+    @property
+    def patience(self) -> int: ...
+    @property
+    def window(self) -> int | None: ...
+
+
+Bottleneck = TypeVar("Bottleneck", bound=_Shared)
 
 
 def _bottleneck(
-    b: Build, *, counter: str, busy_label: str, busy_param: str, summary: str, busy_text: str
+    b: Build[Bottleneck],
+    *,
+    counter: str,
+    busy_label: str,
+    busy_param: str,
+    summary: str,
+    busy_text: str,
 ) -> RuleOutput:
     p = b.p
     busy_percent = getattr(p, busy_param)
@@ -34,17 +111,18 @@ def _bottleneck(
         span = b.span(p.window, "window")
         num, den = f"increase({hits}[{span}])", f"increase({samples}[{span}])"
         op, since = f"ratio_increase{span}", f"over the last {span}"
-    record = f"training_job:{counter.removesuffix('_total')}:{op}"
     keep = ", ".join(b.job_labels + (busy_label, "gpu_below"))
     recording = Recording(
-        record,
+        "training_job",
+        counter.removesuffix("_total"),
+        op,
         (
             f"sum by ({keep}) ({num})\n"
             f"/ ignoring ({busy_label}, gpu_below) group_left\n"
             f"sum {b.by_job} ({den})"
         ),
     )
-    condition = f"{selector(record, **grid)} > {ratio(p.threshold)}"
+    condition = f"{selector(recording.record, (), **grid)} > {ratio(p.threshold)}"
     expr, for_seconds = b.patience(
         condition, p.patience, f"sum {b.by_job} ({samples})", matching=b.on_job
     )
@@ -61,7 +139,9 @@ def _bottleneck(
     return RuleOutput((recording,), (alert,))
 
 
-def _warn_off_grid(b: Build, param: str, percent: float, grid: tuple[float, ...]) -> None:
+def _warn_off_grid(
+    b: Build[Bottleneck], param: str, percent: float, grid: tuple[float, ...]
+) -> None:
     if percent / 100 not in grid:
         points = ", ".join(f"{g * 100:g}" for g in grid)
         b.warnings.append(
@@ -72,10 +152,74 @@ def _warn_off_grid(b: Build, param: str, percent: float, grid: tuple[float, ...]
         )
 
 
-def _cpu(b: Build) -> RuleOutput:
+def _grid(b: Build[Bottleneck], counter: str, busy_param: str) -> dict[str, str]:
+    """The counter's labels for the configured thresholds: {"cpu_above": "0.9", ...}."""
+    busy_label, gpu_label = contract.metric(counter).labels
+    return {
+        busy_label: contract.threshold_label(getattr(b.p, busy_param) / 100),
+        gpu_label: contract.threshold_label(b.p.gpu_threshold / 100),
+    }
+
+
+def _signals(counter: str, busy_param: str, busy_text: str):
+    def signals(
+        b: Build[Bottleneck], out: RuleOutput, scope: Selects, _: Recordings
+    ) -> tuple[Signal, ...]:
+        p = b.p
+        return (
+            Signal(
+                f"Samples with {busy_text} above {getattr(p, busy_param):g}% while a GPU is "
+                f"below {p.gpu_threshold:g}%",
+                scope.sel(out.recordings[0].record, **_grid(b, counter, busy_param)),
+                "{{training_job}}",
+                RATIO_UNIT,
+                percent_threshold("threshold", p.threshold, "above"),
+            ),
+        )
+
+    return signals
+
+
+def _health(name: str, counter: str, busy_param: str):
+    def health(b: Build[Bottleneck]) -> tuple[HealthCheck, ...]:
+        """The exporters count samples only at the thresholds they were told of."""
+        jl = ", ".join(b.job_labels)
+        busy_label = contract.metric(counter).labels[0]
+        grid = _grid(b, counter, busy_param)
+        served = b.sel(counter, **grid)
+        samples = b.sel("trainprof_samples_total")
+        return (
+            HealthCheck(
+                "TrainprofRuleInputMissing",
+                f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
+                summary="Exporters do not serve a series a rule needs.",
+                description=(
+                    f"The exporters of job {{{{ $labels.training_job }}}} do not count "
+                    f'{counter}{{{busy_label}="{grid[busy_label]}", gpu_below='
+                    f'"{grid["gpu_below"]}"}}, so {name} cannot fire. Start them with '
+                    "--rules.config set to the rule configuration."
+                ),
+            ),
+        )
+
+    return health
+
+
+def _inputs(key: str, busy_param: str):
+    def inputs(b: Build[Bottleneck]) -> dict[str, tuple[float, float]]:
+        return {key: (getattr(b.p, busy_param) / 100, b.p.gpu_threshold / 100)}
+
+    return inputs
+
+
+_CPU_COUNTER = "trainprof_cpu_bottleneck_samples_total"
+_IO_COUNTER = "trainprof_io_bottleneck_samples_total"
+
+
+def _cpu(b: Build[CPUBottleneckParams]) -> RuleOutput:
     return _bottleneck(
         b,
-        counter="trainprof_cpu_bottleneck_samples_total",
+        counter=_CPU_COUNTER,
         busy_label="cpu_above",
         busy_param="cpu_threshold",
         summary="GPUs starve while a CPU core is saturated.",
@@ -83,10 +227,10 @@ def _cpu(b: Build) -> RuleOutput:
     )
 
 
-def _io(b: Build) -> RuleOutput:
+def _io(b: Build[IOBottleneckParams]) -> RuleOutput:
     return _bottleneck(
         b,
-        counter="trainprof_io_bottleneck_samples_total",
+        counter=_IO_COUNTER,
         busy_label="iowait_above",
         busy_param="io_threshold",
         summary="GPUs starve while CPU cores wait on I/O.",
@@ -123,20 +267,13 @@ CPU_BOTTLENECK = RuleSpec(
         "GPU."
     ),
     severity="critical",
-    params=(
-        Param(
-            "threshold",
-            50,
-            PERCENT,
-            "Percent of all datapoints that must be bottlenecks for the rule to fire.",
-        ),
-        Param("gpu_threshold", 10, PERCENT, "A GPU below this utilization counts as idle."),
-        Param("cpu_threshold", 90, PERCENT, "A core above this utilization counts as busy."),
-        patience(),
-        SCAN_INTERVAL,
-        _WINDOW,
-    ),
+    parameters=CPUBottleneckParams,
     build=_cpu,
+    signals=_signals(_CPU_COUNTER, "cpu_threshold", "a CPU core"),
+    inputs=_inputs("cpu_bottleneck", "cpu_threshold"),
+    health=_health("CPUBottleneck", _CPU_COUNTER, "cpu_threshold"),
+    # SageMaker's definition of a starved GPU: the fleet dashboard's idle GPU-hours.
+    gpu_idle_param="gpu_threshold",
     family="bottleneck",
     # Idle GPUs are the symptom of this bottleneck, not a second problem.
     inhibits=("LowGPUUtilization", "BatchSize"),
@@ -159,25 +296,11 @@ IO_BOTTLENECK = RuleSpec(
         "limits of the volume."
     ),
     severity="critical",
-    params=(
-        Param(
-            "threshold",
-            50,
-            PERCENT,
-            "Percent of all datapoints that must be bottlenecks for the rule to fire.",
-        ),
-        Param("gpu_threshold", 10, PERCENT, "A GPU below this utilization counts as idle."),
-        Param(
-            "io_threshold",
-            50,
-            PERCENT,
-            "A core with more I/O wait than this counts as waiting on I/O.",
-        ),
-        patience(),
-        SCAN_INTERVAL,
-        _WINDOW,
-    ),
+    parameters=IOBottleneckParams,
     build=_io,
+    signals=_signals(_IO_COUNTER, "io_threshold", "a core's I/O wait"),
+    inputs=_inputs("io_bottleneck", "io_threshold"),
+    health=_health("IOBottleneck", _IO_COUNTER, "io_threshold"),
     family="bottleneck",
     inhibits=("LowGPUUtilization", "BatchSize"),
     differences=_SHARED_DIFFERENCES

@@ -3,13 +3,55 @@ OverallFrameworkMetrics."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from trainprof import metrics as contract
+from trainprof.names import NOT_STARTED_ALERT
 from trainprof.rules.catalog._text import HOST, JOB
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec
-from trainprof.rules.params import FACTOR, MINUTES, MODE, OUTLIERS, SCAN_INTERVAL, Param
+from trainprof.rules.model import (
+    NUMBER_UNIT,
+    SECONDS_UNIT,
+    Alert,
+    Build,
+    Recording,
+    Recordings,
+    RuleOutput,
+    RuleSpec,
+    Selects,
+    Signal,
+    StateAlert,
+    Threshold,
+)
+from trainprof.rules.params import (
+    FACTOR,
+    MINUTES,
+    MODE,
+    OUTLIERS,
+    SummaryParams,
+    param,
+    scan_interval_param,
+)
 
 
-def _max_initialization(b: Build) -> RuleOutput:
+@dataclasses.dataclass(frozen=True)
+class MaxInitializationTimeParams:
+    threshold: float = param(20, MINUTES, "Minutes to wait for the first step.")
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutlierParams:
+    stddev: float = param(
+        3, FACTOR, "A step slower than mean + stddev x standard deviation is an outlier."
+    )
+    mode: str | None = param(
+        None, MODE, "Only count steps of this mode (train, eval); empty for all modes."
+    )
+    n_outliers: int = param(10, OUTLIERS, "Outliers tolerated before the rule fires.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _max_initialization(b: Build[MaxInitializationTimeParams]) -> RuleOutput:
     p = b.p
     age = f"max {b.by_job} (time() - {b.sel('trainprof_training_start_timestamp_seconds')})"
     stepped = f"sum {b.by_job} ({b.sel('trainprof_training_steps_total')}) > 0"
@@ -24,6 +66,51 @@ def _max_initialization(b: Build) -> RuleOutput:
                     f"completed a step yet (threshold {p.threshold:g} minutes)."
                 ),
             ),
+        ),
+    )
+
+
+def _max_initialization_signals(
+    b: Build[MaxInitializationTimeParams], out: RuleOutput, scope: Selects, recordings: Recordings
+) -> tuple[Signal, ...]:
+    """Reads OverallFrameworkMetrics' recording: a MissingRecording without it."""
+    p = b.p
+    initialization = recordings.recording(
+        "trainprof_training_initialization_seconds", level="training_job"
+    )
+    jl = ", ".join(b.job_labels)
+    age = f"max {scope.by_job} (time() - {scope.sel('trainprof_training_start_timestamp_seconds')})"
+    stepped = f"sum {scope.by_job} ({scope.sel('trainprof_training_steps_total')}) > 0"
+    return (
+        Signal(
+            "Time from start to the first step (time since start while there is none)",
+            f"{scope.sel(initialization.record)}\nor\n({age}\nunless on ({jl})\n{stepped})",
+            "{{training_job}}",
+            SECONDS_UNIT,
+            Threshold(p.threshold * 60, f"threshold = {p.threshold:g} min", "above"),
+        ),
+    )
+
+
+def _not_started(b: Build[MaxInitializationTimeParams]) -> tuple[StateAlert, ...]:
+    """From a job's first training process until its first step.
+
+    Fires at once, so Alertmanager can hold back the host and GPU verdicts of a job that is
+    still loading: they describe initialization, which MaxInitializationTime judges.
+    """
+    start = b.sel("trainprof_training_start_timestamp_seconds")
+    steps = b.sel("trainprof_training_steps_total")
+    return (
+        StateAlert(
+            NOT_STARTED_ALERT,
+            f"max {b.by_job} (time() - {start})\nunless {b.on_job}\nsum {b.by_job} ({steps}) > 0",
+            summary="A training job has not completed its first step yet.",
+            description=(
+                "Job {{ $labels.training_job }} started {{ $value | "
+                "humanizeDuration }} ago and is still initializing; its host "
+                "and GPU alerts are held back until its first step."
+            ),
+            why="a job that has not completed its first step is initializing",
         ),
     )
 
@@ -43,11 +130,11 @@ MAX_INITIALIZATION_TIME = RuleSpec(
         "could start."
     ),
     severity="critical",
-    params=(
-        Param("threshold", 20, MINUTES, "Minutes to wait for the first step."),
-        SCAN_INTERVAL,
-    ),
+    parameters=MaxInitializationTimeParams,
     build=_max_initialization,
+    signals=_max_initialization_signals,
+    state=_not_started,
+    reads_exporter=False,
     family="framework",
     # A job that has not stepped yet idles its GPUs and keeps its CPUs busy loading: every
     # host and GPU verdict about it is noise until it starts.
@@ -63,7 +150,7 @@ MAX_INITIALIZATION_TIME = RuleSpec(
 )
 
 
-def _step_outlier(b: Build) -> RuleOutput:
+def _step_outlier(b: Build[StepOutlierParams]) -> RuleOutput:
     p = b.p
     if p.stddev not in contract.OUTLIER_STDDEVS:
         grid = ", ".join(f"{s:g}" for s in contract.OUTLIER_STDDEVS)
@@ -72,10 +159,7 @@ def _step_outlier(b: Build) -> RuleOutput:
             f"counts by default ({grid}); pass this configuration to trainprof.start() "
             "(rules_config=) so it counts this factor too"
         )
-    equal = {"stddev": contract.threshold_label(p.stddev)}
-    if p.mode:
-        equal["mode"] = p.mode
-    outliers = b.sel("trainprof_training_step_outliers_total", **equal)
+    outliers = b.sel("trainprof_training_step_outliers_total", **_step_outlier_equal(b))
     return RuleOutput(
         (),
         (
@@ -92,6 +176,32 @@ def _step_outlier(b: Build) -> RuleOutput:
     )
 
 
+def _step_outlier_equal(b: Build[StepOutlierParams]) -> dict[str, str]:
+    equal = {"stddev": contract.threshold_label(b.p.stddev)}
+    if b.p.mode:
+        equal["mode"] = b.p.mode
+    return equal
+
+
+def _step_outlier_signals(
+    b: Build[StepOutlierParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    return (
+        Signal(
+            f"Steps slower than the mean + {p.stddev:g} standard deviations",
+            scope.sel("trainprof_training_step_outliers_total", **_step_outlier_equal(b)),
+            "rank {{rank}} {{mode}}",
+            NUMBER_UNIT,
+            Threshold(p.n_outliers, f"n_outliers = {p.n_outliers}", "above"),
+        ),
+    )
+
+
+def _step_outlier_inputs(b: Build[StepOutlierParams]) -> dict[str, float]:
+    return {"step_outlier_stddevs": float(b.p.stddev)}
+
+
 STEP_OUTLIER = RuleSpec(
     name="StepOutlier",
     summary="Outliers in step duration",
@@ -106,20 +216,12 @@ STEP_OUTLIER = RuleSpec(
         "pressure, or one slow rank holding up a collective."
     ),
     severity="warning",
-    params=(
-        Param(
-            "stddev",
-            3,
-            FACTOR,
-            "A step slower than mean + stddev x standard deviation is an outlier.",
-        ),
-        Param(
-            "mode", None, MODE, "Only count steps of this mode (train, eval); empty for all modes."
-        ),
-        Param("n_outliers", 10, OUTLIERS, "Outliers tolerated before the rule fires."),
-        SCAN_INTERVAL,
-    ),
+    parameters=StepOutlierParams,
     build=_step_outlier,
+    signals=_step_outlier_signals,
+    # The training API counts outliers at the factors it was told of.
+    inputs=_step_outlier_inputs,
+    reads_exporter=False,
     family="framework",
     differences=(
         "The training process compares each step, as it ends, with the mean and standard "
@@ -133,7 +235,7 @@ STEP_OUTLIER = RuleSpec(
 )
 
 
-def _overall_framework(b: Build) -> RuleOutput:
+def _overall_framework(b: Build[SummaryParams]) -> RuleOutput:
     phase = b.sel("trainprof_training_phase_seconds_total")
     duration = b.sel("trainprof_training_step_duration_seconds_sum")
     count = b.sel("trainprof_training_step_duration_seconds_count")
@@ -143,24 +245,35 @@ def _overall_framework(b: Build) -> RuleOutput:
     return RuleOutput(
         (
             Recording(
-                "rank_phase:trainprof_training_phase_seconds:ratio",
+                "rank_phase",
+                "trainprof_training_phase_seconds",
+                "ratio",
                 f"{phase}\n/ ignoring (phase) group_left\nsum without (phase) ({phase})",
             ),
             Recording(
-                "training_job_phase:trainprof_training_phase_seconds:ratio",
+                "training_job_phase",
+                "trainprof_training_phase_seconds",
+                "ratio",
                 f"sum by ({jl}, phase) ({phase})\n/ ignoring (phase) group_left\n"
                 f"sum {b.by_job} ({phase})",
             ),
             Recording(
-                "training_job_mode:trainprof_training_step_duration_seconds:ratio",
+                "training_job_mode",
+                "trainprof_training_step_duration_seconds",
+                "ratio",
                 f"sum by ({jl}, mode) ({duration})\n/ ignoring (mode) group_left\n"
                 f"sum {b.by_job} ({duration})",
             ),
             Recording(
-                "rank_mode:trainprof_training_step_duration_seconds:mean", f"{duration}\n/\n{count}"
+                "rank_mode",
+                "trainprof_training_step_duration_seconds",
+                "mean",
+                f"{duration}\n/\n{count}",
             ),
             Recording(
-                "training_job:trainprof_training_initialization_seconds:min",
+                "training_job",
+                "trainprof_training_initialization_seconds",
+                "min",
                 f"min {b.by_job} ({first})\n-\nmin {b.by_job} ({start})",
             ),
         ),
@@ -182,8 +295,9 @@ OVERALL_FRAMEWORK_METRICS = RuleSpec(
         "communication or optimizer settings."
     ),
     severity="info",
-    params=(SCAN_INTERVAL,),
+    parameters=SummaryParams,
     build=_overall_framework,
+    reads_exporter=False,
     family="framework",
     alerting=False,
     differences=(

@@ -3,23 +3,96 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from trainprof import metrics as contract
 from trainprof.durations import format_duration, parse_duration
 from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
-from trainprof.rules.model import Alert, Build, Recording, RuleOutput, RuleSpec, indent, ratio
+from trainprof.rules.model import (
+    NUMBER_UNIT,
+    RATIO_UNIT,
+    Alert,
+    Build,
+    Recording,
+    Recordings,
+    RuleOutput,
+    RuleSpec,
+    Selects,
+    Signal,
+    Threshold,
+    indent,
+    percent_threshold,
+    ratio,
+)
 from trainprof.rules.params import (
     COUNT,
     DISTANCE,
     PERCENT,
-    SCAN_INTERVAL,
-    Param,
-    patience,
+    param,
+    patience_param,
+    scan_interval_param,
 )
 
 _UTIL = "trainprof_gpu_utilization_sampled_ratio"
 _MEMORY = "trainprof_gpu_memory_used_sampled_ratio"
 _CPU = "trainprof_cpu_utilization_sampled_ratio"
+
+
+def _window_param(default: int, help: str) -> Any:
+    return param(default, COUNT, help)
+
+
+_PERCENTILES_WINDOW = "Datapoints the percentiles are computed over."
+
+
+@dataclasses.dataclass(frozen=True)
+class LowGPUUtilizationParams:
+    threshold_p95: float = param(
+        70, PERCENT, "A 95th percentile utilization below this means underuse."
+    )
+    threshold_p5: float = param(
+        10, PERCENT, "A 5th percentile below this, with a high 95th percentile, means fluctuation."
+    )
+    window: int = _window_param(500, _PERCENTILES_WINDOW)
+    patience: int = patience_param()
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSizeParams:
+    cpu_threshold_p95: float = param(
+        70, PERCENT, "Threshold for the 95th percentile of the host's average CPU utilization."
+    )
+    gpu_threshold_p95: float = param(
+        70, PERCENT, "Threshold for the 95th percentile of GPU utilization."
+    )
+    gpu_memory_threshold_p95: float = param(
+        70, PERCENT, "Threshold for the 95th percentile of GPU memory use."
+    )
+    patience: int = patience_param()
+    window: int = _window_param(500, _PERCENTILES_WINDOW)
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class GPUMemoryIncreaseParams:
+    increase: float = param(
+        5, PERCENT, "Rise of the mean memory use, in percentage points, that fires the rule."
+    )
+    patience: int = patience_param()
+    window: int = _window_param(10, "Datapoints each of the two compared means covers.")
+    scan_interval_us: int = scan_interval_param()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadBalancingParams:
+    threshold: float = param(
+        0.5,
+        DISTANCE,
+        "Jensen-Shannon distance between two GPUs' utilization histograms that fires the rule.",
+    )
+    patience: int = patience_param()
+    scan_interval_us: int = scan_interval_param()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +113,16 @@ class QuantileTest:
 
     @classmethod
     def of(
-        cls, b: Build, level: str, histogram: str, q: float, percent: float, span: str
+        cls, b: Build[Any], level: str, histogram: str, q: float, percent: float, span: str
     ) -> QuantileTest:
         threshold = percent / 100
         if threshold in contract.UTILIZATION_BUCKETS and 0 < threshold < 1:
             share = b.sel(histogram + "_bucket", le=contract.bucket_label(threshold))
             count = b.sel(histogram + "_count")
             rec = Recording(
-                f"{level}:{histogram}:fraction_below{percent:g}_rate{span}",
+                level,
+                histogram,
+                f"fraction_below{percent:g}_rate{span}",
                 f"sum without (le) (rate({share}[{span}]))\n/\nrate({count}[{span}])",
             )
             return cls(
@@ -59,7 +134,9 @@ class QuantileTest:
             )
         buckets = b.sel(histogram + "_bucket")
         rec = Recording(
-            f"{level}:{histogram}:p{q * 100:g}_rate{span}",
+            level,
+            histogram,
+            f"p{q * 100:g}_rate{span}",
             f"histogram_quantile({q:g}, rate({buckets}[{span}]))",
         )
         return cls(
@@ -75,7 +152,7 @@ def _ordinal(q: float) -> str:
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
-def _low_gpu(b: Build) -> RuleOutput:
+def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     p95 = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.threshold_p95, span)
@@ -112,6 +189,39 @@ def _low_gpu(b: Build) -> RuleOutput:
     )
 
 
+_GPU_LEGEND = "{{node}} GPU {{gpu}}"
+
+
+def _quantile(scope: Selects, histogram: str, q: float, span: str) -> str:
+    """The q-quantile over `span` of the panel's selection, computed when the panel loads:
+    the rules decide on the share of samples below the threshold (cheap at fleet scale),
+    the dashboard shows the percentile itself for the few series on screen."""
+    return f"histogram_quantile({q:g}, rate({scope.sel(histogram + '_bucket')}[{span}]))"
+
+
+def _low_gpu_signals(
+    b: Build[LowGPUUtilizationParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    span = b.span(p.window, "window")
+    return (
+        Signal(
+            f"95th percentile GPU utilization over {span}",
+            _quantile(scope, _UTIL, 0.95, span),
+            _GPU_LEGEND,
+            RATIO_UNIT,
+            percent_threshold("threshold_p95", p.threshold_p95, "below"),
+        ),
+        Signal(
+            f"5th percentile GPU utilization over {span}",
+            _quantile(scope, _UTIL, 0.05, span),
+            _GPU_LEGEND,
+            RATIO_UNIT,
+            percent_threshold("threshold_p5", p.threshold_p5, "below"),
+        ),
+    )
+
+
 LOW_GPU_UTILIZATION = RuleSpec(
     name="LowGPUUtilization",
     summary="GPU underused or fluctuating",
@@ -129,21 +239,9 @@ LOW_GPU_UTILIZATION = RuleSpec(
         "ranks, or logging and checkpointing inside the loop."
     ),
     severity="warning",
-    params=(
-        Param(
-            "threshold_p95", 70, PERCENT, "A 95th percentile utilization below this means underuse."
-        ),
-        Param(
-            "threshold_p5",
-            10,
-            PERCENT,
-            "A 5th percentile below this, with a high 95th percentile, means fluctuation.",
-        ),
-        Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
-        patience(),
-        SCAN_INTERVAL,
-    ),
+    parameters=LowGPUUtilizationParams,
     build=_low_gpu,
+    signals=_low_gpu_signals,
     family="gpu",
     differences=(
         "Percentiles come from the exporter's utilization histogram (buckets of 1, 2, then "
@@ -161,7 +259,7 @@ LOW_GPU_UTILIZATION = RuleSpec(
 )
 
 
-def _batch_size(b: Build) -> RuleOutput:
+def _batch_size(b: Build[BatchSizeParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     gpu = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.gpu_threshold_p95, span)
@@ -192,6 +290,27 @@ def _batch_size(b: Build) -> RuleOutput:
     )
 
 
+def _batch_size_signals(
+    b: Build[BatchSizeParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    span = b.span(p.window, "window")
+    return tuple(
+        Signal(
+            f"95th percentile {what} over {span}",
+            _quantile(scope, metric, 0.95, span),
+            legend,
+            RATIO_UNIT,
+            percent_threshold(param, getattr(p, param), "below"),
+        )
+        for what, metric, param, legend in (
+            ("GPU utilization", _UTIL, "gpu_threshold_p95", _GPU_LEGEND),
+            ("GPU memory", _MEMORY, "gpu_memory_threshold_p95", _GPU_LEGEND),
+            ("CPU utilization (average of the cores)", _CPU, "cpu_threshold_p95", "{{node}}"),
+        )
+    )
+
+
 BATCH_SIZE = RuleSpec(
     name="BatchSize",
     summary="GPU, GPU memory and CPU all lightly used",
@@ -207,30 +326,9 @@ BATCH_SIZE = RuleSpec(
         "up front."
     ),
     severity="info",
-    params=(
-        Param(
-            "cpu_threshold_p95",
-            70,
-            PERCENT,
-            "Threshold for the 95th percentile of the host's average CPU utilization.",
-        ),
-        Param(
-            "gpu_threshold_p95",
-            70,
-            PERCENT,
-            "Threshold for the 95th percentile of GPU utilization.",
-        ),
-        Param(
-            "gpu_memory_threshold_p95",
-            70,
-            PERCENT,
-            "Threshold for the 95th percentile of GPU memory use.",
-        ),
-        patience(),
-        Param("window", 500, COUNT, "Datapoints the percentiles are computed over."),
-        SCAN_INTERVAL,
-    ),
+    parameters=BatchSizeParams,
     build=_batch_size,
+    signals=_batch_size_signals,
     family="gpu",
     differences=(
         "Percentiles come from the exporter's histograms over `window x datapoint_interval` "
@@ -243,7 +341,7 @@ BATCH_SIZE = RuleSpec(
 )
 
 
-def _memory_increase(b: Build) -> RuleOutput:
+def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
     total, count = b.sel(_MEMORY + "_sum"), b.sel(_MEMORY + "_count")
@@ -254,7 +352,7 @@ def _memory_increase(b: Build) -> RuleOutput:
     gap = format_duration(parse_duration(span) + b.scrape_interval)
     mean = f"rate({total}[{span}]) / rate({count}[{span}])"
     before = f"rate({total}[{span}] offset {gap}) / rate({count}[{span}] offset {gap})"
-    mean_record = Recording(f"gpu:{_MEMORY}:mean_rate{span}", mean)
+    mean_record = Recording("gpu", _MEMORY, f"mean_rate{span}", mean)
     rise, for_seconds = b.patience(f"{mean}\n-\n{before}", p.patience, count)
     # Evaluated once per scan interval, but a jump shows for about one window only: look
     # back over the whole scan interval at scrape resolution so none is missed.
@@ -277,6 +375,25 @@ def _memory_increase(b: Build) -> RuleOutput:
     )
 
 
+def _memory_increase_signals(
+    b: Build[GPUMemoryIncreaseParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    span = b.span(p.window, "window")
+    total, count = scope.sel(_MEMORY + "_sum"), scope.sel(_MEMORY + "_count")
+    mean = f"rate({total}[{span}]) / rate({count}[{span}])"
+    before = f"rate({total}[{span}] offset {span}) / rate({count}[{span}] offset {span})"
+    return (
+        Signal(
+            f"Mean GPU memory over the last {span} minus the mean over the {span} before",
+            f"{mean}\n-\n{before}",
+            _GPU_LEGEND,
+            RATIO_UNIT,
+            percent_threshold("increase", p.increase, "above"),
+        ),
+    )
+
+
 GPU_MEMORY_INCREASE = RuleSpec(
     name="GPUMemoryIncrease",
     summary="GPU memory use jumped",
@@ -293,18 +410,9 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "memory. If growth is expected, raise `increase` or give the job a larger GPU."
     ),
     severity="warning",
-    params=(
-        Param(
-            "increase",
-            5,
-            PERCENT,
-            "Rise of the mean memory use, in percentage points, that fires the rule.",
-        ),
-        patience(),
-        Param("window", 10, COUNT, "Datapoints each of the two compared means covers."),
-        SCAN_INTERVAL,
-    ),
+    parameters=GPUMemoryIncreaseParams,
     build=_memory_increase,
+    signals=_memory_increase_signals,
     family="gpu",
     patience_auto="warmup",
     differences=(
@@ -326,7 +434,7 @@ GPU_MEMORY_INCREASE = RuleSpec(
 )
 
 
-def _load_balancing(b: Build) -> RuleOutput:
+def _load_balancing(b: Build[LoadBalancingParams]) -> RuleOutput:
     p = b.p
     if p.threshold > 0.8326:
         b.warnings.append(
@@ -358,6 +466,21 @@ def _load_balancing(b: Build) -> RuleOutput:
     )
 
 
+def _load_balancing_signals(
+    b: Build[LoadBalancingParams], out: RuleOutput, scope: Selects, _: Recordings
+) -> tuple[Signal, ...]:
+    p = b.p
+    return (
+        Signal(
+            "Jensen-Shannon distance between the utilization of two GPUs",
+            scope.sel("trainprof_gpu_utilization_js_distance"),
+            "{{node}} GPU {{gpu}} vs {{peer_gpu}}",
+            NUMBER_UNIT,
+            Threshold(p.threshold, f"threshold = {p.threshold:g}", "above"),
+        ),
+    )
+
+
 LOAD_BALANCING = RuleSpec(
     name="LoadBalancing",
     summary="GPUs of a host carry unequal load",
@@ -373,17 +496,9 @@ LOAD_BALANCING = RuleSpec(
         "work off the training ranks."
     ),
     severity="warning",
-    params=(
-        Param(
-            "threshold",
-            0.5,
-            DISTANCE,
-            "Jensen-Shannon distance between two GPUs' utilization histograms that fires the rule.",
-        ),
-        patience(),
-        SCAN_INTERVAL,
-    ),
+    parameters=LoadBalancingParams,
     build=_load_balancing,
+    signals=_load_balancing_signals,
     family="gpu",
     differences=(
         "SageMaker's public code never compared two GPUs (a mis-indented loop), so the "

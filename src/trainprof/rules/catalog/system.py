@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from trainprof.durations import format_duration
 from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
-from trainprof.rules.params import SCAN_INTERVAL
+from trainprof.rules.params import SummaryParams
 
 QUANTILES = (0.5, 0.95, 0.99)
 
-# (histogram, labels pooled into the node's distribution)
 # (histogram read, the signal its percentiles are recorded as)
 _HISTOGRAMS = (
     ("trainprof_cpu_utilization_sampled_ratio",) * 2,
@@ -21,7 +20,7 @@ _HISTOGRAMS = (
 )
 
 
-def _overall_system(b: Build) -> RuleOutput:
+def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
     recordings = []
     for histogram, signal in _HISTOGRAMS:
         buckets = b.sel(histogram + "_bucket")
@@ -29,7 +28,9 @@ def _overall_system(b: Build) -> RuleOutput:
             # Cumulative buckets without rate(): the distribution since the exporter started.
             recordings.append(
                 Recording(
-                    f"node:{signal}:quantile",
+                    "node",
+                    signal,
+                    "quantile",
                     f"histogram_quantile({q:g}, {buckets})",
                     {"quantile": f"{q:g}"},
                 )
@@ -39,7 +40,9 @@ def _overall_system(b: Build) -> RuleOutput:
         counter = f"trainprof_network_{direction}_bytes_total"
         recordings.append(
             Recording(
-                f"node:trainprof_network_{direction}_bytes:rate{span}",
+                "node",
+                f"trainprof_network_{direction}_bytes",
+                f"rate{span}",
                 f"sum without (device) (rate({b.sel(counter)}[{span}]))",
             )
         )
@@ -60,7 +63,7 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
         "problem; every node low points at a job that could use fewer or smaller machines."
     ),
     severity="info",
-    params=(SCAN_INTERVAL,),
+    parameters=SummaryParams,
     build=_overall_system,
     family="system",
     alerting=False,

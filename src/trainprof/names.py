@@ -1,0 +1,82 @@
+"""Names trainprof gives things outside itself: alerts, rule groups, recordings, dashboards,
+exit codes.
+
+Every identifier a user, Prometheus, Alertmanager or Grafana sees is spelled here once, so a
+rename moves the rules, the routing, the dashboards and the docs together.
+
+    >>> alert_name("CPUBottleneck"), group_name("CPUBottleneck")
+    ('TrainingCPUBottleneck', 'trainprof.CPUBottleneck')
+    >>> record_name("gpu", "trainprof_gpu_utilization_sampled_ratio", "p95_rate4m10s")
+    'gpu:trainprof_gpu_utilization_sampled_ratio:p95_rate4m10s'
+    >>> record_name("gpu", "Util", "p95")
+    Traceback (most recent call last):
+    ...
+    ValueError: recording part 'Util' is not lower_snake_case
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- alerts and rule groups -------------------------------------------------------------------
+
+ALERT_PREFIX = "Training"  # TrainingCPUBottleneck: SageMaker's rule name behind a prefix
+GROUP_PREFIX = "trainprof."
+STATE_GROUP = GROUP_PREFIX + "state"
+HEALTH_GROUP = GROUP_PREFIX + "health"
+# The `rule` label of alerts that are not a rule's verdict.
+HEALTH_RULE = "TrainprofHealth"  # the rules are blind: exporters do not serve their inputs
+# A job's state rather than a verdict: alerts with this `rule` label exist for Alertmanager
+# to inhibit on (a job that has not started is not bottlenecked yet); no one acts on them.
+STATE_RULE = "TrainprofState"
+NOT_STARTED_ALERT = "TrainingNotStarted"
+
+
+def alert_name(rule: str) -> str:
+    return ALERT_PREFIX + rule
+
+
+def group_name(rule: str) -> str:
+    return GROUP_PREFIX + rule
+
+
+# --- recording rules --------------------------------------------------------------------------
+
+RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
+_PART = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def record_name(level: str, metric: str, operation: str) -> str:
+    """Prometheus' `level:metric:operations` convention: the labels kept, the metric, what
+    was done to it."""
+    for part in (level, metric, operation):
+        if not _PART.match(part):
+            raise ValueError(f"recording part {part!r} is not lower_snake_case")
+    return f"{level}:{metric}:{operation}"
+
+
+# --- dashboards -------------------------------------------------------------------------------
+
+
+class Dashboard:
+    """A Grafana dashboard's identity: its uid, title and the slug Grafana derives from it."""
+
+    def __init__(self, uid: str, title: str):
+        self.uid = uid
+        self.title = title
+        self.slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+        self.file = f"dashboards/{uid}.json"
+
+    def url(self, base: str = "") -> str:
+        return f"{base}/d/{self.uid}/{self.slug}"
+
+
+JOB_DASHBOARD = Dashboard("trainprof-job", "Trainprof job")
+FLEET_DASHBOARD = Dashboard("trainprof-fleet", "Trainprof fleet")
+
+
+# --- exit codes of every command --------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command could not do its job (a server down, a file not writable)
+EXIT_BAD_INPUT = 2  # what the user gave is wrong; the message says what and where
