@@ -13,8 +13,9 @@ rules' windows have filled, it prints each group's evaluation time (Prometheus:
 over the rounds since the windows filled), the series its expressions select, and the sum,
 the single-core cost of one evaluation round, with the engines' resident memory. The fake
 exporter and the engine's scraping share the machine's cores with the rule evaluation, so on
-a small machine those times are upper bounds; it also runs every rule's expression as an
-instant query and keeps the fastest of five, closer to the undisturbed cost.
+a small machine those times are upper bounds. Then it stops serving (the engine stops
+ingesting and marks the series stale) and runs every rule's expression as an instant query
+at the moment serving stopped, keeping the fastest of five: the undisturbed cost.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from trainprof.durations import format_duration, parse_duration
 from trainprof.localstack import get_json, prometheus, victoria_metrics, vmalert
 from trainprof.render import to_yaml
 from trainprof.rules.compiler import compile_rules
@@ -56,6 +58,7 @@ class Fleet:
         self.rng = random.Random(1)
         self.t = 0.0
         self.lock = threading.Lock()
+        self.stopped = False
 
     def _advance(self) -> None:
         for _ in range(30):
@@ -102,6 +105,9 @@ class Fleet:
 def serve(fleet: Fleet) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if fleet.stopped:
+                self.send_error(503)
+                return
             body = fleet.body()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -120,10 +126,10 @@ def serve(fleet: Fleet) -> http.server.ThreadingHTTPServer:
 TRIES = 5
 
 
-def _fastest(base: str, expr: str) -> float:
+def _fastest(base: str, expr: str, at: float) -> float:
     """Seconds of the fastest of TRIES instant queries of `expr`: the least disturbed by the
     scrapes that share the machine's cores."""
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr, 'time': at})}"
     best = float("inf")
     for _ in range(TRIES):
         t = time.perf_counter()
@@ -152,7 +158,7 @@ NOT_METRICS = {
 }
 
 
-def series_touched(base: str, exprs: list[str]) -> int:
+def series_touched(base: str, exprs: list[str], at: float) -> int:
     """Series the expressions select: `count()` of each distinct selector in them."""
     selectors = set()
     for expr in exprs:
@@ -168,7 +174,8 @@ def series_touched(base: str, exprs: list[str]) -> int:
                 selectors.add(m.group(1) + (m.group(2) or ""))
     total = 0
     for sel in selectors:
-        url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': f'count({sel})'})}"
+        query = {"query": f"count({sel})", "time": at}
+        url = f"{base}/api/v1/query?{urllib.parse.urlencode(query)}"
         result = get_json(url, timeout=300)["data"]["result"]
         total += int(float(result[0]["value"][1])) if result else 0
     return total
@@ -292,28 +299,41 @@ def main() -> None:
                     n = count - before[1]
                     rounds[g] = [(total - before[0]) / n] if n else [float("nan")]
             memory = {args.engine: resident_bytes(base)}
+            # Stop serving: with ingestion and rule evaluation off the cores, the instant
+            # queries below, all at the moment serving stopped, measure evaluation alone.
+            at = time.time()
+            fleet.stopped = True
             if alert is not None:
                 memory["vmalert"] = resident_bytes(alert)
-            quiet = {g["name"]: sum(_fastest(base, r["expr"]) for r in g["rules"]) for g in groups}
+            quiet = {
+                g["name"]: sum(_fastest(base, r["expr"], at) for r in g["rules"]) for g in groups
+            }
             touched = {
-                g["name"]: series_touched(base, [r["expr"] for r in g["rules"]]) for g in groups
+                g["name"]: series_touched(base, [r["expr"] for r in g["rules"]], at) for g in groups
             }
             medians = sorted(
                 ((name, statistics.median(times)) for name, times in rounds.items()),
                 key=lambda x: -x[1],
             )
-            print(f"  {'group':<40} {'in the engine':>14} {'fastest query':>14} {'series':>10}")
+            every = {g["name"]: parse_duration(g.get("interval", "1m")) for g in groups}
+            print(
+                f"  {'group':<34} {'every':>6} {'in the engine':>14} {'fastest query':>14} "
+                f"{'series':>9}"
+            )
             for name, d in medians:
                 print(
-                    f"  {name:<40} {d * 1000:11.0f} ms {quiet.get(name, 0) * 1000:11.0f} ms "
-                    f"{touched.get(name, 0):10d}"
+                    f"  {name:<34} {format_duration(every.get(name, 15)):>6} {d * 1000:11.0f} ms "
+                    f"{quiet.get(name, 0) * 1000:11.0f} ms {touched.get(name, 0):9d}"
                 )
-            total, fastest = sum(d for _, d in medians), sum(quiet.values())
+            # A group evaluated every 60 s costs a quarter of its time per 15 s interval.
+            share = {name: 15 / every.get(name, 15) for name, _ in medians}
+            total = sum(d * share[name] for name, d in medians)
+            fastest = sum(q * 15 / every.get(name, 15) for name, q in quiet.items())
             print(
                 f"all groups, {args.nodes} nodes x {args.gpus} GPUs x {args.cores} cores, "
-                f"{args.jobs} jobs on {args.engine}: {total:.2f} s per round as evaluated while "
-                f"ingesting; {fastest:.2f} s as the fastest of {TRIES} instant queries each "
-                f"({100 * fastest / 15:.1f}% of a 15 s interval); resident memory "
+                f"{args.jobs} jobs on {args.engine}, per 15 s of wall time: {total:.2f} s of "
+                f"evaluation while ingesting; {fastest:.2f} s as the fastest of {TRIES} instant "
+                f"queries each ({100 * fastest / 15:.1f}% of one core); resident memory "
                 + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in memory.items())
             )
     finally:
