@@ -139,6 +139,7 @@ def victoria_metrics(binary: str, workdir: Path, scrape_config: str | None = Non
         argv += [
             f"-promscrape.config={workdir / 'scrape.yml'}",
             "-promscrape.config.strictParse=false",
+            "-promscrape.maxScrapeSize=512MB",  # a fleet benchmark serves ~90 MB per scrape
         ]
     with _server("victoria-metrics", argv, workdir, port, ready="/health") as base:
         yield base
