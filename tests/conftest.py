@@ -78,6 +78,15 @@ def openssl() -> str:
 
 
 @pytest.fixture(scope="session")
+def helm() -> str:
+    # scripts/install-tools.sh puts a static helm under .tools/ (Debian has none).
+    local = ROOT / ".tools" / "helm" / "helm"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return _tool("helm")
+
+
+@pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
 

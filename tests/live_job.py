@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import subprocess
 import sys
 import threading
@@ -93,10 +94,13 @@ def _rank(
     training_job: str, node: str, rank: int, stall_every: int
 ) -> tuple[subprocess.Popen, int]:
     script = Path(__file__).with_name("live_rank.py")
+    kernel_trace = Path(__file__).resolve().parent.parent.parent / "shared" / "real-gpu-traces"
+    kernel_trace /= "a100-nccl-training.pt.trace.json.gz"
     proc = subprocess.Popen(
         [sys.executable, str(script), training_job, node, str(rank), str(stall_every)],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TRAINPROF_LIVE_KERNEL_TRACE": str(kernel_trace)},
     )
     line = proc.stdout.readline()
     if not line.strip().isdigit():

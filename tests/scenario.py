@@ -13,6 +13,7 @@ Case keys:
     hosts: {<name>: {cores, gpus, labels, sample_every, timeline: [{from, cpu, iowait,
             gpu_util, gpu_mem, mem}]}}   values: a number, a list (one per core/GPU), or
             {cycle: [...]} (one value per sample, repeating)
+    labels: override the exporter's identity labels; null leaves one out (a DaemonSet's job)
     exporter_reads_config: the exporters count the config's thresholds (--rules.config)
     series: raw promtool input series (training metrics)
     expect: [{at, alertname?, alerts: [labels...]}]   labels shorthand: host, gpu, peer_gpu
@@ -68,7 +69,11 @@ def host_labels(case: dict, name: str) -> dict[str, str]:
         "namespace": "ml",
         "training_job": case.get("training_job", "bert"),
     }
-    labels.update({k: str(v) for k, v in host.get("labels", {}).items()})
+    for key, value in host.get("labels", {}).items():
+        if value is None:  # a label the host does not have (a DaemonSet exporter's job)
+            labels.pop(key, None)
+        else:
+            labels[key] = str(value)
     return labels
 
 
@@ -112,7 +117,7 @@ def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
     steps = int(round(duration / scrape))
     table: dict[str, list[float | None]] = {}
     for name in sorted(case.get("hosts", {})):
-        every = parse_duration(case["hosts"][name].get("sample_every", datapoint))
+        every = parse_duration(case["hosts"][name].get("sample_every", f"{datapoint}s"))
         acc = SampleAccumulator(every, identity=host_labels(case, name), grid=exporter_grid(case))
         samples = host_samples(case, name, every, duration)
         pending = next(samples, None)

@@ -28,8 +28,8 @@ def test_compile_without_a_config_writes_the_default_profiler_report(tmp_path):
     result = run("rules", "compile", "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     groups = yaml.safe_load((tmp_path / "out" / "trainprof.rules.yaml").read_text())["groups"]
-    assert len(groups) == 12
-    assert "10 rules -> " in result.stderr
+    assert len(groups) == 15
+    assert "13 rules -> " in result.stderr
 
 
 def test_compile_prometheusrule_with_labels_and_namespace(tmp_path):
@@ -70,7 +70,8 @@ def test_compile_reads_stdin_and_honours_scrape_interval():
         "-",
         "--scrape-interval",
         "1m",
-        stdin="rules: [GPUMemoryIncrease]\n",
+        # a window the user wrote: only what the user wrote is warned about
+        stdin="rules: [{rule: GPUMemoryIncrease, parameters: {window: 10}}]\n",
     )
     assert result.returncode == 0, result.stderr
     assert "[2m]" in result.stdout and "using 2m" in result.stderr

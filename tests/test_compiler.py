@@ -77,10 +77,14 @@ def test_windows_and_patience_translate_into_time():
 
 
 def test_a_window_shorter_than_two_scrapes_is_raised_with_a_warning():
-    config = load_config({"rules": ["GPUMemoryIncrease"]}, scrape_interval=60)
+    entry = {"rule": "GPUMemoryIncrease", "parameters": {"window": 10}}
+    config = load_config({"rules": [entry]}, scrape_interval=60)
     compiled = compile_rules(config)
     assert any("GPUMemoryIncrease" in w and "using 2m" in w for w in compiled.warnings)
     assert "[2m]" in _rules(compiled)[0]["expr"]
+    # The default window is raised the same way, without a warning: the user did not write it.
+    default = compile_rules(load_config({"rules": ["GPUMemoryIncrease"]}, scrape_interval=60))
+    assert default.warnings == () and "[2m]" in _rules(default)[0]["expr"]
 
 
 def test_off_grid_thresholds_warn_that_exporters_need_the_configuration():

@@ -48,6 +48,9 @@ def test_good_configuration_resolves_every_rule_with_overrides():
         "LoadBalancing",
         "MaxInitializationTime",
         "StepOutlier",
+        "LaunchBoundSteps",
+        "MemcpyHeavySteps",
+        "NoReducedPrecision",
         "OverallSystemUsage",
         "OverallFrameworkMetrics",
     ]
@@ -94,12 +97,12 @@ def test_describe_training_job_shape_is_read():
     }
     config = load_config(response)
     assert config.rule("CPUBottleneck").values["threshold"] == 30
-    assert len(config.rules) == 10
+    assert len(config.rules) == 13
     assert config.datapoint_interval == 0.1
 
 
 def test_no_rules_key_means_the_default_profiler_report():
-    assert len(load_config({"datapoint_interval": "1s"}).rules) == 10
+    assert len(load_config({"datapoint_interval": "1s"}).rules) == 13
 
 
 def test_patience_mode_auto_is_per_rule():

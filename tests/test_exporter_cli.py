@@ -12,9 +12,8 @@ import urllib.request
 
 import pytest
 
-from trainprof import recording
+from trainprof import identity, recording
 from trainprof.cli import main
-from trainprof.exporter import identity
 
 from servers import free_port
 
@@ -110,7 +109,7 @@ def test_a_bad_web_config_exits_2_and_missing_bcrypt_exits_1(tmp_path, capsys, m
     assert main(["exporter", "--web.config.file", str(web)]) == 2
     assert "tls_server_config.key_file: required for TLS" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "bcrypt", None)
-    web.write_text("basic_auth_users: {prometheus: $2y$10$abc}\n")
+    web.write_text("basic_auth_users: {prometheus: $2y$10$%s}\n" % ("a" * 53))
     assert main(["exporter", "--web.config.file", str(web)]) == 1
     assert "basic_auth_users needs the bcrypt module" in capsys.readouterr().err
 
@@ -135,13 +134,27 @@ def test_an_unwritable_recording_exits_1(tmp_path, capsys):
 
 def test_identity_comes_from_flags_then_env_then_the_hostname_outside_kubernetes():
     env = {"TRAINPROF_JOB": "bert", "TRAINPROF_NODE": "n7"}
-    assert identity.resolve(env=env) == {"training_job": "bert", "node": "n7"}
-    assert identity.resolve("n1", "gpt", env=env) == {"training_job": "gpt", "node": "n1"}
-    assert identity.resolve("", env=env) == {"training_job": "bert"}
-    assert identity.resolve(env={}, hostname="box") == {"node": "box"}
+    labels = identity.exporter_labels
+    assert labels(env=env) == {"training_job": "bert", "node": "n7"}
+    assert labels("n1", "gpt", env=env) == {"training_job": "gpt", "node": "n1"}
+    assert labels("", env=env) == {"training_job": "bert"}
+    assert labels(env={}, hostname="box") == {"node": "box"}
     kubernetes = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
-    assert identity.resolve(env=kubernetes, hostname="box") == {}
-    assert identity.resolve(env={**kubernetes, **env}) == {"training_job": "bert", "node": "n7"}
+    assert labels(env=kubernetes, hostname="box") == {}
+    assert labels(env={**kubernetes, **env}) == {"training_job": "bert", "node": "n7"}
+
+
+def test_under_slurm_the_exporter_labels_node_and_job_as_the_ranks_do():
+    env = {
+        "SLURMD_NODENAME": "gpu-n3",
+        "SLURM_JOB_NAME": "bert",
+        "SLURM_JOB_ID": "812",
+        "SLURM_PROCID": "5",
+    }
+    rank = identity.resolve(env=env, hostname="gpu-n3.cluster.local").labels()
+    exporter = identity.exporter_labels(env=env, hostname="gpu-n3.cluster.local")
+    assert exporter == {"training_job": "bert-812", "node": "gpu-n3"}
+    assert exporter == {k: rank[k] for k in exporter}
 
 
 def test_sigterm_stops_the_exporter_and_completes_the_recording(tmp_path):
@@ -197,3 +210,33 @@ def test_sigterm_stops_the_exporter_and_completes_the_recording(tmp_path):
     assert hosts and all(r["node"] == "n1" for r in records[1:])
     assert f"closed with {len(hosts)} samples" in err
     assert len(hosts[-1].cpu_utilization) == os.cpu_count()
+
+
+def test_exporter_version_and_the_extra_a_missing_module_asks_for(capsys, monkeypatch):
+    from trainprof._version import __version__
+
+    with pytest.raises(SystemExit) as exited:
+        main(["exporter", "--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"trainprof exporter {__version__}"
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert main(["exporter", "--web.listen-address", "127.0.0.1:0"]) == 1
+    err = capsys.readouterr().err
+    assert "pynvml is not installed" in err and "pip install 'trainprof[exporter]'" in err
+
+
+def test_the_exporter_serves_its_own_process_metrics():
+    import urllib.request
+
+    import trainprof.exporter
+
+    running = trainprof.exporter.start(
+        0, address="127.0.0.1", collectors=["memory"], identity={"node": "n1"}
+    )
+    try:
+        with urllib.request.urlopen(running.url, timeout=10) as r:
+            body = r.read().decode()
+    finally:
+        running.stop()
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes"):
+        assert f"\n{name} " in body, name

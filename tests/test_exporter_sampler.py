@@ -125,7 +125,7 @@ def test_a_recording_that_cannot_be_written_stops_once_and_the_rest_goes_on(
     def full(record):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(recorder._writer, "write", full)
+    monkeypatch.setattr(recorder._stream, "write", full)
     with caplog.at_level(logging.INFO, "trainprof.exporter"):
         for _ in range(3):
             recorder(HostSample(1.0))

@@ -136,20 +136,16 @@ def test_half_open_and_dribbling_clients_do_not_stall_other_scrapes(exporter):
             s.close()
 
 
-def test_connections_beyond_the_maximum_are_refused_not_queued():
+def test_connections_beyond_the_maximum_take_the_slot_of_one_that_sends_nothing():
     running = start(max_connections=2)
     try:
         idle = [socket.create_connection(("127.0.0.1", running.port)) for _ in range(2)]
         status, _, body = get(running.port)
-        assert (status, body) == (503, b"too many connections\n")
-        idle[0].close()
-        import time
-
-        deadline = time.monotonic() + 10
-        while get(running.port)[0] != 200:
-            assert time.monotonic() < deadline, "a closed connection never freed its slot"
-            time.sleep(0.05)
-        idle[1].close()
+        assert status == 200 and b"trainprof_samples_total" in body
+        idle[0].settimeout(10)
+        assert idle[0].recv(10) == b"", "the oldest idle connection was closed for it"
+        for s in idle:
+            s.close()
     finally:
         running.stop()
 
@@ -314,10 +310,11 @@ def test_basic_auth_checks_each_password_once_and_refuses_the_rest():
 
     def check(password: bytes, hashed: bytes) -> bool:
         checks.append(password)
-        return hashed == b"$2y$10$" + password
+        return hashed == b"$2y$10$" + password.ljust(53, b".")
 
     web = webconfig.parse(
-        {"basic_auth_users": {"prometheus": "$2y$10$s3cret"}}, check_password=check
+        {"basic_auth_users": {"prometheus": "$2y$10$" + "s3cret".ljust(53, ".")}},
+        check_password=check,
     )
     running = start(web=web)
     auth = lambda user, pw: {
@@ -356,9 +353,9 @@ def test_a_web_config_lists_every_problem_with_its_path(tmp_path):
         )
     message = str(raised.value)
     for expected in (
-        "basic_auth_user: unknown key; did you mean basic_auth_users?",
+        "basic_auth_user: unknown key (did you mean basic_auth_users?)",
         "tls_server_config.cipher_suites: not implemented by trainprof exporter",
-        "tls_server_config.min_verison: unknown key; did you mean min_version?",
+        "tls_server_config.min_verison: unknown key (did you mean min_version?)",
         "tls_server_config.key_file: required for TLS",
         "tls_server_config.client_auth_type: 'Maybe' is not one of NoClientCert",
         "basic_auth_users.alice: not a bcrypt hash",
@@ -372,7 +369,9 @@ def test_unreadable_certificates_and_bad_yaml_name_the_file(tmp_path):
         webconfig.parse({"tls_server_config": {"cert_file": "nope.crt", "key_file": "nope.key"}})
     bad = tmp_path / "web.yml"
     bad.write_text("tls_server_config: [\n")
-    with pytest.raises(webconfig.WebConfigError, match=r"web.yml: not valid YAML \(line 2\)"):
+    with pytest.raises(
+        webconfig.WebConfigError, match=r"web.yml: line 2, column 1: not valid YAML"
+    ):
         webconfig.load(str(bad))
     with pytest.raises(webconfig.WebConfigError, match="missing.yml: cannot read"):
         webconfig.load(str(tmp_path / "missing.yml"))
@@ -383,4 +382,4 @@ def test_basic_auth_without_bcrypt_refuses_to_start(monkeypatch):
     with pytest.raises(
         webconfig.BcryptMissing, match="needs the bcrypt module, which is not installed"
     ):
-        webconfig.parse({"basic_auth_users": {"prometheus": "$2y$10$abc"}})
+        webconfig.parse({"basic_auth_users": {"prometheus": "$2y$10$" + "a" * 53}})

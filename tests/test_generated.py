@@ -29,8 +29,8 @@ def test_drift_is_detected(tmp_path, root):
 @pytest.mark.parametrize(
     "name, count",
     [
-        ("trainprof.rules.yaml", 42),
-        ("trainprof.prometheusrule.yaml", 42),
+        ("trainprof.rules.yaml", 51),
+        ("trainprof.prometheusrule.yaml", 51),
         ("trainprof.sources.rules.yaml", 34),
     ],
 )

@@ -85,6 +85,13 @@ def test_inside_kubernetes_job_and_node_are_left_to_relabelling():
     assert ident.sources["node"] == "scrape relabelling (Kubernetes)"
 
 
+def test_inside_kubernetes_without_a_rank_variable_the_pod_index_is_left_to_relabelling():
+    ident = resolve(env={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, hostname="pod-xyz")
+    assert ident.labels() == {"local_rank": "0"}
+    outside = resolve(env={}, hostname="pod-xyz")
+    assert outside.labels()["rank"] == "0"
+
+
 def test_inside_kubernetes_the_downward_api_variables_still_count():
     env = {
         "KUBERNETES_SERVICE_HOST": "10.0.0.1",

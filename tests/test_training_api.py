@@ -508,3 +508,20 @@ def test_import_needs_only_prometheus_client():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_nan_or_infinite_samples_and_tokens_do_not_poison_the_counters():
+    trainprof.start(serve=False)
+    s = trainprof.current()
+    with trainprof.step(samples=8, tokens=100):
+        pass
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with trainprof.step(samples=bad, tokens=bad):
+            pass
+        trainprof.add(samples=bad, tokens=bad)
+    with trainprof.step(samples=8, tokens=100):
+        pass
+    assert s.value("trainprof_training_samples_total") == 16
+    assert s.value("trainprof_training_tokens_total") == 200
+    assert s.value("trainprof_training_steps_total", mode="train") == 5
+    assert s.value("trainprof_instrumentation_errors_total") >= 6

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainprof.names import EXIT_FAILED
 from trainprof.sampling import GpuSample, HostSample
 
 JOB = "demo"
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             "(scripts/install-tools.sh)",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_FAILED
 
     import trainprof
     import trainprof.exporter
@@ -328,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         sources=[SimulatedGpu(loop)] + default_sources(("cpu", "memory", "disk", "network")),
         identity={"training_job": JOB, "node": node},
     )
+    training_port, exporter_port = session.port, exporter.port
+    if training_port is None or exporter_port is None:
+        print("error: the demo could not listen on a local port", file=sys.stderr)
+        exporter.stop()
+        trainprof.stop()
+        return EXIT_FAILED
     hook, hook_url = _webhook(say)
     seen: dict[tuple, dict] = {}
     fired: dict[str, float] = {}
@@ -344,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                     "prometheus",
                     prom_dir,
                     _prometheus_config(
-                        {"trainprof": exporter.port, "trainprof-training": session.port}, am
+                        {"trainprof": exporter_port, "trainprof-training": training_port}, am
                     ),
                     {"rules.yaml": rules},
                 ) as prom,

@@ -84,8 +84,10 @@ def rules_md() -> str:
         "| rule triggered (`IssuesFound`) | the alert `Training<Rule>` firing, labelled "
         "`rule`, `severity`, `trainprof_rule_version` |",
         "| ProfilerReport(`<Rule>_<param>`=...) | every rule below, with the overrides |\n",
-        "Configuration reference: see the docstring of `src/trainprof/rules/config.py`; "
-        "`trainprof rules validate -c FILE` prints the resolved parameters.\n",
+        "Configuration reference: see the docstring of `src/trainprof/rules/config.py`, "
+        "the JSON Schema `schemas/trainprof-rules.schema.json` for editors and "
+        "docs/configuration.md; `trainprof rules validate -c FILE` prints the resolved "
+        "parameters.\n",
         "Every alert's annotations hold `summary`, `description` (with the measured "
         "value), `recommendation`, `runbook_url` (this page) and `dashboard_url`. The "
         "group `trainprof.health` adds `TrainprofSamplerIntervalMismatch` and "

@@ -20,8 +20,11 @@ A value that is not a whole number is skipped (and logged by `trainprof.start()`
 Inside Kubernetes (`KUBERNETES_SERVICE_HOST` is set) the scrape configuration owns
 `training_job` and `node`: the PodMonitor relabels them from the pod's labels and node name.
 Emitting them from the process too would make Prometheus rename one copy to `exported_*`, so
-there they come only from an argument or `TRAINPROF_JOB` / `TRAINPROF_NODE`. Set those through
-the downward API when you would rather not relabel (and then do not relabel):
+there they come only from an argument or `TRAINPROF_JOB` / `TRAINPROF_NODE`. `rank` stays the
+process's own (torchrun's RANK is exact for each process of a pod); a pod with no rank
+variable emits none and the chart's PodMonitor fills in the pod's index (trainprof.relabel).
+Set job and node through the downward API when you would rather not relabel (and then do
+not relabel):
 
     env:
       - name: TRAINPROF_NODE
@@ -33,11 +36,19 @@ the downward API when you would rather not relabel (and then do not relabel):
     ...                 hostname="n1")
     >>> ident.labels()
     {'training_job': 'bert', 'node': 'n1', 'rank': '3', 'local_rank': '1'}
+
+The system exporter follows the same policy for the two labels it carries (`exporter_labels`),
+so under SLURM, torchrun or Kubernetes its `node` and `training_job` are the ranks' own:
+
+    >>> exporter_labels(env={"SLURMD_NODENAME": "gpu-n3", "SLURM_JOB_NAME": "bert",
+    ...                      "SLURM_JOB_ID": "812"}, hostname="gpu-n3.cluster.local")
+    {'training_job': 'bert-812', 'node': 'gpu-n3'}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import socket
 from collections.abc import Mapping
@@ -52,7 +63,7 @@ _INT_SOURCES = {
     "node_rank": ("GROUP_RANK", "PET_NODE_RANK", "SLURM_NODEID"),
     "restart_count": ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"),
 }
-_INT_DEFAULTS = {
+_INT_DEFAULTS: dict[str, int | None] = {
     "rank": 0,
     "local_rank": 0,
     "world_size": 1,
@@ -86,7 +97,9 @@ class Identity:
             labels["training_job"] = bounded_label_value(self.training_job)
         if self.node:
             labels["node"] = bounded_label_value(self.node)
-        labels["rank"] = str(self.rank)
+        if not (self.in_kubernetes and self.sources.get("rank") == "default"):
+            # In a pod without RANK the scrape supplies the pod's index instead (relabel.py).
+            labels["rank"] = str(self.rank)
         labels["local_rank"] = str(self.local_rank)
         return labels
 
@@ -159,7 +172,7 @@ def resolve(
     for field, variables in _INT_SOURCES.items():
         numbers[field] = _INT_DEFAULTS[field]
         sources[field] = "default"
-        candidates = [(f"{field} argument", arguments.get(field))]
+        candidates: list[tuple[str, object]] = [(f"{field} argument", arguments.get(field))]
         candidates += [(variable, env.get(variable)) for variable in variables]
         for source, raw in candidates:
             if raw is None or raw == "":
@@ -172,16 +185,60 @@ def resolve(
             numbers[field] = int(match.group(1))
             sources[field] = "argument" if source.endswith(" argument") else source
             break
+
+    def count(field: str) -> int:
+        value = numbers[field]
+        if value is None:  # only node_rank has no default
+            raise AssertionError(f"{field} has no default")
+        return value
+
     return Identity(
         training_job=job,
         node=host,
-        rank=numbers["rank"],
-        local_rank=numbers["local_rank"],
-        world_size=numbers["world_size"],
-        local_world_size=max(numbers["local_world_size"], 1),
+        rank=count("rank"),
+        local_rank=count("local_rank"),
+        world_size=count("world_size"),
+        local_world_size=max(count("local_world_size"), 1),
         node_rank=numbers["node_rank"],
-        restart_count=numbers["restart_count"],
+        restart_count=count("restart_count"),
         in_kubernetes=in_kubernetes,
         sources=sources,
         problems=tuple(problems),
     )
+
+
+def exporter_labels(
+    node: str | None = None,
+    training_job: str | None = None,
+    env: Mapping[str, str] | None = None,
+    hostname: str | None = None,
+) -> dict[str, str]:
+    """The system exporter's identity labels (training_job, node), by `resolve`'s policy.
+
+    A flag given as "" means the label is not emitted at all (a deployment where scrape
+    relabelling attaches it).
+    """
+    ident = resolve(
+        training_job=training_job or None,
+        node=node or None,
+        env=os.environ if env is None else env,
+        hostname=hostname,
+    )
+    labels = {}
+    if training_job != "" and ident.training_job:
+        labels["training_job"] = bounded_label_value(ident.training_job)
+    if node != "" and ident.node:
+        labels["node"] = bounded_label_value(ident.node)
+    return labels
+
+
+def describe(labels: Mapping[str, str], env: Mapping[str, str] | None = None) -> str:
+    """One log line saying which identity labels are emitted and why."""
+    env = os.environ if env is None else env
+    shown = ", ".join(f"{k}={v!r}" for k, v in labels.items()) or "none"
+    where = (
+        "inside Kubernetes: relabelling attaches the others"
+        if env.get("KUBERNETES_SERVICE_HOST")
+        else "outside Kubernetes"
+    )
+    return f"identity labels: {shown} ({where})"

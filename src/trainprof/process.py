@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from typing import Any
 
 # Fallback when /proc cannot tell: this module is imported with trainprof, early in most scripts.
 _IMPORTED_AT = time.time()
@@ -34,9 +35,7 @@ def process_start_time(proc: str = "/proc") -> float:
         return _IMPORTED_AT
 
 
-def detect_gpus(
-    torch: object | None = None, env: Mapping[str, str] | None = None
-) -> list[tuple[str, str]]:
+def detect_gpus(torch: Any = None, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(gpu, uuid) of the CUDA device this thread uses, if PyTorch has already set CUDA up.
 
     `gpu` is the index NVML and dcgm-exporter use when CUDA_VISIBLE_DEVICES lists indices,

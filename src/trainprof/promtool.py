@@ -42,15 +42,18 @@ def encode(values: Sequence[float | None]) -> str:
             out.append("_" if j == i else f"_x{j - i + 1}")
             i = j + 1
             continue
-        j, step = i, None
-        while j + 1 < len(values) and values[j + 1] is not None:
-            d = values[j + 1] - values[j]
+        j, last, step = i, v, None
+        while j + 1 < len(values):
+            following = values[j + 1]
+            if following is None:
+                break
+            d = following - last
             if step is None:
                 step = d
             elif d != step:
                 break
-            j += 1
-        if j == i:
+            j, last = j + 1, following
+        if j == i or step is None:
             out.append(_num(v))
         elif step == 0:
             out.append(f"{_num(v)}x{j - i}")
@@ -66,7 +69,7 @@ def _num(v: float) -> str:
 
 def write_alerts_test(
     path: Path,
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -189,7 +192,7 @@ class RuleRun:
 
 def run_alerts(
     groups: list[dict],
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,
@@ -206,7 +209,7 @@ def run_alerts(
 
 def run_rules(
     groups: list[dict],
-    series: dict[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | None]],
     interval: float,
     evaluation_interval: float,
     end: float,

@@ -7,21 +7,38 @@ JSON lines, one record per line, optionally gzip-compressed (a `.gz` suffix):
     {"kind": "host", "node": "n1", "t": 1700000000.5, "cpu": [0.5, 0.7], "iowait": [0.0, 0.1],
      "mem": 0.31, "gpus": [{"index": 0, "uuid": "GPU-a", "util": 0.9, "mem": 0.5}]}
 
-    {"kind": "process", "node": "n1", "rank": 0, "start": 1700000000.1}
+    {"kind": "process", "node": "n1", "rank": 0, "start": 1700000000.1,
+     "training_job": "bert-large"}
     {"kind": "step", "node": "n1", "rank": 0, "mode": "train", "start": 1700000012.3,
      "end": 1700000012.5}
+    {"kind": "phases", "node": "n1", "rank": 0, "t": 1700000013.0,
+     "seconds": {"dataloader": 0.8, "forward": 3.1, "backward": 5.9, ...}}
 
-Host records carry exactly what `SampleAccumulator` needs (ratios 0..1); process and step
-records what `TrainingState` needs (`trainprof.start(record=...)` writes them). Readers skip
-kinds they do not know and report a malformed line with its path and line number.
+Host records carry exactly what `SampleAccumulator` needs (ratios 0..1); process, step and
+phases records what `TrainingState` needs (`trainprof.start(record=...)` writes them; a
+phases record holds the rank's cumulative seconds per phase at `t`, so the last one wins).
+Readers skip kinds they do not know and report a malformed line with its path and line
+number.
+
+Writers (`Appender`) append whole lines at each flush, and a `.gz` file gets one complete
+gzip member per flush (concatenated members are one valid gzip stream), so a process killed
+with `kill -9` leaves a readable file that lacks at most what came after the last flush.
+Recorders still open are flushed and closed at interpreter exit and on SIGTERM
+(`close_at_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import gzip
 import io
 import json
+import logging
+import os
+import signal
+import threading
+import weakref
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -46,7 +63,7 @@ class RecordingError(ValueError):
 
 def open_recording(path: str, mode: str = "r") -> IO[str]:
     if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8")
+        return io.TextIOWrapper(gzip.GzipFile(path, mode + "b"), encoding="utf-8")
     return open(path, mode, encoding="utf-8")
 
 
@@ -81,8 +98,17 @@ def host_record(node: str, sample: HostSample) -> dict[str, Any]:
     return record
 
 
-def process_record(node: str, rank: int, start: float) -> dict[str, Any]:
-    return {"kind": "process", "node": node, "rank": rank, "start": start}
+def process_record(
+    node: str, rank: int, start: float, training_job: str | None = None
+) -> dict[str, Any]:
+    record: dict[str, Any] = {"kind": "process", "node": node, "rank": rank, "start": start}
+    if training_job:
+        record["training_job"] = training_job
+    return record
+
+
+def phases_record(node: str, rank: int, t: float, seconds: dict[str, float]) -> dict[str, Any]:
+    return {"kind": "phases", "node": node, "rank": rank, "t": t, "seconds": dict(seconds)}
 
 
 def step_record(node: str, rank: int, mode: str, start: float, end: float) -> dict[str, Any]:
@@ -93,7 +119,9 @@ def host_sample(record: dict[str, Any]) -> HostSample:
     """The HostSample of a host record (raises KeyError/TypeError/ValueError if malformed)."""
     gpus = []
     for g in record.get("gpus", []):
-        kwargs = {attr: float(g[key]) for key, attr in _GPU_FIELDS.items() if key in g}
+        kwargs: dict[str, Any] = {
+            attr: float(g[key]) for key, attr in _GPU_FIELDS.items() if key in g
+        }
         gpus.append(GpuSample(int(g["index"]), str(g.get("uuid", "")), **kwargs))
     return HostSample(
         timestamp=float(record["t"]),
@@ -112,6 +140,101 @@ class Writer:
 
     def write(self, record: dict[str, Any]) -> None:
         self.stream.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+class Appender:
+    """Appends records to a recording file, whole lines per `flush()` (see the module doc).
+
+    Raises OSError when the file cannot be created. Thread-safe.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._gzip = path.endswith(".gz")
+        self._file: IO[bytes] | None = open(path, "wb")
+        self._pending: list[str] = []
+        self._lock = threading.RLock()  # SIGTERM's handler may flush on a flushing thread
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._pending.append(line)
+
+    def flush(self) -> None:
+        """Write what was appended since the last flush; raises OSError (a full disk)."""
+        with self._lock:
+            lines, self._pending = self._pending, []
+            if self._file is None or not lines:
+                return
+            data = "".join(lines).encode("utf-8")
+            self._file.write(gzip.compress(data, compresslevel=6, mtime=0) if self._gzip else data)
+            self._file.flush()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                file, self._file = self._file, None
+            if file is not None:
+                file.close()
+
+    def abandon(self) -> None:
+        """Close the file without writing what is pending (a forked child, a failed disk)."""
+        with self._lock:
+            file, self._file, self._pending = self._file, None, []
+        if file is not None:
+            try:
+                file.close()  # its buffer is empty: every flush() flushed it
+            except OSError:
+                pass
+
+    @property
+    def closed(self) -> bool:
+        return self._file is None
+
+
+_open: weakref.WeakSet = weakref.WeakSet()  # objects with close(), closed at exit
+_exit_lock = threading.Lock()
+_exit_hooked = False
+_log = logging.getLogger("trainprof")
+
+
+def close_at_exit(closable: Any) -> None:
+    """Close `closable` (a recorder: `close()` flushes) at interpreter exit (normal end,
+    `sys.exit`, an uncaught exception, SIGINT) and on SIGTERM.
+
+    SIGTERM: when its handler is the default one, trainprof's handler closes the
+    recordings and then dies of SIGTERM as before; when the program installed its own
+    handler, that handler is left alone (its exit runs the atexit hook).
+    """
+    global _exit_hooked
+    _open.add(closable)
+    with _exit_lock:
+        if _exit_hooked:
+            return
+        _exit_hooked = True
+    atexit.register(close_all)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter
+            pass
+
+
+def close_all() -> None:
+    for closable in list(_open):
+        try:
+            closable.close()
+        except Exception as e:  # noqa: BLE001 - one recording must not keep the others open
+            _log.warning("trainprof: closing the recording %s failed: %s", closable, e)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    close_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def read(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -329,7 +329,7 @@ class SampleAccumulator:
             [
                 (labels[i] + [s.latest.name, s.latest.driver_version], 1)
                 for i, s in states
-                if i in present
+                if i in present and s.latest is not None
             ],
         )
         for name, attr in _GPU_GAUGES:
@@ -343,7 +343,7 @@ class SampleAccumulator:
         energy = [
             (labels[i], s.latest.energy_joules)
             for i, s in states
-            if i in present and s.latest.energy_joules is not None
+            if i in present and s.latest is not None and s.latest.energy_joules is not None
         ]
         if energy:
             yield fam.counter("trainprof_gpu_energy_joules_total", gpu, energy)

@@ -28,6 +28,8 @@ multiprocess mode is not used (it disables custom collectors): each rank serves 
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import logging
 import os
 import socket
@@ -43,7 +45,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from trainprof import process
 from trainprof.identity import Identity, resolve
-from trainprof.timing import NOOP, Phase, Step, TimedIterable
+from trainprof.metrics import TRAINING_IDENTITY
+from trainprof.timing import NOOP, HotPath, Phase, Step, TimedIterable
 from trainprof.training_state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
 
 log = logging.getLogger("trainprof")
@@ -61,11 +64,14 @@ class Session:
     """
 
     def __init__(self) -> None:
-        self._state = TrainingState()
-        self._lock = threading.Lock()
-        self._tls = threading.local()
-        self._sync: Callable[[], Any] | None = None
-        self._offset = time.time() - perf_counter()
+        self._hot = HotPath(
+            TrainingState(),
+            offset=time.time() - perf_counter(),
+            error=self._error,
+            first_step=self._on_first_step,
+            current=current,
+        )
+        self._state = self._hot.state  # the same object: the session's own bookkeeping
         self._modes: dict[Any, tuple[str, str]] = {}
         self._bad_modes: set[str] = set()
         self._error_logged = False
@@ -74,11 +80,28 @@ class Session:
         self.identity: Identity | None = None
         self.server: Any = None
         self.port: int | None = None
+        self._file_sd: str | None = None
         self.system: Any = None  # the in-process system exporter, if started here
         self.recorder: Any = None  # StepRecorder, with start(record=...)
-        self._step_log: list | None = None
         self.started = False
         self.inert = False
+
+    @property
+    def _lock(self) -> threading.Lock:
+        return self._hot.lock
+
+    @property
+    def _tls(self) -> threading.local:
+        return self._hot.tls
+
+    @property
+    def _sync(self) -> Callable[[], Any] | None:
+        return self._hot.sync
+
+    @property
+    def _kernel(self) -> Any:
+        """The kernel profiler (trace.live.KernelProfiler), with start(kernel_profile=...)."""
+        return self._hot.kernel
 
     # --- hot path ------------------------------------------------------------------------
 
@@ -93,7 +116,7 @@ class Session:
                 resolved = self._resolve_mode(mode)
                 if resolved is None:
                     return NOOP
-            return Step(self, resolved[0], resolved[1], samples, tokens)
+            return Step(self._hot, resolved[0], resolved[1], samples, tokens)
         except Exception:
             self._error()
             return NOOP
@@ -107,7 +130,7 @@ class Session:
             except TypeError:
                 self._error()
             return NOOP
-        return Phase(self, name)
+        return Phase(self._hot, name)
 
     def add(self, samples: float = 0, tokens: float = 0) -> None:
         if self.inert:
@@ -169,12 +192,17 @@ class Session:
         """This rank's metric families (what /metrics serves), rendered from a snapshot."""
         # Re-anchor perf_counter to the wall clock on every scrape, off the hot path, so
         # step timestamps follow NTP corrections.
-        self._offset = time.time() - perf_counter()
+        self._hot.offset = time.time() - perf_counter()
         with self._lock:
             snapshot = self._state.copy()
         name, version = self._framework or process.framework_info()
         snapshot.info.update(framework=name, framework_version=version)
-        return snapshot.families()
+        kernel = self._kernel
+        if kernel is None:
+            return snapshot.families()
+        ident_names = [k for k in TRAINING_IDENTITY if k in snapshot.identity]
+        ident = [snapshot.identity[k] for k in ident_names]
+        return itertools.chain(snapshot.families(), kernel.series.families(ident_names, ident))
 
     def collector(self) -> _Collector:
         """A prometheus_client collector of this session, to serve from your own registry."""
@@ -205,7 +233,7 @@ class Session:
             if gpus is not None:
                 state.set_gpus((str(i), str(u)) for i, u in gpus)
         self.identity = identity
-        self._sync = sync
+        self._hot.sync = sync
         self._gpus_explicit = gpus is not None
         self._framework = framework
         if gpus is None:
@@ -220,28 +248,34 @@ class Session:
         node = identity.node or socket.gethostname()
         try:
             self.recorder = StepRecorder(
-                path, node, rank, self._state.start_time, f"trainprof {__version__}"
+                path,
+                node,
+                rank,
+                self._state.start_time,
+                f"trainprof {__version__}",
+                training_job=identity.training_job,
+                phases=self._phase_totals,
             )
         except OSError as e:
             log.warning(
                 "trainprof: cannot record to %s: %s; training goes on", path, e.strerror or e
             )
             return
-        self._step_log = self.recorder.log
+        self._hot.step_log = self.recorder.log
 
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
-        from prometheus_client.exposition import start_http_server
+        from trainprof import rank_server
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
         failures = []
         for port in ports:
             try:
-                server, _thread = start_http_server(port, addr=addr, registry=registry)
+                server = rank_server.serve(registry, addr, port)
             except OSError as e:
                 failures.append(f"{port} ({e.strerror or e})")
                 continue
-            self.server, self.port = server, server.server_port
+            self.server, self.port = server, server.address[1]
             if failures:
                 log.warning(
                     "trainprof: port %s in use; serving rank metrics on port %d instead",
@@ -255,35 +289,63 @@ class Session:
             ", ".join(failures),
         )
 
+    def _phase_totals(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._state.phases)
+
+    def _announce(self, directory: str, identity: Identity) -> None:
+        from trainprof import file_sd
+
+        port = self.port
+        if port is None:  # not serving: nothing for Prometheus to find
+            return
+        try:
+            path = self._file_sd = file_sd.write(directory, port, identity.labels())
+            owner = os.getpid()  # a forked DataLoader worker's exit must not remove it
+
+            def remove_at_exit() -> None:
+                if os.getpid() == owner:
+                    file_sd.remove(path)
+
+            atexit.register(remove_at_exit)
+        except OSError as e:
+            log.warning("trainprof: cannot write the file_sd target in %s: %s", directory, e)
+
     def _shutdown(self) -> None:
+        file_sd_path, self._file_sd = self._file_sd, None
+        if file_sd_path:
+            from trainprof import file_sd
+
+            file_sd.remove(file_sd_path)
         server, self.server, self.port = self.server, None, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
         system, self.system = self.system, None
         if system is not None:
             system.stop()
-        recorder, self.recorder, self._step_log = self.recorder, None, None
+        recorder, self.recorder, self._hot.step_log = self.recorder, None, None
         if recorder is not None:
             recorder.close()
+        kernel, self._hot.kernel = self._hot.kernel, None
+        if kernel is not None:
+            kernel.close()
 
     def _abandon_in_forked_child(self) -> None:
         # Only this thread exists in the child: the server thread did not come along, but its
         # listening socket did. Close the child's copy so the port belongs to the rank alone.
         self.inert = True
+        self._file_sd = None
         system, self.system = self.system, None
         if system is not None:
             system.abandon_in_forked_child()
-        recorder, self.recorder, self._step_log = self.recorder, None, None
+        recorder, self.recorder, self._hot.step_log = self.recorder, None, None
         if recorder is not None:
             recorder.abandon_in_forked_child()
-        self._lock = threading.Lock()
+        self._hot.kernel = None  # the profiler and its thread belong to the parent
+        self._hot.lock = threading.Lock()
         server, self.server, self.port = self.server, None, None
         if server is not None:
-            try:
-                server.socket.close()
-            except OSError:
-                pass
+            server.close_socket()
 
 
 class _Collector:
@@ -305,12 +367,12 @@ class _Collector:
         return []
 
 
-_current = Session()
-
-
 def current() -> Session:
     """This process's session (started or not)."""
     return _current
+
+
+_current = Session()
 
 
 def step(
@@ -326,7 +388,7 @@ def step(
     resolved = session._modes.get(mode) if type(mode) is str else None
     if resolved is None or session.inert:
         return session.step(mode, samples, tokens)
-    return Step(session, resolved[0], resolved[1], samples, tokens)
+    return Step(session._hot, resolved[0], resolved[1], samples, tokens)
 
 
 def phase(name: str) -> Phase | Any:
@@ -337,7 +399,7 @@ def phase(name: str) -> Phase | Any:
     session = _current
     if session.inert or type(name) is not str:
         return session.phase(name)
-    return Phase(session, name)
+    return Phase(session._hot, name)
 
 
 def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:
@@ -368,6 +430,8 @@ def start(
     framework_version: str | None = None,
     system_metrics: bool = False,
     record: str | None = None,
+    file_sd_dir: str | None = None,
+    kernel_profile: Any = None,
 ) -> Session:
     """Configure this rank and serve its `/metrics`. Never raises; problems are logged.
 
@@ -398,6 +462,13 @@ def start(
       (default 9945), with this rank's `training_job` and `node`. A port already taken (an
       exporter already runs on the node) or a missing `trainprof[exporter]` extra logs one
       warning and training goes on without it.
+    - `file_sd_dir` (or `TRAINPROF_FILE_SD_DIR`): write this rank's Prometheus `file_sd`
+      target there (`trainprof.file_sd`; SLURM and bare metal), removed again on `stop()`.
+    - `kernel_profile` (or `TRAINPROF_KERNEL_PROFILE`): run `torch.profiler` for a window of
+      steps on a schedule and publish the kernel-level series (`trainprof_kernel_*`): True or
+      "on" for 20 steps every 10 minutes after 10 warm-up steps, or settings such as
+      "steps=50,every=30m,first=10,keep=10,top=10,dir=/scratch/traces" (a dict works too).
+      Off by default; see `trainprof.trace.live`.
 
     Calling `start()` again returns the running session unchanged; `stop()` first to
     restart with other settings.
@@ -434,6 +505,16 @@ def start(
         session._configure(identity, factors, sync, gpus, fw)
         if serve:
             session._serve(addr, _ports(port, identity))
+        file_sd_dir = file_sd_dir or os.environ.get("TRAINPROF_FILE_SD_DIR")
+        if file_sd_dir and session.port:
+            session._announce(file_sd_dir, identity)
+        profile = (
+            kernel_profile
+            if kernel_profile is not None
+            else os.environ.get("TRAINPROF_KERNEL_PROFILE")
+        )
+        if profile is not None:
+            session._hot.kernel = _start_kernel_profiler(profile, identity)
         record = record or os.environ.get("TRAINPROF_RECORD")
         if record:
             session._record(record, identity)
@@ -454,6 +535,25 @@ def start(
         session._error()
         session.started = True
     return session
+
+
+def _start_kernel_profiler(value: Any, identity: Identity) -> Any:
+    from trainprof.trace.live import KernelProfile, KernelProfiler
+
+    try:
+        config = KernelProfile.parse(value)
+    except ValueError as e:
+        log.warning("trainprof: kernel_profile %r: %s; kernel profiling is off", value, e)
+        return None
+    if config is None:
+        return None
+    try:
+        return KernelProfiler(config, identity.training_job or "job", identity.rank or 0)
+    except ImportError:
+        log.warning("trainprof: kernel_profile needs PyTorch (torch.profiler); it is off")
+    except OSError as e:
+        log.warning("trainprof: kernel_profile: %s; kernel profiling is off", e)
+    return None
 
 
 def _start_system_exporter(rules_config: str | None, identity: Any) -> Any:

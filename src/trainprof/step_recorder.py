@@ -9,8 +9,9 @@ to a list; a background thread writes the list out every second.
 from __future__ import annotations
 
 import logging
-import os
 import threading
+import time
+from collections.abc import Callable
 
 from trainprof import recording
 
@@ -33,8 +34,10 @@ def rank_path(path: str, rank: int, world_size: int | None) -> str:
 
 
 class StepRecorder:
-    """Writes (mode, start, end) steps appended to `log` as step records, every `every`
-    seconds and at `close()`."""
+    """Writes (mode, start, end) steps appended to `log` as step records, with the rank's
+    phase totals, every `every` seconds and at `close()` (also at exit and on SIGTERM: see
+    `recording.close_at_exit`). A process killed with `kill -9` loses at most the last
+    `every` seconds."""
 
     def __init__(
         self,
@@ -44,21 +47,26 @@ class StepRecorder:
         process_start: float | None,
         writer: str,
         every: float = 1.0,
+        training_job: str | None = None,
+        phases: Callable[[], dict[str, float]] | None = None,
+        clock: Callable[[], float] = time.time,
     ):
         self.path, self.node, self.rank = path, node, rank
         self.log: list[tuple[str, float, float]] = []
-        self._stream = recording.open_recording(path, "w")
-        self._writer = recording.Writer(self._stream)
-        self._writer.write({"kind": "meta", "version": recording.VERSION, "writer": writer})
+        self._phases, self._clock = phases, clock
+        self._last_phases: dict[str, float] | None = None
+        self._out = recording.Appender(path)
+        self._out.write({"kind": "meta", "version": recording.VERSION, "writer": writer})
         if process_start is not None:
-            self._writer.write(recording.process_record(node, rank, process_start))
-        self._stream.flush()
+            self._out.write(recording.process_record(node, rank, process_start, training_job))
+        self._out.flush()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._every = every
         self._failed = False
         self._thread = threading.Thread(target=self._run, name="trainprof-record", daemon=True)
         self._thread.start()
+        recording.close_at_exit(self)
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
@@ -68,15 +76,19 @@ class StepRecorder:
         # list.copy-and-clear under the GIL: the hot path's appends land in one list or
         # the next, never lost.
         steps, self.log[:] = self.log[:], []
-        if not steps or self._failed:
+        if self._failed:
             return
         with self._lock:
             try:
                 for mode, start, end in steps:
-                    self._writer.write(
-                        recording.step_record(self.node, self.rank, mode, start, end)
+                    self._out.write(recording.step_record(self.node, self.rank, mode, start, end))
+                phases = self._phases() if self._phases is not None else None
+                if phases and phases != self._last_phases:
+                    self._last_phases = phases
+                    self._out.write(
+                        recording.phases_record(self.node, self.rank, self._clock(), phases)
                     )
-                self._stream.flush()
+                self._out.flush()
             except (OSError, ValueError) as e:
                 self._failed = True
                 log.warning(
@@ -84,20 +96,20 @@ class StepRecorder:
                 )
 
     def close(self) -> None:
+        if self._out.closed:
+            return
         self._stop.set()
-        self._thread.join(5)
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)
         self.flush()
         with self._lock:
             try:
-                self._stream.close()
+                self._out.close()
             except OSError:
                 pass
 
     def abandon_in_forked_child(self) -> None:
-        """A forked child writes nothing: drop the stream without flushing it."""
+        """A forked child writes nothing: drop the file without flushing it."""
         self._failed = True
         self.log = []
-        try:
-            os.close(self._stream.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        self._out.abandon()

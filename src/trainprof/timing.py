@@ -19,12 +19,63 @@ add up to one.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from trainprof.session import Session
+from trainprof.training_state import TrainingState
+
+
+class _Timed(Protocol):
+    """The process's session as the decorators and `trainprof.data()` see it."""
+
+    def step(self, mode: str, samples: float | None, tokens: float | None) -> Any: ...
+
+    def phase(self, name: str) -> Any: ...
+
+
+class HotPath:
+    """Everything a timed block touches: the state, its lock, this thread's stack of open
+    frames, and what to do on an error or on the first step. The session owns one and hands
+    it to each frame, so the frames never reach into the session.
+
+    `__slots__` keep each attribute read as cheap as the session's own were.
+    """
+
+    __slots__ = (
+        "state",
+        "lock",
+        "tls",
+        "sync",
+        "offset",
+        "step_log",
+        "kernel",
+        "error",
+        "first_step",
+        "current",
+    )
+
+    def __init__(
+        self,
+        state: TrainingState,
+        offset: float,
+        error: Callable[[], None],
+        first_step: Callable[[], None],
+        current: Callable[[], _Timed],
+    ):
+        self.state = state
+        self.lock = threading.Lock()
+        self.tls = threading.local()  # .top: the innermost open frame of this thread
+        self.sync: Callable[[], Any] | None = None  # e.g. torch.cuda.synchronize
+        self.offset = offset  # add to perf_counter() for Unix time
+        self.step_log: list[tuple[str, float, float]] | None = None  # steps to record
+        self.kernel: Any = None  # trace.live.KernelProfiler, told when each step ends
+        self.error = error  # counts (and logs once) an exception inside instrumentation
+        self.first_step = first_step
+        # The process's session when a decorated function is called (a later start() or
+        # stop() may have replaced the one that decorated it).
+        self.current = current
 
 
 class _Noop:
@@ -36,7 +87,7 @@ class _Noop:
     def __enter__(self) -> _Noop:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
 
     def __call__(self, func: Callable) -> Callable:
@@ -56,30 +107,36 @@ class _Frame:
     helper methods: a method call is a tenth of the cost of a whole frame here.
     """
 
-    __slots__ = ("_session", "_parent", "_child", "_start", "_done")
+    __slots__ = ("_hot", "_parent", "_child", "_start", "_done")
+
+    _hot: HotPath
+    _parent: _Frame | None
+    _child: float
+    _start: float
+    _done: bool
 
     def __enter__(self) -> _Frame:
-        session = self._session
+        hot = self._hot
         try:
-            if session._sync is not None:
-                _sync_quietly(session)
-            tls = session._tls
+            if hot.sync is not None:
+                _sync_quietly(hot)
+            tls = hot.tls
             self._parent = getattr(tls, "top", None)
             self._child = 0.0
             self._done = False
             self._start = perf_counter()
             tls.top = self
         except Exception:
-            session._error()
+            hot.error()
         return self
 
     def cancel(self) -> None:
         """Leave the stack without recording: for a block that turned out to be something
         else (a framework callback's guess at the data wait that included a checkpoint)."""
         try:
-            self._pop(self._session._tls)
+            self._pop(self._hot.tls)
         except Exception:
-            self._session._error()
+            self._hot.error()
 
     def _pop(self, tls: Any) -> _Frame | None:
         """Leave this thread's stack; returns the open frame this one is nested in.
@@ -101,36 +158,35 @@ class Phase(_Frame):
 
     __slots__ = ("_name",)
 
-    def __init__(self, session: Session, name: str):
-        self._session = session
+    def __init__(self, hot: HotPath, name: str):
+        self._hot = hot
         self._name = name
 
-    def __exit__(self, *exc: object) -> bool:
-        session = self._session
+    def __exit__(self, *exc: object) -> Literal[False]:
+        hot = self._hot
         try:
-            if session._sync is not None:
-                _sync_quietly(session)
+            if hot.sync is not None:
+                _sync_quietly(hot)
             elapsed = perf_counter() - self._start
             if elapsed < 0.0:
                 elapsed = 0.0
-            parent = self._pop(session._tls)
+            parent = self._pop(hot.tls)
             if parent is not None:
                 parent._child += elapsed
             own = elapsed - self._child
-            with session._lock:
-                session._state.observe_phase(self._name, own)
+            with hot.lock:
+                hot.state.observe_phase(self._name, own)
         except Exception:
-            session._error()
+            hot.error()
         return False
 
     def __call__(self, func: Callable) -> Callable:
-        from trainprof import session as api
-
+        current = self._hot.current
         name = self._name
 
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with api.phase(name):  # a fresh frame per call: reentrant and thread-safe
+            with current().phase(name):  # a fresh frame per call: reentrant and thread-safe
                 return func(*args, **kwargs)
 
         return timed
@@ -143,37 +199,37 @@ class Step(_Frame):
 
     def __init__(
         self,
-        session: Session,
+        hot: HotPath,
         mode: str,
         remainder: str,
         samples: float | None,
         tokens: float | None,
     ):
-        self._session = session
+        self._hot = hot
         self._mode = mode
         self._remainder = remainder
         self._samples = samples
         self._tokens = tokens
 
-    def __exit__(self, *exc: object) -> bool:
-        session = self._session
+    def __exit__(self, *exc: object) -> Literal[False]:
+        hot = self._hot
         try:
-            if session._sync is not None:
-                _sync_quietly(session)
+            if hot.sync is not None:
+                _sync_quietly(hot)
             start = self._start
             elapsed = perf_counter() - start
             if elapsed < 0.0:
                 elapsed = 0.0
-            parent = self._pop(session._tls)
+            parent = self._pop(hot.tls)
             if parent is not None:
                 parent._child += elapsed
-            start += session._offset  # perf_counter -> Unix time
-            with session._lock:
-                state = session._state
+            start += hot.offset  # perf_counter -> Unix time
+            with hot.lock:
+                state = hot.state
                 first = state.first_step_time is None
                 state.observe_step(self._mode, start, start + elapsed)
                 state.observe_phase(self._remainder, elapsed - self._child)
-                steps = session._step_log
+                steps = hot.step_log
                 if steps is not None:
                     steps.append((self._mode, start, start + elapsed))
                 if self._samples:
@@ -181,30 +237,32 @@ class Step(_Frame):
                 if self._tokens:
                     state.add_tokens(self._tokens)
             if first:
-                session._on_first_step()
+                hot.first_step()
+            kernel = hot.kernel
+            if kernel is not None:
+                kernel.step_ended()
         except Exception:
-            session._error()
+            hot.error()
         return False
 
     def __call__(self, func: Callable) -> Callable:
-        from trainprof import session as api
-
+        current = self._hot.current
         mode, samples, tokens = self._mode, self._samples, self._tokens
 
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with api.step(mode, samples=samples, tokens=tokens):
+            with current().step(mode, samples, tokens):
                 return func(*args, **kwargs)
 
         return timed
 
 
-def _sync_quietly(session: Session) -> None:
+def _sync_quietly(hot: HotPath) -> None:
     # A failing sync must not skip popping the frame, or this thread's stack would be wrong.
     try:
-        session._sync()
+        hot.sync()  # type: ignore[misc]  # the caller checked it is not None
     except Exception:
-        session._error()
+        hot.error()
 
 
 class TimedIterable:
@@ -212,7 +270,7 @@ class TimedIterable:
     phase (default "dataloader"). Length and attributes are the wrapped iterable's."""
 
     def __init__(
-        self, session_getter: Callable[[], Session], iterable: Iterable, phase: str = "dataloader"
+        self, session_getter: Callable[[], _Timed], iterable: Iterable, phase: str = "dataloader"
     ):
         self._session_getter = session_getter
         self._iterable = iterable
@@ -231,7 +289,7 @@ class TimedIterable:
 class _TimedIterator:
     __slots__ = ("_session_getter", "_iterator", "_phase")
 
-    def __init__(self, session_getter: Callable[[], Session], iterator: Iterator, phase: str):
+    def __init__(self, session_getter: Callable[[], _Timed], iterator: Iterator, phase: str):
         self._session_getter = session_getter
         self._iterator = iterator
         self._phase = phase

@@ -93,6 +93,15 @@ def canonical_mode(name: str) -> str:
         ) from None
 
 
+def _count(what: str, n: float) -> float:
+    """A finite, non-negative amount to add to a counter; one NaN or infinity would stay in
+    the counter forever, so it is refused (and counted as an instrumentation error)."""
+    value = float(n)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a finite number of at least 0, got {n!r}")
+    return value
+
+
 def bounded_label_value(value: object, limit: int = MAX_LABEL_VALUE_LENGTH) -> str:
     """A label value that any scrape can carry: valid UTF-8, at most `limit` characters.
 
@@ -224,10 +233,11 @@ class TrainingState:
             stats = self.modes[mode] = StepStatistics(self.factors)
         duration = end - start
         stats.observe(duration if duration > 0.0 else 0.0)  # clocks can step backwards
-        if self.first_step_time is None:
+        last = self.last_step_time  # set with first_step_time, on the first step
+        if last is None:
             self.first_step_time = start
             self.last_step_time = end
-        elif end > self.last_step_time:
+        elif end > last:
             self.last_step_time = end
 
     def observe_phase(self, name: str, seconds: float) -> str:
@@ -263,14 +273,10 @@ class TrainingState:
         return label
 
     def add_samples(self, n: float) -> None:
-        if n < 0:
-            raise ValueError(f"samples must not be negative, got {n!r}")
-        self.samples += n
+        self.samples += _count("samples", n)
 
     def add_tokens(self, n: float) -> None:
-        if n < 0:
-            raise ValueError(f"tokens must not be negative, got {n!r}")
-        self.tokens += n
+        self.tokens += _count("tokens", n)
 
     def add_stddevs(self, stddevs: Iterable[float]) -> None:
         """Count outliers for more factors too, from now on (earlier steps are not recounted)."""

@@ -13,14 +13,19 @@ import signal
 import ssl
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 
-def add_parser(commands) -> None:
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     actions = commands.add_parser(
         "actions", help="StopTraining: an Alertmanager webhook receiver that stops jobs"
     )
+    actions.set_defaults(run=run)
     sub = actions.add_subparsers(dest="actions_command", metavar="SUBCOMMAND", required=True)
     serve = sub.add_parser("serve", help="receive Alertmanager webhooks and act on them")
     serve.add_argument(
@@ -52,6 +57,7 @@ def add_parser(commands) -> None:
         metavar="NS",
         help="namespace the receiver runs in (default: trainprof)",
     )
+    return actions
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +126,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
     if config.tls:
         try:
             context = tls_context(*config.tls)
-        except (OSError, ssl.SSLError) as e:
+        except (OSError, ssl.SSLError, ValueError) as e:
             print(
                 f"error: tls: cannot load {' / '.join(config.tls)}: "
                 f"{getattr(e, 'strerror', None) or e}",
@@ -128,7 +134,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
             )
             return EXIT_BAD_INPUT
     client = None
-    if config.kubernetes:
+    if config.kubernetes and api_url:  # resolve_api_url gave one for every kubernetes target
         try:
             client = kubernetes.Client(
                 api_url, config.kubernetes.token_file, config.kubernetes.ca_file
@@ -150,6 +156,13 @@ def _serve(config, token: str, api_url: str | None) -> int:
         return EXIT_FAILED
     actions = decide.Actions(config, decide.stopper(config, client))
     restored = actions.remember(audit.history(config.audit_log))
+    if config.audit_log == "-" and not config.dry_run:
+        print(
+            "trainprof actions: warning: audit_log is standard output, so a restarted "
+            "receiver forgets which firings it already handled and may stop a job again "
+            "when Alertmanager resends them; set audit_log to a file on a persistent volume",
+            file=sys.stderr,
+        )
     try:
         server = ActionsHTTPServer(config.listen, Receiver(config, token, actions, log), context)
     except OSError as e:
@@ -159,7 +172,7 @@ def _serve(config, token: str, api_url: str | None) -> int:
         )
         log.close()
         return EXIT_FAILED
-    host, port = server.server_address[:2]
+    host, port = server.socket.getsockname()[:2]
     log.write(
         "start",
         listen=f"{host}:{port}",

@@ -4,7 +4,8 @@
     tls: {cert_file: /etc/tls/tls.crt, key_file: /etc/tls/tls.key}   # optional: serve HTTPS
     dry_run: true                    # the default: decide and audit, stop nothing
     token_file: /etc/trainprof-actions/token      # or token_env: NAME; at least 16 characters
-    audit_log: /var/log/trainprof/actions.jsonl   # "-" (the default) is standard output
+    audit_log: /var/lib/trainprof/actions.jsonl   # default trainprof-actions-audit.jsonl;
+                                     # "-" is standard output, forgotten at a restart
     limits: {max_body_bytes: 1048576, requests_per_minute: 300, burst: 50}
     cooldown: 10m                    # a job stopped this recently is not stopped again
     allow:
@@ -34,13 +35,26 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from trainprof import httpserve
 from trainprof.actions import kubernetes, local
 from trainprof.durations import parse_duration
 from trainprof.rules import catalog
-from trainprof.rules.config import ConfigError, Problem, nearest
+from trainprof.validation import (
+    ConfigError,
+    Problem,
+    Problems,
+    check_deep,
+    describe,
+    nearest,
+    parse_yaml,
+    read_text,
+)
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
+# A file by default: the receiver reads its own audit log back at start-up to remember which
+# firings it already handled, so a restart does not stop the same firing again.
+DEFAULT_AUDIT_LOG = "trainprof-actions-audit.jsonl"
 _TOP = (
     "listen",
     "tls",
@@ -55,8 +69,8 @@ _TOP = (
     "local",
     "kubernetes",
 )
-_TLS = ("cert_file", "key_file")
-_LIMITS = ("max_body_bytes", "requests_per_minute", "burst")
+TLS_KEYS = ("cert_file", "key_file")
+LIMIT_KEYS = ("max_body_bytes", "requests_per_minute", "burst")
 _ALLOW = ("namespaces", "training_jobs")
 _LOCAL = ("signal", "jobs")
 _LOCAL_JOB = ("pid_file", "process_group")
@@ -91,7 +105,7 @@ class ActionsConfig:
     listen: tuple[str, int] = ("127.0.0.1", 9095)
     tls: tuple[str, str] | None = None  # (cert_file, key_file)
     dry_run: bool = True
-    audit_log: str = "-"
+    audit_log: str = DEFAULT_AUDIT_LOG
     limits: Limits = Limits()
     cooldown: float = 600.0
     namespaces: tuple[str, ...] = ()
@@ -107,67 +121,44 @@ class ActionsConfig:
         return "local" if self.local_jobs else "none"
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return str(value).lower()
-    return {dict: "a mapping", list: "a list", str: f"the string {value!r}"}.get(
-        type(value), f"{type(value).__name__} {value!r}"
-    )
-
-
-def _is_one_of(value: Any, choices) -> bool:
-    return isinstance(value, str) and value in choices
-
-
-class _Checker:
-    def __init__(self):
-        self.problems: list[Problem] = []
-
+class _Checker(Problems):
     def problem(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
+        self.add(path, message)
 
     def mapping(self, value: Any, path: str, keys: tuple[str, ...]) -> Mapping:
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            self.problem(path, f"expected a mapping, got {_kind(value)}")
+            self.problem(path, f"expected a mapping, got {describe(value)}")
             return {}
-        for key in value:
-            if key not in keys:
-                where = f"{path}.{key}" if path else str(key)
-                self.problem(
-                    where,
-                    "unknown key" + nearest(str(key), keys) + f"; valid keys: {', '.join(keys)}",
-                )
+        self.unknown_keys(value, path, keys)
         return value
 
     def string(self, data: Mapping, key: str, path: str, default: str | None = None):
         value = data.get(key, default)
         if value is not None and not (isinstance(value, str) and value):
-            self.problem(path, f"expected a non-empty string, got {_kind(value)}")
+            self.problem(path, f"expected a non-empty string, got {describe(value)}")
             return default
         return value
 
     def boolean(self, data: Mapping, key: str, path: str, default: bool) -> bool:
         value = data.get(key, default)
         if not isinstance(value, bool):
-            self.problem(path, f"expected true or false, got {_kind(value)}")
+            self.problem(path, f"expected true or false, got {describe(value)}")
             return default
         return value
 
     def positive_int(self, data: Mapping, key: str, path: str, default: int) -> int:
         value = data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            self.problem(path, f"expected a whole number of 1 or more, got {_kind(value)}")
+            self.problem(path, f"expected a whole number of 1 or more, got {describe(value)}")
             return default
         return value
 
     def string_list(self, data: Mapping, key: str, path: str) -> list[str]:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.problem(path, f"expected a list of strings, got {_kind(value)}")
+            self.problem(path, f"expected a list of strings, got {describe(value)}")
             return []
         return value
 
@@ -201,12 +192,7 @@ class _Checker:
                     + f"; rules: {', '.join(names)}",
                 )
                 continue
-            if not _is_one_of(action, RULE_ACTIONS):
-                self.problem(
-                    path,
-                    f"{_kind(action)} is not one of {', '.join(RULE_ACTIONS)}"
-                    + nearest(str(action), RULE_ACTIONS),
-                )
+            if not self.one_of(path, action, RULE_ACTIONS):
                 continue
             out[match] = action
         return out
@@ -223,12 +209,7 @@ class _Checker:
     def local(self, value: Any) -> tuple[str, dict[str, local.LocalJob]]:
         data = self.mapping(value, "local", _LOCAL)
         signal = data.get("signal", "SIGTERM")
-        if not _is_one_of(signal, local.SIGNALS):
-            self.problem(
-                "local.signal",
-                f"{_kind(signal)} is not one of "
-                f"{', '.join(local.SIGNALS)}" + nearest(str(signal), local.SIGNALS),
-            )
+        if not self.one_of("local.signal", signal, local.SIGNALS):
             signal = "SIGTERM"
         jobs_value = data.get("jobs")
         if not isinstance(jobs_value, Mapping) or not jobs_value:
@@ -257,19 +238,9 @@ class _Checker:
     def kubernetes(self, value: Any) -> KubernetesTarget | None:
         data = self.mapping(value, "kubernetes", _KUBERNETES)
         resource = data.get("resource")
-        if not _is_one_of(resource, kubernetes.KINDS):
-            self.problem(
-                "kubernetes.resource",
-                f"{_kind(resource)} is not one of "
-                f"{', '.join(kubernetes.KINDS)}" + nearest(str(resource), kubernetes.KINDS),
-            )
+        known_resource = self.one_of("kubernetes.resource", resource, kubernetes.KINDS)
         action = data.get("action", "suspend")
-        if not _is_one_of(action, kubernetes.ACTIONS):
-            self.problem(
-                "kubernetes.action",
-                f"{_kind(action)} is not one of "
-                f"{', '.join(kubernetes.ACTIONS)}" + nearest(str(action), kubernetes.ACTIONS),
-            )
+        known_action = self.one_of("kubernetes.action", action, kubernetes.ACTIONS)
         api_url = self.string(data, "api_url", "kubernetes.api_url")
         if api_url and not (api_url.startswith("https://") or _LOOPBACK_URL.match(api_url)):
             self.problem(
@@ -282,40 +253,46 @@ class _Checker:
         )
         ca_file = self.string(data, "ca_file", "kubernetes.ca_file", kubernetes.IN_CLUSTER_CA)
         name_label = self.string(data, "name_label", "kubernetes.name_label", "training_job")
-        if not (_is_one_of(resource, kubernetes.KINDS) and _is_one_of(action, kubernetes.ACTIONS)):
+        if not (known_resource and known_action):
             return None
-        return KubernetesTarget(resource, action, api_url, token_file, ca_file, name_label)
+        assert token_file is not None and name_label is not None  # they have defaults
+        return KubernetesTarget(
+            str(resource), str(action), api_url, token_file, ca_file, name_label
+        )
 
 
 def parse_listen(value: Any) -> tuple[str, int]:
-    """("127.0.0.1", 9095) from "127.0.0.1:9095"; IPv6 as "[::1]:9095"."""
-    if isinstance(value, str):
-        host, sep, port = value.rpartition(":")
-        host = host.strip("[]")
-        try:
-            if host != "localhost":
-                ipaddress.ip_address(host)
-            if sep and port.isdigit() and 0 < int(port) < 65536:
-                return host, int(port)
-        except ValueError:
-            pass
+    """("127.0.0.1", 9095) from "127.0.0.1:9095"; IPv6 as "[::1]:9095".
+
+    The syntax is `trainprof.httpserve.parse_listen_address`'s; the receiver also asks for
+    an IP address (or localhost) and a fixed port, so its exposure is explicit.
+    """
+    try:
+        host, port = httpserve.parse_listen_address(value, default_port=9095, allow_any_host=False)
+        if host != "localhost":
+            ipaddress.ip_address(host)
+        if port > 0:
+            return host, port
+    except ValueError:
+        pass
     raise ValueError(
-        f"{_kind(value)} is not host:port with an IP address or localhost "
+        f"{describe(value)} is not host:port with an IP address or localhost "
         "(e.g. 127.0.0.1:9095, 0.0.0.0:9095, [::1]:9095)"
     )
 
 
 def load_actions_config(data: Any, source: str = "configuration") -> ActionsConfig:
     """Check a parsed configuration; raises ConfigError listing every problem."""
+    check_deep(data, source)
     c = _Checker()
     if not isinstance(data, Mapping):
-        raise ConfigError([Problem("", f"expected a mapping, got {_kind(data)}")], source)
+        raise ConfigError([Problem("", f"expected a mapping, got {describe(data)}")], source)
     c.mapping(data, "", _TOP)
 
     listen = c.listen(data.get("listen", "127.0.0.1:9095"))
     tls = None
     if "tls" in data:
-        tls_data = c.mapping(data["tls"], "tls", _TLS)
+        tls_data = c.mapping(data["tls"], "tls", TLS_KEYS)
         cert = c.string(tls_data, "cert_file", "tls.cert_file")
         key = c.string(tls_data, "key_file", "tls.key_file")
         if cert is None or key is None:
@@ -333,9 +310,9 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
         )
     if token_env is not None and not _ENV_NAME.match(token_env):
         c.problem("token_env", f"{token_env!r} is not an environment variable name")
-    audit_log = c.string(data, "audit_log", "audit_log", "-")
+    audit_log = c.string(data, "audit_log", "audit_log", DEFAULT_AUDIT_LOG)
 
-    limits_data = c.mapping(data.get("limits"), "limits", _LIMITS)
+    limits_data = c.mapping(data.get("limits"), "limits", LIMIT_KEYS)
     limits = Limits(
         c.positive_int(
             limits_data, "max_body_bytes", "limits.max_body_bytes", Limits.max_body_bytes
@@ -364,7 +341,8 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
     job_patterns = c.string_list(allow, "training_jobs", "allow.training_jobs")
     training_jobs = c.patterns(job_patterns, "allow.training_jobs")
 
-    signal, local_jobs, target = "SIGTERM", {}, None
+    signal, target = "SIGTERM", None
+    local_jobs: dict[str, local.LocalJob] = {}
     if "local" in data and "kubernetes" in data:
         c.problem("kubernetes", "configure one target: local or kubernetes, not both")
     elif "local" in data:
@@ -413,24 +391,7 @@ def load_actions_config(data: Any, source: str = "configuration") -> ActionsConf
 
 def read_actions_config(path: str) -> ActionsConfig:
     """Load a YAML file; ConfigError for unreadable files and invalid YAML too."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError([Problem("", f"cannot read: {e.strerror or e}")], path) from None
-    except UnicodeDecodeError:
-        raise ConfigError([Problem("", "not a UTF-8 text file")], path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(
-            [Problem(where, f"not valid YAML: {getattr(e, 'problem', e)}")], path
-        ) from None
-    return load_actions_config(data, path)
+    return load_actions_config(parse_yaml(read_text(path), path), path)
 
 
 def read_token(config: ActionsConfig, source: str = "configuration") -> str:
@@ -441,6 +402,8 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
             raise ConfigError(
                 [Problem(path, f"environment variable {config.token_env} is not set")], source
             )
+    elif config.token_file is None:
+        raise ConfigError([Problem("", "configure token_file or token_env")], source)
     else:
         path = "token_file"
         try:
@@ -473,6 +436,8 @@ def read_token(config: ActionsConfig, source: str = "configuration") -> str:
 
 
 def resolve_api_url(config: ActionsConfig, source: str = "configuration") -> str:
+    if config.kubernetes is None:
+        raise ValueError("the configuration has no kubernetes target")
     url = config.kubernetes.api_url or kubernetes.in_cluster_url()
     if url is None:
         raise ConfigError(

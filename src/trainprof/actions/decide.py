@@ -25,10 +25,13 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from trainprof.actions import kubernetes, local
 from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import Alert
+
+K = TypeVar("K")
 
 _LOCAL_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
 _MEMORY_SECONDS = 7 * 86400
@@ -103,6 +106,9 @@ def stopper(config: ActionsConfig, client: kubernetes.Client | None) -> Stopper:
         k8s = config.kubernetes
 
         def stop_resource(p: Plan) -> local.Outcome:
+            # A dry run never calls this; a real one without a client says so per stop.
+            if client is None:
+                return local.Outcome("failed", "no Kubernetes API client is configured")
             call = kubernetes.stop(client, k8s.resource, k8s.action, p.namespace, p.name)
             what = f"{call.method} {call.path}"
             if 200 <= call.status < 300:
@@ -175,6 +181,10 @@ class Actions:
 
     def _forget_old(self) -> None:
         horizon = self.clock() - max(_MEMORY_SECONDS, self.config.cooldown)
-        for table in (self._handled, self._stopped):
-            for k in [k for k, t in table.items() if t < horizon]:
-                del table[k]
+        _forget_before(self._handled, horizon)
+        _forget_before(self._stopped, horizon)
+
+
+def _forget_before(table: dict[K, float], horizon: float) -> None:
+    for k in [k for k, t in table.items() if t < horizon]:
+        del table[k]

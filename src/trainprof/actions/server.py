@@ -6,17 +6,24 @@
 Checks run cheapest and most general first, and nothing is read or parsed for a client that
 has not proven it holds the token:
 
-    404 other path, 405 other method, 503 too many requests in flight (connections
-        beyond 64 are closed without an answer)
-    429 over the rate limit (per client address, with Retry-After)
+    429 over the rate limit (per client address, with Retry-After), checked before anything
+        is written to the audit log: a flood adds one line per client and burst, not one
+        per request
+    404 other path, 405 other method, 503 too many requests in flight
     401 no or wrong bearer token (constant-time comparison)
+    400 two Content-Length headers
     415 not application/json, 411 no Content-Length, 413 body over max_body_bytes,
         408 body not received within the 10 s read timeout
     400 not UTF-8 JSON
-    422 not an Alertmanager v4 payload, or a label value that cannot name a job (the whole
-        request is refused)
+    422 not an Alertmanager v4 payload, or every alert has a label value that cannot name
+        a job (one such alert is refused alone; the others are handled)
     502 a stop failed (Alertmanager retries; what was done is not done again)
     200 everything else: each alert's decision is in the response and the audit log
+
+Connections are served by `trainprof.httpserve` (64 at most; a client that has not sent its
+request headers within 5 s, or holds a slot that a new client needs while it sends nothing,
+is closed, so slow-loris clients cannot block Alertmanager's deliveries). The audit log
+records a path without its query string: a token pasted there never reaches the log.
 """
 
 from __future__ import annotations
@@ -24,48 +31,26 @@ from __future__ import annotations
 import hmac
 import json
 import math
-import socket
 import ssl
-import sys
 import threading
-import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
+from trainprof import httpserve
 from trainprof.actions import decide
 from trainprof.actions.audit import AuditLog
 from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import PayloadError, parse
+from trainprof.httpserve import RateLimiter
+
+__all__ = ["ActionsHTTPServer", "RateLimiter", "Receiver", "tls_context"]
 
 PATH = "/alerts"
 MAX_IN_FLIGHT = 16  # webhook requests being processed
-MAX_CONNECTIONS = 64  # open connections, each a thread; more are closed at once
-
-
-class RateLimiter:
-    """A token bucket per client address: `burst` requests at once, refilled at
-    `per_minute`. Addresses beyond `max_clients` evict the longest idle one."""
-
-    def __init__(self, per_minute: int, burst: int, clock=time.monotonic, max_clients: int = 4096):
-        self.rate, self.burst, self.clock = per_minute / 60.0, float(burst), clock
-        self.max_clients = max_clients
-        self._buckets: dict[str, tuple[float, float]] = {}  # client -> (tokens, at)
-        self._lock = threading.Lock()
-
-    def wait(self, client: str) -> float:
-        """0 if the request may proceed (and counts it), else seconds until it may."""
-        with self._lock:
-            now = self.clock()
-            tokens, at = self._buckets.pop(client, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - at) * self.rate)
-            if len(self._buckets) >= self.max_clients:
-                del self._buckets[next(iter(self._buckets))]
-            if tokens >= 1:
-                self._buckets[client] = (tokens - 1, now)
-                return 0.0
-            self._buckets[client] = (tokens, now)
-            return (1 - tokens) / self.rate
+MAX_CONNECTIONS = 64  # open connections, each a thread
+HEADER_TIMEOUT = 5.0  # seconds a client has to send its request line and headers
+TIMEOUT = 10.0  # seconds a client may take per read or write once its request started
 
 
 class Receiver:
@@ -76,10 +61,48 @@ class Receiver:
         self._token = token.encode()
         self.limiter = RateLimiter(config.limits.requests_per_minute, config.limits.burst)
         self._slots = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        self._limited: dict[str, int] = {}  # client -> refusals not written to the audit log
+        self._limited_lock = threading.Lock()
 
-    def post(self, h: BaseHTTPRequestHandler) -> None:
+    def admit(self, h: httpserve.Handler) -> bool:
+        """Apply the rate limit before anything is audited; False when answered 429.
+
+        The first refusal of a burst is audited, later ones are counted and their number
+        audited once the client is admitted again.
+        """
+        remote = h.client_address[0] if h.client_address else ""
+        wait = self.limiter.wait(remote)
+        with self._limited_lock:
+            if wait:
+                first = remote not in self._limited
+                if first and len(self._limited) >= 4096:
+                    self._limited.pop(next(iter(self._limited)))
+                self._limited[remote] = self._limited.get(remote, -1) + 1
+            else:
+                suppressed = self._limited.pop(remote, 0)
+        if not wait:
+            if suppressed:
+                self.audit.write("rate_limited", remote=remote, refused_unlogged=suppressed)
+            return True
+        reason = "rate limit exceeded"
+        if first:
+            self.audit.write(
+                "request",
+                remote=remote,
+                method=h.command,
+                path=shown_path(h.path),
+                status=429,
+                reason=reason + "; further refusals of this burst are counted, not logged",
+            )
+        retry = str(max(1, math.ceil(wait)))
+        _send(h, 429, {"error": reason}, {"Retry-After": retry})
+        return False
+
+    def post(self, h: httpserve.Handler) -> None:
         request_id = uuid.uuid4().hex[:16]
         remote = h.client_address[0] if h.client_address else ""
+        if not self.admit(h):
+            return
 
         def reply(
             status: int,
@@ -92,13 +115,13 @@ class Receiver:
                 request_id=request_id,
                 remote=remote,
                 method="POST",
-                path=h.path[:200],
+                path=shown_path(h.path),
                 status=status,
                 reason=reason,
             )
             _send(h, status, {"request_id": request_id, **(body or {"error": reason})}, headers)
 
-        if h.path != PATH:
+        if urlsplit(h.path).path != PATH:
             return reply(404, f"no such path; POST alerts to {PATH}")
         if not self._slots.acquire(blocking=False):
             return reply(503, "too many requests in flight", headers={"Retry-After": "1"})
@@ -108,11 +131,6 @@ class Receiver:
             self._slots.release()
 
     def _post(self, h, reply, request_id: str, remote: str) -> None:
-        wait = self.limiter.wait(remote)
-        if wait:
-            return reply(
-                429, "rate limit exceeded", headers={"Retry-After": str(max(1, math.ceil(wait)))}
-            )
         scheme, _, given = h.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             given.strip().encode("utf-8", "replace"), self._token
@@ -155,12 +173,9 @@ class Receiver:
 
         plans = [decide.plan(self.config, a) for a in alerts]
         refused = [p for p in plans if p.decision == "refused"]
-        if refused:
+        if refused and len(refused) == len(plans):
             for p in plans:
-                why = (
-                    p.reason if p.decision == "refused" else "request refused: " + refused[0].reason
-                )
-                self._audit_decision(request_id, decide.Decision(p.alert, "refused", why))
+                self._audit_decision(request_id, decide.Decision(p.alert, "refused", p.reason))
             return reply(422, refused[0].reason)
         decisions = self.actions.handle(plans)
         for d in decisions:
@@ -202,43 +217,50 @@ class Receiver:
         )
 
 
+def shown_path(path: str) -> str:
+    """The path as the audit log shows it: no query string (it may carry a token).
+
+    >>> shown_path("/alerts?token=s3cret")
+    '/alerts?(query not logged)'
+    """
+    parts = urlsplit(path)
+    shown = parts.path[:200]
+    return shown + "?(query not logged)" if parts.query else shown
+
+
 def _send(
-    h: BaseHTTPRequestHandler,
+    h: httpserve.Handler,
     status: int,
     body: dict[str, Any],
     headers: dict[str, str] | None = None,
 ) -> None:
     data = (json.dumps(body) + "\n").encode()
-    h.send_response(status)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(data)))
-    for name, value in (headers or {}).items():
-        h.send_header(name, value)
-    h.end_headers()
-    h.wfile.write(data)
+    h.respond(status, data, "application/json", headers)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(httpserve.Handler):
     server_version = "trainprof-actions"
-    sys_version = ""
-    timeout = 10  # seconds a client may take per read: no slow-loris threads
+    server: ActionsHTTPServer
 
     def do_POST(self):
         self.server.receiver.post(self)
 
     def do_GET(self):
-        if self.path == "/-/healthy":
+        if urlsplit(self.path).path == "/-/healthy":
             _send(self, 200, {"status": "ok"})
         else:
             self._refuse()
 
     def _refuse(self):
-        status = 405 if self.path == PATH else 404
-        self.server.receiver.audit.write(
+        receiver = self.server.receiver
+        if not receiver.admit(self):
+            return
+        status = 405 if urlsplit(self.path).path == PATH else 404
+        receiver.audit.write(
             "request",
             remote=self.client_address[0],
             method=self.command,
-            path=self.path[:200],
+            path=shown_path(self.path),
             status=status,
             reason="method or path",
         )
@@ -251,55 +273,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_PUT = do_DELETE = do_PATCH = _refuse
 
-    def log_message(self, format, *args):  # the audit log records every request
-        pass
-
 
 def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A server context for PEM files; raises OSError or ssl.SSLError."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    return context
+    """A server context for PEM files; raises OSError, ssl.SSLError or
+    httpserve.EncryptedKey (a key with a passphrase)."""
+    return httpserve.tls_server_context(cert_file, key_file)
 
 
-class ActionsHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # the listen backlog; connections over the cap are closed
+class ActionsHTTPServer(httpserve.Server):
+    """The receiver on `address`, with TLS when `context` is given. Raises OSError."""
 
     def __init__(
         self, address: tuple[str, int], receiver: Receiver, context: ssl.SSLContext | None = None
     ):
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
-        self.receiver = receiver
-        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        if context:
-            # The handshake then happens in the handler's thread, under its timeout, not
-            # in accept(), where one silent client would block every other.
-            self.socket = context.wrap_socket(
-                self.socket, server_side=True, do_handshake_on_connect=False
-            )
-
-    def handle_error(self, request, client_address):
-        error = sys.exc_info()[1]
-        if isinstance(error, (ConnectionError, TimeoutError)):
-            return  # the client went away; its request is in the audit log
-        print(f"trainprof actions: error serving {client_address[0]}: {error!r}", file=sys.stderr)
-
-    def process_request(self, request, client_address):
-        if not self._connections.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        limits = httpserve.Limits(
+            max_connections=MAX_CONNECTIONS, header_timeout=HEADER_TIMEOUT, timeout=TIMEOUT
+        )
+        sock = httpserve.listen(*address)
         try:
-            super().process_request(request, client_address)
+            super().__init__(sock, _Handler, name="actions", limits=limits, ssl_context=context)
         except BaseException:
-            self._connections.release()
+            sock.close()
             raise
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._connections.release()
+        self.receiver = receiver

@@ -10,34 +10,37 @@ SageMaker's default ProfilerReport); `panels` is the house style over grafanalib
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig
 
 
-def _job(config: RulesConfig):
+def _job(config: RulesConfig, compiled: Compiled | None) -> Any:
     from trainprof.dashboards import job
 
-    return job.dashboard(config)
+    return job.dashboard(config, compiled)
 
 
-def _fleet(config: RulesConfig):
+def _fleet(config: RulesConfig, compiled: Compiled | None) -> Any:
     from trainprof.dashboards import fleet
 
-    return fleet.dashboard(config)
+    return fleet.dashboard(config, compiled)
 
 
-DASHBOARDS: dict[str, Callable] = {
+DASHBOARDS: dict[str, Callable[[RulesConfig, Compiled | None], Any]] = {
     JOB_DASHBOARD.file: _job,
     FLEET_DASHBOARD.file: _fleet,
 }
 
 
-def render(path: str, config: RulesConfig) -> str:
-    """The JSON text of the dashboard committed at `path`."""
+def render(path: str, config: RulesConfig, compiled: Compiled | None = None) -> str:
+    """The JSON text of the dashboard committed at `path`; `compiled` is `config` compiled,
+    if the caller has it already."""
     from trainprof.dashboards import panels
 
-    return panels.render(DASHBOARDS[path](config))
+    return panels.render(DASHBOARDS[path](config, compiled))
 
 
 def iter_panels(data: dict):

@@ -44,12 +44,13 @@ def _job_link(field: str = "training_job") -> list[dict]:
     ]
 
 
-def dashboard(config: RulesConfig) -> core.Dashboard:
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+    """The fleet dashboard; `compiled` is `config` compiled, if the caller has it already."""
     scope = Scope(config, FLEET_VARIABLES)
     s = scope.sel
     jl = ", ".join(config.job_labels)
     by_job = f"by ({jl})"
-    bound = idle_bound(compile_rules(config))
+    bound = idle_bound(compiled or compile_rules(config))
     interval = s("trainprof_sampler_interval_seconds")
     idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
     idle_hours = (

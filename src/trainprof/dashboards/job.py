@@ -1,7 +1,8 @@
 """The per-job dashboard: SageMaker's profiling report as Grafana rows.
 
 Rows, in the report's order: Training job summary, System usage statistics, Framework metrics
-summary, Rules summary, the SageMaker Profiler UI's views, then one collapsed row per
+summary, Rules summary, the SageMaker Profiler UI's views, its GPU kernel views (from the
+kernel profile windows), then one collapsed row per
 alerting rule with the series it watches and its threshold. Alerts link here
 (`dashboard_url`, uid `trainprof-job`) with `var-training_job` and `var-namespace` set.
 """
@@ -13,6 +14,7 @@ from grafanalib import core
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
+from trainprof.dashboards.kernels import kernels_row
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
 from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
@@ -468,9 +470,18 @@ def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.R
 # --- the dashboard ---------------------------------------------------------------------------
 
 
-def variables() -> list[core.Template]:
+def variables(config: RulesConfig | None = None) -> list[core.Template]:
+    """The job dashboard's variables. With a node-wide exporter (`gpu_attribution:
+    assignment`) its series carry no job: "All" nodes then means the job's nodes (not `.*`,
+    every node of the cluster), and the GPUs are the ones the job's ranks hold."""
     job = presence()
     in_job = 'training_job="$training_job", namespace=~"$namespace"'
+    node_wide = config is not None and config.gpu_attribution == "assignment"
+    gpus = (
+        "trainprof_gpu_assignment_info"
+        if node_wide
+        else "trainprof_gpu_utilization_sampled_ratio_count"
+    )
     return [
         ui.datasource_variable(),
         ui.query_variable(
@@ -487,11 +498,11 @@ def variables() -> list[core.Template]:
             label="Node",
             multi=True,
             include_all=True,
+            all_means_options=node_wide,
         ),
         ui.query_variable(
             "gpu",
-            "label_values(trainprof_gpu_utilization_sampled_ratio_count"
-            f'{{{in_job}, node=~"$node"}}, gpu)',
+            f'label_values({gpus}{{{in_job}, node=~"$node"}}, gpu)',
             label="GPU",
             multi=True,
             include_all=True,
@@ -506,8 +517,9 @@ def variables() -> list[core.Template]:
     ]
 
 
-def dashboard(config: RulesConfig) -> core.Dashboard:
-    compiled = compile_rules(config)
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+    """The job dashboard; `compiled` is `config` compiled, if the caller has it already."""
+    compiled = compiled or compile_rules(config)
     scope = Scope(config, JOB_VARIABLES)
     rows = [
         summary_row(scope, compiled),
@@ -515,6 +527,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         framework_row(scope, compiled),
         rules_summary_row(scope, compiled),
         profiler_views_row(scope, compiled),
+        kernels_row(scope),
     ]
     rows += [rule_row(scope, compiled, i) for i in compiled.alerting]
     return ui.dashboard(
@@ -524,7 +537,7 @@ def dashboard(config: RulesConfig) -> core.Dashboard:
         "One training job as SageMaker Debugger's profiling report: job summary, system "
         "usage, framework metrics, the profiler rules and what each one watches.",
         rows,
-        variables(),
+        variables(config),
         tags=["trainprof"],
         links=[
             ui.link_to(

@@ -62,9 +62,9 @@ class _CurrentPanel(core.Panel):
     """A panel written in the current Grafana model (`type`, `options`, `fieldConfig`), for
     panel types grafanalib only knows in their pre-Grafana-8 shape (heatmap, bar gauge)."""
 
-    type = attr.ib(default="")
-    options = attr.ib(factory=dict)
-    fieldConfig = attr.ib(factory=dict)
+    type: str = attr.ib(default="")
+    options: dict[str, Any] = attr.ib(factory=dict)
+    fieldConfig: dict[str, Any] = attr.ib(factory=dict)
 
     def to_json_data(self):
         return self.panel_json(
@@ -270,7 +270,9 @@ def heatmap(
     h: int = 8,
 ) -> _CurrentPanel:
     """A heatmap of a Prometheus histogram's buckets (`query` in heatmap format)."""
-    return _CurrentPanel(
+    # grafanalib has no type information: mypy sees only _CurrentPanel's own attrs fields,
+    # not those (title, targets, ...) it inherits from core.Panel.
+    return _CurrentPanel(  # type: ignore[call-arg]
         type="heatmap",
         title=title,
         description=description,
@@ -319,7 +321,9 @@ def bargauge(
         "color": {"mode": "continuous-BlYlRd"},
         "thresholds": {"mode": "absolute", "steps": threshold_steps(None)},
     }
-    return _CurrentPanel(
+    # grafanalib has no type information: mypy sees only _CurrentPanel's own attrs fields,
+    # not those (title, targets, ...) it inherits from core.Panel.
+    return _CurrentPanel(  # type: ignore[call-arg]
         type="bargauge",
         title=title,
         description=description,
@@ -367,10 +371,17 @@ def datasource_variable() -> core.Template:
 
 
 def query_variable(
-    name: str, query: str, *, label: str, multi: bool = False, include_all: bool = False
+    name: str,
+    query: str,
+    *,
+    label: str,
+    multi: bool = False,
+    include_all: bool = False,
+    all_means_options: bool = False,
 ) -> core.Template:
     """A variable filled from `label_values(...)`. With include_all, "All" means the regex
-    `.*`, which also matches series without the label (a job without namespaces)."""
+    `.*`, which also matches series without the label (a job without namespaces); with
+    all_means_options, Grafana's own default instead: every listed value."""
     return core.Template(
         name=name,
         label=label,
@@ -378,7 +389,7 @@ def query_variable(
         dataSource=DATASOURCE,
         multi=multi,
         includeAll=include_all,
-        allValue=".*" if include_all else None,
+        allValue=".*" if include_all and not all_means_options else None,
         refresh=core.REFRESH_ON_TIME_RANGE_CHANGE,
         sort=1,
     )

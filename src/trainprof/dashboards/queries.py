@@ -42,11 +42,16 @@ def presence() -> str:
     return f'{{__name__=~"{"|".join(PRESENCE)}"}}'
 
 
-def series_labels(name: str, job_labels: Sequence[str]) -> frozenset[str]:
+def series_labels(
+    name: str, job_labels: Sequence[str], exporter_has_job: bool = True
+) -> frozenset[str]:
     """Which of the dashboard variables' labels a series carries.
 
     Recording rules say it in their level (`gpu:` keeps a GPU's labels, `training_job:`
     only the job's); contract metrics in the contract; ALERTS carry at least the job's.
+    A node-wide exporter (`gpu_attribution: assignment`) serves no job labels: its series
+    and the `gpu:`/`node:` recordings made from them are narrowed by node and GPU only
+    (the node variable lists the job's nodes).
     """
     job = frozenset(job_labels) | {"training_job"}
     if name in ALERT_SERIES:
@@ -60,6 +65,8 @@ def series_labels(name: str, job_labels: Sequence[str]) -> frozenset[str]:
             ("training_job", set()),
         ):
             if level == prefix or level.startswith(prefix + "_"):
+                if not exporter_has_job and prefix in ("gpu", "node"):
+                    return frozenset(extra)
                 return job | extra
         raise ValueError(
             f"recording {name}: unknown level {level!r}; say in "
@@ -70,6 +77,8 @@ def series_labels(name: str, job_labels: Sequence[str]) -> frozenset[str]:
     if metric is None or name not in contract.series_names(metric):
         raise KeyError(f"{name} is neither a recording rule nor in the metric contract")
     labels = set(job) | {"node"}
+    if metric.source != "training" and not exporter_has_job:
+        labels = {"node"}
     if metric.source == "training":
         labels.add("rank")
     if "gpu" in metric.labels:
@@ -87,7 +96,9 @@ class Scope:
     def sel(self, series: str, *extra: Matcher, **equal: str) -> str:
         """`series{...}`: job selector, `extra` matchers and fixed `equal` labels, then the
         variables."""
-        carried = series_labels(series, self.config.job_labels)
+        carried = series_labels(
+            series, self.config.job_labels, self.config.gpu_attribution != "assignment"
+        )
         matchers = list(self.config.job_selector) + list(extra)
         matchers += [Matcher(k, "=", v) for k, v in equal.items()]
         given = {m.label for m in matchers}

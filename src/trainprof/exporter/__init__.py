@@ -32,6 +32,7 @@ __all__ = ["DEFAULT_PORT", "DEFAULT_INTERVAL", "Exporter", "start", "rules_input
 log = logging.getLogger("trainprof.exporter")
 
 DEFAULT_INTERVAL = 0.5  # seconds: SageMaker's default system_monitor_interval_millis
+SOURCE_TIMEOUT = 1.0  # seconds a source (NVML) may take before it counts as failed
 
 
 class Exporter:
@@ -126,7 +127,7 @@ def start(
                     `collectors` (default all: cpu, memory, disk, network, gpu), GPU through
                     `nvml` (default: `import pynvml`)
     identity        labels on every series, e.g. {"training_job": "bert", "node": "n1"};
-                    default: trainprof.exporter.identity.resolve() (flags > env > hostname)
+                    default: trainprof.identity.exporter_labels() (the ranks' policy)
     rules_config    a rule configuration file: count its off-grid bottleneck thresholds too
                     (or pass `grid`), and sample at its datapoint_interval
     record          write every sample to this recording file (.gz: compressed)
@@ -138,13 +139,14 @@ def start(
     `rules_config`. Nothing is left running when it raises.
     """
     from trainprof import metrics as contract
-    from trainprof.exporter import identity as identities
     from trainprof.exporter import sources as sources_module
     from trainprof.exporter.collector import ExporterCollector, SourceRunner
     from trainprof.exporter.exposition import ScrapeBodies
     from trainprof.exporter.recorder import Recorder
     from trainprof.exporter.sampler import Sampler
-    from trainprof.exporter.server import MetricsServer, listen
+    from trainprof.exporter.server import MetricsServer
+    from trainprof.httpserve import listen
+    from trainprof.identity import exporter_labels
     from trainprof.sampling import SampleAccumulator
 
     interval = datapoint_interval
@@ -163,7 +165,7 @@ def start(
         raise ValueError(f"datapoint interval must be longer than 0s, not {interval:g}s")
     if procfs is not None:
         sources_module.set_procfs(procfs)
-    labels = dict(identity) if identity is not None else identities.resolve()
+    labels = dict(identity) if identity is not None else exporter_labels()
     unknown = sorted(set(labels) - set(contract.EXPORTER_IDENTITY))
     if unknown:
         raise ValueError(
@@ -190,6 +192,7 @@ def start(
             )
             raise OSError(e.errno, f"cannot listen on {where}: {why}") from None
     recorder = None
+    runner = None
     try:
         if record is not None:
             try:
@@ -199,16 +202,19 @@ def start(
                     e.errno, f"cannot write the recording {record}: {e.strerror or e}"
                 ) from None
         accumulator = SampleAccumulator(interval, labels, grid)
-        sampler = Sampler(SourceRunner(sources), accumulator, on_sample=recorder)
+        runner = SourceRunner(sources, timeout=max(SOURCE_TIMEOUT, 2 * interval))
+        sampler = Sampler(runner, accumulator, on_sample=recorder)
         server = None
         if sock is not None:
-            bodies = ScrapeBodies(sampler.snapshot, lambda: sampler.samples)
+            bodies = ScrapeBodies(_with_process_metrics(sampler.snapshot), lambda: sampler.samples)
             server = MetricsServer(sock, bodies, web, telemetry_path, max_connections)
         collector = None
         if registry is not None:
             collector = ExporterCollector(sampler.families)
             registry.register(collector)
     except BaseException:
+        if runner is not None:
+            runner.stop_workers()
         if sock is not None:
             sock.close()
         if recorder is not None:
@@ -219,3 +225,18 @@ def start(
         server.start()
         log.info("serving %s every %gs", server.url + telemetry_path, interval)
     return Exporter(sampler, server, registry, collector, recorder)
+
+
+def _with_process_metrics(snapshot):
+    """The exporter's own `process_*` series (CPU, memory, open files, start time) after the
+    sample's, as every Prometheus exporter serves them; only on its own port, since a
+    registry given to `start()` has its own process collector."""
+    from prometheus_client import ProcessCollector
+
+    process = ProcessCollector(registry=None)
+
+    def with_process():
+        samples, families = snapshot()
+        return samples, families + list(process.collect())
+
+    return with_process

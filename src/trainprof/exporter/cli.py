@@ -17,9 +17,13 @@ import re
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, positive_int
 from trainprof.exporter.sources import COLLECTORS, DISK_EXCLUDE, NETWORK_EXCLUDE
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -30,8 +34,34 @@ _LEVELS = {
 log = logging.getLogger("trainprof.exporter")
 
 
-def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
-    """The exporter's flags; `duration` parses a DURATION argument."""
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
+    """`trainprof exporter`, and `trainprof record FILE`: the exporter writing a recording."""
+    exporter = commands.add_parser(
+        "exporter", help="sample the host and its GPUs and serve /metrics for the rules"
+    )
+    add_arguments(exporter)
+    exporter.set_defaults(run=run)
+    record = commands.add_parser(
+        "record",
+        help="record this host's samples for `trainprof replay` (the exporter, "
+        "writing every sample to FILE; it serves /metrics too)",
+    )
+    record.add_argument(
+        "output",
+        metavar="FILE",
+        help="recording to write (.jsonl, or .jsonl.gz compressed); add the "
+        "training ranks' steps with trainprof.start(record=...)",
+    )
+    add_arguments(record)
+    record.set_defaults(run=_run_record)
+    return exporter
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The exporter's flags."""
+    from trainprof._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"trainprof exporter {__version__}")
     web = parser.add_argument_group("web")
     web.add_argument(
         "--web.listen-address",
@@ -56,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
     web.add_argument(
         "--web.max-connections",
         dest="max_connections",
-        type=_positive_int,
+        type=positive_int,
         default=64,
         metavar="N",
         help="refuse new connections (503) beyond N open ones (default 64)",
@@ -128,20 +158,15 @@ def add_arguments(parser: argparse.ArgumentParser, duration) -> None:
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _run_record(args: argparse.Namespace) -> int:
+    args.record = args.output
+    return run(args)
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or `stop` is set); the exit code."""
-    from trainprof import exporter
-    from trainprof.exporter import identity, webconfig
+    from trainprof import exporter, identity
+    from trainprof.exporter import webconfig
     from trainprof.exporter.server import parse_listen_address
     from trainprof.exporter.sources import default_sources, set_procfs
     from trainprof.rules.config import ConfigError
@@ -181,7 +206,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     sources = default_sources(
         enabled, disk_exclude=args.disk_exclude, network_exclude=args.network_exclude
     )
-    labels = identity.resolve(args.node, args.training_job)
+    labels = identity.exporter_labels(args.node, args.training_job)
     log.info(identity.describe(labels))
     try:
         running = exporter.start(

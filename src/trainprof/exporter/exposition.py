@@ -72,7 +72,8 @@ class Renderer:
 
     def render(self, families: Iterable[MetricFamily], openmetrics: bool) -> bytes:
         used: dict[tuple, str] = {}
-        previous_values, values = self._values, {}
+        previous_values = self._values
+        values: dict[float, str] = {}
         out: list[str] = []
         for family in families:
             if not _plain(family, openmetrics):

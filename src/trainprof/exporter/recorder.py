@@ -1,8 +1,9 @@
 """`--record FILE`: keep every sample in trainprof's recording format for `trainprof replay`.
 
 The file starts with a meta record, then holds one host record per datapoint; a `.gz` name
-writes gzip. Lines are flushed every few seconds and on stop, so a stopped exporter leaves a
-complete file.
+writes gzip. Lines are written every FLUSH_SECONDS (a complete gzip member each time) and on
+stop, at exit and on SIGTERM, so a stopped exporter leaves a complete file and a killed one
+(`kill -9`) a readable file that lacks at most the last FLUSH_SECONDS.
 """
 
 from __future__ import annotations
@@ -32,18 +33,18 @@ class Recorder:
         self.path = path
         self._node = node
         self._clock = clock
-        self._stream = recording.open_recording(path, "w")
-        self._writer = recording.Writer(self._stream)
-        self._writer.write(recording.meta(datapoint_interval, f"trainprof {__version__}"))
+        self._stream: recording.Appender | None = recording.Appender(path)
+        self._stream.write(recording.meta(datapoint_interval, f"trainprof {__version__}"))
         self._stream.flush()
         self._flushed = clock()
         self.records = 0
+        recording.close_at_exit(self)
 
     def __call__(self, sample: HostSample) -> None:
         if self._stream is None:
             return
         try:
-            self._writer.write(recording.host_record(self._node, sample))
+            self._stream.write(recording.host_record(self._node, sample))
             self.records += 1
             if self._clock() - self._flushed >= FLUSH_SECONDS:
                 self._stream.flush()
@@ -69,8 +70,6 @@ class Recorder:
         log.info("recording %s closed with %d samples", self.path, self.records)
 
     def _abandon(self) -> None:
-        try:
-            self._stream.close()
-        except OSError:
-            pass
+        if self._stream is not None:
+            self._stream.abandon()
         self._stream = None

@@ -7,6 +7,11 @@ Ticks are kept on a fixed grid of the monotonic clock: a sample that starts late
 the next one later, and a sample that overruns whole intervals skips those ticks instead of
 sampling in a burst (said once in the log). The first read only primes the sources (the CPU
 ratios and GPM metrics need a previous reading) and is not counted as a datapoint.
+
+A sampler that has not finished a sample for `STALL_INTERVALS` datapoint intervals (at least
+`STALL_SECONDS`) is stalled: scrapes then report every collector's
+`trainprof_collector_success` as 0, so the stale values they still serve are not taken for
+fresh ones (and `rate(trainprof_samples_total[1m]) == 0` says the same to a rule).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from trainprof.exporter.once import Once
 from trainprof.sampling import HostSample, SampleAccumulator
 
 log = logging.getLogger("trainprof.exporter")
+
+STALL_INTERVALS = 4
+STALL_SECONDS = 5.0
 
 
 class Sampler:
@@ -49,6 +57,8 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._once = Once(log)
+        self._last_sample: float | None = None  # clock() when the last sample finished
+        self.stall_after = max(STALL_INTERVALS * self.interval, STALL_SECONDS)
 
     # --- the thread ----------------------------------------------------------------------
 
@@ -67,6 +77,7 @@ class Sampler:
         self.runner.close()
 
     def _run(self) -> None:
+        self._last_sample = self._clock()
         self.runner.sample()  # primes the sources; not a datapoint
         next_tick = self._clock() + self.interval
         while not self._wait(max(next_tick - self._clock(), 0.0)):
@@ -111,6 +122,7 @@ class Sampler:
             self.accumulator.observe(sample)
             self._health = dict(self.runner.health)
             self.samples += 1
+            self._last_sample = self._clock()
         if self._on_sample is not None:
             self._on_sample(sample)
         return sample
@@ -128,6 +140,9 @@ class Sampler:
             families = list(self.accumulator.families())
             health = self._health
             samples = self.samples
+            last = self._last_sample
+        if last is not None and self._clock() - last > self.stall_after:
+            health = {name: (0.0, seconds) for name, (_, seconds) in health.items()}
         families += health_families(health, self.accumulator.identity)
         return samples, families
 

@@ -11,7 +11,12 @@
     basic_auth_users:                   # bcrypt hashes, e.g. from `htpasswd -nBC 10 USER`
       prometheus: $2y$10$...
 
-The same file works for node_exporter and this exporter. Every problem is reported at once with
+The same file works for node_exporter and this exporter. Basic auth is bounded: bcrypt
+checks run one at a time (a flood of wrong passwords costs at most one core), a client
+that fails 10 times is answered 429 without a check until its budget refills (one attempt
+every 6 s), and an unknown user costs the same bcrypt work as a known one, so timing does
+not tell which user names exist. A malformed hash and an encrypted TLS key are refused at
+start-up. Every problem is reported at once with
 its path; a key exporter-toolkit has and this exporter does not implement is an error, not
 silently ignored, since it is usually a security setting. Basic auth needs the `bcrypt` module;
 without it the exporter refuses to start rather than serve without the authentication the file
@@ -21,13 +26,16 @@ asks for.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import os
+import re
 import ssl
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from trainprof.httpserve import EncryptedKey, RateLimiter, refuse_passphrase
+from trainprof.validation import ConfigError, Problems, check_deep, describe, parse_yaml, read_text
 
 _TOP = ("tls_server_config", "http_server_config", "basic_auth_users")
 _TLS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")
@@ -54,9 +62,13 @@ _VERSIONS = {
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
 _BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
+_BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+FAILURE_BURST = 10  # failed logins a client may make at once
+FAILURES_PER_MINUTE = 10  # and then one every 6 s
+BCRYPT_WAIT = 10.0  # seconds a login waits for the one bcrypt slot before it gets 429
 
 
-class WebConfigError(ValueError):
+class WebConfigError(ConfigError):
     """A web configuration that cannot be used; the message lists every problem."""
 
 
@@ -74,21 +86,37 @@ class WebConfig:
     def __post_init__(self) -> None:
         self._verified: set[bytes] = set()
         self._lock = threading.Lock()
+        self._bcrypt = threading.Semaphore(1)
+        self.failures = RateLimiter(FAILURES_PER_MINUTE, FAILURE_BURST)
 
-    def authorized(self, user: str, password: str) -> bool:
-        """True if the user's password matches its hash; bcrypt runs once per good pair.
+    def authorized(self, user: str, password: str, client: str = "") -> bool | None:
+        """True if the user's password matches its hash; None when `client` has failed too
+        often (or the bcrypt slot stayed busy), answered without a check.
 
         bcrypt is slow on purpose (tens of milliseconds), and Prometheus sends the same
-        credentials every scrape, so verified pairs are remembered by digest.
+        credentials every scrape, so verified pairs are remembered by digest. An unknown
+        user is checked against the costliest configured hash and refused, so it costs
+        what a known user costs.
         """
-        stored = self.users.get(user)
-        if stored is None or self.check_password is None:
+        if self.check_password is None or not self.users:
             return False
+        stored = self.users.get(user)
+        known = stored is not None
+        if stored is None:
+            stored = max(self.users.values(), key=_cost)
         digest = hashlib.sha256("\0".join((user, password, stored)).encode()).digest()
         with self._lock:
-            if digest in self._verified:
+            if known and digest in self._verified:
                 return True
-        if not self.check_password(password.encode(), stored.encode()):
+        if self.failures.wait(client):
+            return None
+        if not self._bcrypt.acquire(timeout=BCRYPT_WAIT):
+            return None
+        try:
+            matches = self.check_password(password.encode(), stored.encode())
+        finally:
+            self._bcrypt.release()
+        if not (known and matches):
             return False
         with self._lock:
             if len(self._verified) > 256:
@@ -97,21 +125,16 @@ class WebConfig:
         return True
 
 
+def _cost(hashed: str) -> int:
+    return int(hashed[4:6]) if hashed[4:6].isdigit() else 0
+
+
 def load(path: str) -> WebConfig:
     """Read and check a web configuration file; raises WebConfigError or BcryptMissing."""
-    import yaml
-
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise WebConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise WebConfigError(
-            f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}"
-        ) from None
+        data = parse_yaml(read_text(path), path)
+    except ConfigError as e:
+        raise WebConfigError(e.problems, e.source) from None
     return parse(data if data is not None else {}, path)
 
 
@@ -121,11 +144,16 @@ def parse(
     check_password: Callable[[bytes, bytes], bool] | None = None,
 ) -> WebConfig:
     """Check a parsed configuration. `check_password` replaces bcrypt.checkpw (tests)."""
-    problems: list[str] = []
+    problems = Problems()
     base = os.path.dirname(os.path.abspath(path)) if os.path.exists(path) else os.getcwd()
+    try:
+        check_deep(data, path)
+    except ConfigError as e:
+        raise WebConfigError(e.problems, e.source) from None
     if not isinstance(data, dict):
-        raise WebConfigError(f"{path}: expected a mapping with {', '.join(_TOP)}")
-    _unknown(data, _TOP, "", problems)
+        problems.add("", f"expected a mapping with {', '.join(_TOP)}, got {describe(data)}")
+        raise WebConfigError(problems.problems, path)
+    problems.unknown_keys(data, "", _TOP)
     config = WebConfig()
 
     tls = data.get("tls_server_config")
@@ -139,7 +167,7 @@ def parse(
         config.users = _users(users, problems)
 
     if problems:
-        raise WebConfigError(f"{path}:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise WebConfigError(problems.problems, path)
     if config.users:
         if check_password is None:
             try:
@@ -155,109 +183,102 @@ def parse(
     return config
 
 
-def _unknown(
-    section: dict,
-    known: tuple[str, ...],
-    where: str,
-    problems: list[str],
-    not_implemented: tuple[str, ...] = (),
-) -> None:
-    for key in section:
-        path = f"{where}{key}"
-        if key in known:
-            continue
-        if key in not_implemented:
-            problems.append(f"{path}: not implemented by trainprof exporter")
-            continue
-        close = difflib.get_close_matches(str(key), known + not_implemented, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        problems.append(f"{path}: unknown key{hint}")
-
-
-def _tls(tls: Any, base: str, problems: list[str]) -> ssl.SSLContext | None:
+def _tls(tls: Any, base: str, problems: Problems) -> ssl.SSLContext | None:
     where = "tls_server_config."
     if not isinstance(tls, dict):
-        problems.append("tls_server_config: expected a mapping")
+        problems.add("tls_server_config", "expected a mapping")
         return None
-    _unknown(tls, _TLS, where, problems, _TLS_NOT_IMPLEMENTED)
+    problems.unknown_keys(
+        tls, "tls_server_config", _TLS, _TLS_NOT_IMPLEMENTED, product="trainprof exporter"
+    )
     missing = [k for k in ("cert_file", "key_file") if not tls.get(k)]
     for key in missing:
-        problems.append(f"{where}{key}: required for TLS")
+        problems.add(f"{where}{key}", "required for TLS")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     for key, attribute in (("min_version", "minimum_version"), ("max_version", "maximum_version")):
         if key in tls:
             version = _VERSIONS.get(str(tls[key]))
             if version is None:
-                problems.append(f"{where}{key}: {tls[key]!r} is not one of {', '.join(_VERSIONS)}")
+                problems.add(f"{where}{key}", f"{tls[key]!r} is not one of {', '.join(_VERSIONS)}")
             else:
                 setattr(context, attribute, version)
     if not missing:
         cert, key = (_path(base, tls[k]) for k in ("cert_file", "key_file"))
         try:
-            context.load_cert_chain(cert, key)
+            context.load_cert_chain(cert, key, password=refuse_passphrase(key))
+        except EncryptedKey as e:
+            problems.add(f"{where}key_file", str(e))
         except (OSError, ssl.SSLError) as e:
-            problems.append(
-                f"{where}cert_file/key_file: cannot load {cert} and {key}: "
-                f"{getattr(e, 'strerror', None) or e}"
+            problems.add(
+                f"{where}cert_file/key_file",
+                f"cannot load {cert} and {key}: {getattr(e, 'strerror', None) or e}",
             )
     auth = str(tls.get("client_auth_type", "NoClientCert"))
     if auth in _CLIENT_AUTH_NOT_IMPLEMENTED:
-        problems.append(
-            f"{where}client_auth_type: {auth} is not implemented by trainprof "
-            "exporter; use RequireAndVerifyClientCert or VerifyClientCertIfGiven"
+        problems.add(
+            f"{where}client_auth_type",
+            f"{auth} is not implemented by trainprof "
+            "exporter; use RequireAndVerifyClientCert or VerifyClientCertIfGiven",
         )
     elif auth not in _CLIENT_AUTH:
-        problems.append(
-            f"{where}client_auth_type: {auth!r} is not one of {', '.join(_CLIENT_AUTH)}"
+        problems.add(
+            f"{where}client_auth_type", f"{auth!r} is not one of {', '.join(_CLIENT_AUTH)}"
         )
     else:
         context.verify_mode = _CLIENT_AUTH[auth]
         ca = tls.get("client_ca_file")
         if auth != "NoClientCert" and not ca:
-            problems.append(f"{where}client_ca_file: required with client_auth_type {auth}")
+            problems.add(f"{where}client_ca_file", f"required with client_auth_type {auth}")
         if ca:
             try:
                 context.load_verify_locations(_path(base, ca))
             except (OSError, ssl.SSLError) as e:
-                problems.append(
-                    f"{where}client_ca_file: cannot load {_path(base, ca)}: "
-                    f"{getattr(e, 'strerror', None) or e}"
+                problems.add(
+                    f"{where}client_ca_file",
+                    f"cannot load {_path(base, ca)}: {getattr(e, 'strerror', None) or e}",
                 )
     return context
 
 
-def _http(http: Any, problems: list[str]) -> dict[str, str]:
+def _http(http: Any, problems: Problems) -> dict[str, str]:
     if not isinstance(http, dict):
-        problems.append("http_server_config: expected a mapping")
+        problems.add("http_server_config", "expected a mapping")
         return {}
-    _unknown(http, _HTTP, "http_server_config.", problems)
+    problems.unknown_keys(http, "http_server_config", _HTTP)
     headers = http.get("headers") or {}
     if not isinstance(headers, dict):
-        problems.append("http_server_config.headers: expected a mapping of header: value")
+        problems.add("http_server_config.headers", "expected a mapping of header: value")
         return {}
     out = {}
     for name, value in headers.items():
         text = str(value)
         if not str(name).replace("-", "").isalnum() or "\n" in text or "\r" in text:
-            problems.append(f"http_server_config.headers.{name}: not a valid header")
+            problems.add(f"http_server_config.headers.{name}", "not a valid header")
         else:
             out[str(name)] = text
     # http2 is accepted for files shared with node_exporter; this server speaks HTTP/1.1.
     return out
 
 
-def _users(users: Any, problems: list[str]) -> dict[str, str]:
+def _users(users: Any, problems: Problems) -> dict[str, str]:
     if not isinstance(users, dict):
-        problems.append("basic_auth_users: expected a mapping of user: bcrypt hash")
+        problems.add("basic_auth_users", "expected a mapping of user: bcrypt hash")
         return {}
     out = {}
     for user, hashed in users.items():
         if not isinstance(hashed, str) or not hashed.startswith(_BCRYPT_PREFIXES):
-            problems.append(
-                f"basic_auth_users.{user}: not a bcrypt hash (expected $2y$...; "
+            problems.add(
+                f"basic_auth_users.{user}",
+                "not a bcrypt hash (expected $2y$...; "
                 "make one with htpasswd -nBC 10 USER); plaintext passwords are "
-                "not accepted"
+                "not accepted",
+            )
+        elif not _BCRYPT_HASH.match(hashed):
+            problems.add(
+                f"basic_auth_users.{user}",
+                "a malformed bcrypt hash (expected $2y$, a cost from 04 to 31, $ and 53 "
+                "characters of ./A-Za-z0-9; make one with htpasswd -nBC 10 USER)",
             )
         else:
             out[str(user)] = hashed

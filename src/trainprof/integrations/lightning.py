@@ -96,7 +96,9 @@ class TrainprofCallback(pl.Callback):
         fetcher = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
         before = getattr(fetcher, "_start_profiler", None)
         after = getattr(fetcher, "_stop_profiler", None)
-        if before is None or after is None or getattr(before, "_trainprof", False):
+        if fetcher is None or before is None or after is None:
+            return
+        if getattr(before, "_trainprof", False):
             return
         open_fetch: list[Any] = []
 

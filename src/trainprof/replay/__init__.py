@@ -24,7 +24,7 @@ from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
 from trainprof.replay import sagemaker
 from trainprof.replay.timeline import Step, Timeline, scrape, shift_timestamps
-from trainprof.rules.compiler import compile_rules
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
 from trainprof.sampling import BottleneckGrid
@@ -67,7 +67,8 @@ class Query:
 
 
 # (resolved configuration, training_job, seconds replayed) -> {name: Query}
-QueryBuilder = Callable[[RulesConfig, str, float], Mapping[str, Query]]
+# Given the compiled rules, the job's name and the seconds replayed: the queries to evaluate.
+QueryBuilder = Callable[[Compiled, str, float], Mapping[str, Query]]
 Samples = list[tuple[dict[str, str], float]]
 
 
@@ -86,10 +87,14 @@ class ReplayResult:
     scrape_interval: float
     evaluation_interval: float
     notes: list[str]
+    compiled: Compiled  # the rules as replayed
     training_job: str = ""
-    config: RulesConfig | None = None
     # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def config(self) -> RulesConfig:
+        return self.compiled.config
 
     def as_json(self) -> dict:
         """Exactly the documented contract:
@@ -276,8 +281,8 @@ def replay(
     queries: QueryBuilder | None = None,
     query_points: int = 200,
 ) -> ReplayResult:
-    """Replay `source` through the compiled rules. `queries`, given the resolved
-    configuration, the job's name and the seconds replayed, names extra PromQL to evaluate
+    """Replay `source` through the compiled rules. `queries`, given the compiled rules, the
+    job's name and the seconds replayed, names extra PromQL to evaluate
     over the same series and rules: at the end, or at about `query_points` times."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
@@ -318,7 +323,7 @@ def replay(
         times = _query_times(scraped.end, config.scrape_interval, query_points)
         asked = {
             name: (q.expr, times if q.over_time else [scraped.end])
-            for name, q in queries(config, timeline.training_job, scraped.end).items()
+            for name, q in queries(compiled, timeline.training_job, scraped.end).items()
         }
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
@@ -360,7 +365,7 @@ def replay(
         evaluation_interval=evaluation,
         notes=notes,
         training_job=timeline.training_job,
-        config=config,
+        compiled=compiled,
         queries={
             name: {scraped.start + t: samples for t, samples in by_time.items()}
             for name, by_time in run.queries.items()

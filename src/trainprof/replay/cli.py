@@ -1,4 +1,7 @@
-"""`trainprof replay` output: a table for people, the documented JSON for scripts."""
+"""`trainprof replay`: which rules would have fired on a recorded job, and when.
+
+Output: a table for people, the documented JSON for scripts.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +9,62 @@ import argparse
 import datetime
 import json
 import sys
+from typing import IO, TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
-from trainprof.promtool import PromtoolError
-from trainprof.replay import ReplayError, ReplayResult, replay
-from trainprof.rules.config import ConfigError
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
+    from trainprof.replay import ReplayResult
 
 
-def main(args: argparse.Namespace) -> int:
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
+    replay = commands.add_parser(
+        "replay", help="which rules would have fired on a recorded job, and when"
+    )
+    replay.set_defaults(run=run)
+    replay.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="SageMaker Debugger profiler output directory, or a trainprof "
+        "recording (.jsonl[.gz] file or a directory of them)",
+    )
+    replay.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="rule configuration, as for `rules compile` (default: "
+        "ProfilerReport with SageMaker's defaults)",
+    )
+    replay.add_argument(
+        "--scrape-interval",
+        type=duration,
+        default=15.0,
+        metavar="DURATION",
+        help="scrape interval to replay at (default: 15s)",
+    )
+    replay.add_argument(
+        "--datapoint-interval",
+        type=duration,
+        metavar="DURATION",
+        help="what one datapoint lasts (default: the recording's sampling interval)",
+    )
+    replay.add_argument("--format", choices=("auto", "sagemaker", "trainprof"), default="auto")
+    replay.add_argument(
+        "--job",
+        metavar="NAME",
+        help="training_job label of the replayed series (default: the SageMaker job folder's name)",
+    )
+    replay.add_argument(
+        "--json", metavar="FILE", help="write the verdicts as JSON to FILE, or - for stdout"
+    )
+    return replay
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainprof.promtool import PromtoolError
+    from trainprof.replay import ReplayError, replay
+    from trainprof.rules.config import ConfigError
+
     try:
         result = replay(
             args.source,
@@ -54,7 +105,8 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def print_table(result: ReplayResult, out=sys.stdout) -> None:
+def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
+    out = out or sys.stdout
     minutes = (result.end - result.start) / 60
     print(
         f"Replayed {result.source}\n  {result.nodes} node(s), {result.gpus} GPU(s), "

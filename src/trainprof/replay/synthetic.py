@@ -39,11 +39,19 @@ def values_at(spec: Any, count: int, k: int) -> list[float]:
     return [float(spec)] * count
 
 
+def _start(entry: Mapping[str, Any]) -> float:
+    """An entry's `from`: seconds as a number (this is a test-data helper), or "5m"."""
+    value = entry.get("from", 0)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return parse_duration(value)
+
+
 def segment_at(timeline: list[Mapping[str, Any]], t: float) -> dict[str, Any]:
     """The values in force `t` seconds after the start (later entries win)."""
     current = dict(HEALTHY)
-    for entry in sorted(timeline, key=lambda e: parse_duration(e.get("from", 0))):
-        if parse_duration(entry.get("from", 0)) <= t + 1e-9:
+    for entry in sorted(timeline, key=_start):
+        if _start(entry) <= t + 1e-9:
             current = {**HEALTHY, **{k: v for k, v in entry.items() if k != "from"}}
     return current
 

@@ -18,7 +18,6 @@ from trainprof.report import format as fmt
 from trainprof.report import svg
 from trainprof.report.collect import Collected, Points, Series
 from trainprof.report.queries import signals
-from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import RuleInstance, alerting
 from trainprof.rules.model import Signal
 
@@ -456,7 +455,7 @@ def _rules_section(rows: list[RuleRow]) -> Section:
 
 def _details(c: Collected, rows: list[RuleRow], spans: dict[str, list]) -> list[RuleDetail]:
     scope = Scope(c.config, JOB_VARIABLES)
-    compiled = compile_rules(c.config)
+    compiled = c.compiled
     n = _Numbers(c)
     details = []
     by_name = {i.spec.name: i for i in compiled.alerting}

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
+    from trainprof.report.collect import Collected
 
 
-def add_parser(commands) -> argparse.ArgumentParser:
-    from trainprof.cli import _duration
-
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="a self-contained HTML profiling report of one job",
@@ -24,7 +27,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
         "framework metrics, rules summary, the rules that fired) for one job, as "
         "a single HTML file that needs no network to view.",
     )
-    source = report.add_mutually_exclusive_group(required=True)
+    report.set_defaults(run=run)
+    source = report.add_mutually_exclusive_group()
     source.add_argument(
         "--prometheus",
         metavar="URL",
@@ -62,10 +66,19 @@ def add_parser(commands) -> argparse.ArgumentParser:
     )
     report.add_argument(
         "--scrape-interval",
-        type=_duration,
+        type=duration,
         metavar="DURATION",
         help="scrape interval (replay: to replay at, default 15s; "
         "Prometheus: the server's, default the configuration's)",
+    )
+    report.add_argument(
+        "--trace",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="TRACE",
+        help="PyTorch profiler (Kineto) traces, one per rank (.json or .json.gz): adds the "
+        "GPU kernels section; alone, the report has only that section",
     )
     report.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="HTML file to write, or - for stdout"
@@ -73,12 +86,23 @@ def add_parser(commands) -> argparse.ArgumentParser:
     return report
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from trainprof.promtool import PromtoolError
     from trainprof.replay import ReplayError
-    from trainprof.report import ReportError, build, from_prometheus, from_replay, render
+    from trainprof.report import ReportError, build, from_replay, render
     from trainprof.rules.config import ConfigError
 
+    if args.replay is None and args.prometheus is None and not args.trace:
+        print("error: give --prometheus URL, --replay SOURCE or --trace TRACE...", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    kernels, trace_errors = _kernel_section(args.trace)
+    for error in trace_errors:
+        print(f"error: {error} (skipped)", file=sys.stderr)
+    if args.trace and kernels is None:
+        return EXIT_BAD_INPUT
+    if args.replay is None and args.prometheus is None:
+        text = render(_trace_only_report(args, kernels))
+        return _write(args, text, "GPU kernels only", EXIT_BAD_INPUT if trace_errors else 0)
     try:
         if args.replay is not None:
             collected = from_replay(
@@ -88,7 +112,7 @@ def main(args: argparse.Namespace) -> int:
                 training_job=args.job,
             )
         else:
-            collected = _from_prometheus(args, from_prometheus)
+            collected = _from_prometheus(args)
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -100,27 +124,70 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     for note in collected.notes:
         print(f"note: {note}", file=sys.stderr)
-    text = render(build(collected))
+    report = build(collected)
+    if kernels is not None:
+        report.sections.insert(len(report.sections) - 1, kernels)
+    fired = sum(1 for v in collected.verdicts.values() if v.fired)
+    return _write(
+        args,
+        render(report),
+        f"{collected.training_job}, {fired} of {len(collected.verdicts)} rules fired",
+        EXIT_BAD_INPUT if trace_errors else 0,
+    )
+
+
+def _write(args: argparse.Namespace, text: str, what: str, code: int) -> int:
     if args.output == "-":
         sys.stdout.write(text)
-        return 0
+        return code
     try:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
         print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
-    fired = sum(1 for v in collected.verdicts.values() if v.fired)
-    print(
-        f"wrote {args.output} ({len(text) // 1024} KiB): {collected.training_job}, "
-        f"{fired} of {len(collected.verdicts)} rules fired",
-        file=sys.stderr,
+    print(f"wrote {args.output} ({len(text) // 1024} KiB): {what}", file=sys.stderr)
+    return code
+
+
+def _kernel_section(paths: list[str]):
+    """The GPU kernels section from the readable traces (None if none), and the errors."""
+    if not paths:
+        return None, []
+    from trainprof.report.kernels import kernel_section
+    from trainprof.trace.cli import load_traces
+    from trainprof.trace.summary import summarize_all
+
+    traces, errors = load_traces(paths)
+    if not traces:
+        return None, errors
+    notes = [f"Skipped unreadable trace: {e}." for e in errors]
+    return kernel_section(summarize_all(traces)["ranks"], notes), errors
+
+
+def _trace_only_report(args: argparse.Namespace, kernels):
+    import os
+
+    from trainprof import __version__
+    from trainprof.report.build import Report
+
+    end = max(os.path.getmtime(p) for p in args.trace if os.path.exists(p))
+    return Report(
+        training_job=args.job or os.path.basename(args.trace[0]),
+        source="PyTorch profiler traces",
+        start=end,
+        end=end,
+        generator=f"trainprof {__version__}",
+        sections=[kernels],
+        rules=[],
+        timeline=None,
+        details=[],
+        notes=[],
     )
-    return 0
 
 
-def _from_prometheus(args, from_prometheus):
-    from trainprof.report import ReportError
+def _from_prometheus(args: argparse.Namespace) -> Collected:
+    from trainprof.report import ReportError, from_prometheus
     from trainprof.report.collect import parse_time
     from trainprof.rules.files import read_config
 

@@ -14,10 +14,12 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from trainprof.dashboards.queries import PRESENCE
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, resolved
+from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
 
@@ -42,11 +44,15 @@ class Collected:
     start: float
     end: float
     step: float
-    config: RulesConfig
+    compiled: Compiled  # the rules the job was watched with, compiled once for the report
     queries: dict[str, ReportQuery]
     results: dict[str, Series]
     verdicts: dict[str, Verdict]
     notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def config(self) -> RulesConfig:
+        return self.compiled.config
 
 
 # --- replay ----------------------------------------------------------------------------------
@@ -63,9 +69,9 @@ def from_replay(
     rules and evaluate the report's queries over it with promtool."""
     asked: dict[str, ReportQuery] = {}
 
-    def build(config: RulesConfig, job: str, seconds: float) -> dict[str, Query]:
-        step = query_step(seconds, config.scrape_interval, POINTS)
-        asked.update(resolved(config, job, None, seconds, step))
+    def build(compiled: Compiled, job: str, seconds: float) -> dict[str, Query]:
+        step = query_step(seconds, compiled.config.scrape_interval, POINTS)
+        asked.update(resolved(compiled, job, None, seconds, step))
         return {name: Query(q.expr, q.over_time) for name, q in asked.items()}
 
     result = replay(
@@ -96,7 +102,7 @@ def from_replay(
         start=result.start,
         end=result.end,
         step=query_step(seconds, result.scrape_interval, POINTS),
-        config=result.config,
+        compiled=result.compiled,
         queries=asked,
         results=results,
         verdicts={
@@ -121,7 +127,8 @@ class Prometheus:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _get(self, path: str, params: dict[str, str]) -> dict:
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        """The `data` of Prometheus' answer: a dict for queries, a list for label values."""
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
@@ -270,7 +277,8 @@ def from_prometheus(
     if _extreme(api, "max", presence, end - start, end) is None:
         raise ReportError(_no_such_job(api, training_job, namespace, "in that time range"))
 
-    queries = resolved(config, training_job, namespace, end - start, step)
+    compiled = compile_rules(config)
+    queries = resolved(compiled, training_job, namespace, end - start, step)
     results: dict[str, Series] = {}
     for name, q in queries.items():
         results[name] = (
@@ -283,7 +291,7 @@ def from_prometheus(
         start=start,
         end=end,
         step=step,
-        config=config,
+        compiled=compiled,
         queries=queries,
         results=results,
         verdicts=verdicts,

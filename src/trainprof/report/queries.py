@@ -1,6 +1,6 @@
 """The report's queries: the job dashboard's, with the dashboard variables set to one job.
 
->>> qs = report_queries(default_config())
+>>> qs = report_queries(compile_rules(default_config()))
 >>> qs["system.gpu"].over_time, qs["system.p95"].over_time
 (True, False)
 """
@@ -13,8 +13,8 @@ from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
 from trainprof.durations import format_duration
-from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules
-from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
+from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules  # noqa: F401
+from trainprof.rules.config import RuleInstance, default_config  # noqa: F401
 from trainprof.rules.model import Signal
 
 
@@ -33,11 +33,11 @@ def signals(compiled: Compiled, instance: RuleInstance, scope: Scope) -> tuple[S
         return ()
 
 
-def report_queries(config: RulesConfig, compiled: Compiled | None = None) -> dict[str, ReportQuery]:
+def report_queries(compiled: Compiled) -> dict[str, ReportQuery]:
     """Every query of the report. Those reading OverallSystemUsage's or
     OverallFrameworkMetrics' recordings are left out when the configuration leaves the rule
     out: nothing records them then."""
-    compiled = compiled or compile_rules(config)
+    config = compiled.config
     scope = Scope(config, JOB_VARIABLES)
     q: dict[str, ReportQuery] = {
         "summary.start": ReportQuery(x.start_ms(scope)),
@@ -128,7 +128,7 @@ def grafana_builtins(seconds: float, step: float, scrape_interval: float) -> dic
 
 
 def resolved(
-    config: RulesConfig, training_job: str, namespace: str | None, seconds: float, step: float
+    compiled: Compiled, training_job: str, namespace: str | None, seconds: float, step: float
 ) -> dict[str, ReportQuery]:
     """The report's queries for one job, variables replaced."""
     values = {
@@ -138,8 +138,8 @@ def resolved(
         "gpu": None,
         "rank": None,
     }
-    builtins = grafana_builtins(seconds, step, config.scrape_interval)
+    builtins = grafana_builtins(seconds, step, compiled.config.scrape_interval)
     return {
         name: dataclasses.replace(rq, expr=interpolate(rq.expr, values, builtins))
-        for name, rq in report_queries(config).items()
+        for name, rq in report_queries(compiled).items()
     }

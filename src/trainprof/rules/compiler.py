@@ -35,6 +35,7 @@ from trainprof.names import (
     alert_name,
     group_name,
 )
+from trainprof.rules import attribution
 from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
 from trainprof.rules.model import (
     INPUTS,
@@ -227,7 +228,11 @@ def _state_rules(compiled: list[CompiledRule]) -> list[dict[str, Any]]:
 def _inline(expr: str, recordings: dict[str, str]) -> str:
     for name, body in recordings.items():
         pattern = re.compile(rf"(?<![\w:]){re.escape(name)}(?![\w:{{])")
-        expr = pattern.sub(lambda _, body=body: f"({body})", expr)
+
+        def parenthesised(_: re.Match[str], body: str = body) -> str:
+            return f"({body})"
+
+        expr = pattern.sub(parenthesised, expr)
     return expr
 
 
@@ -242,6 +247,7 @@ def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) 
         matchers=config.job_selector,
         where=instance.where,
         warnings=warnings,
+        given=instance.given,
     )
 
 
@@ -260,7 +266,10 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
         + "?var-training_job={{ $labels.training_job | urlquery }}"
         "&var-namespace={{ $labels.namespace | urlquery }}"
     )
-    out: dict[str, Any] = {"alert": alert_name(spec.name), "expr": alert.expr}
+    expr = alert.expr
+    if alert.per_gpu and attributes_by_assignment(config):
+        expr = attribution.attribute(expr, config.job_labels, config.job_selector)
+    out: dict[str, Any] = {"alert": alert_name(spec.name), "expr": expr}
     if alert.for_seconds:
         out["for"] = format_duration(alert.for_seconds)
     out["labels"] = {
@@ -277,6 +286,32 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
         "dashboard_url": dashboard,
     }
     return out
+
+
+def attributes_by_assignment(config: RulesConfig) -> bool:
+    """Whether per-GPU alerts take their job from the ranks' GPU assignment (a node-wide
+    exporter) rather than from the exporter's own labels; `auto` means the latter."""
+    return config.gpu_attribution == "assignment"
+
+
+def _shared_gpu_check(config: RulesConfig, compiled: list[CompiledRule]) -> dict[str, Any] | None:
+    """With attribution by assignment: a GPU several jobs hold belongs to none of them."""
+    rules = [c.name for c in compiled if any(a.per_gpu for a in c.output.alerts)]
+    if not (rules and attributes_by_assignment(config)):
+        return None
+    check = HealthCheck(
+        attribution.SHARED_ALERT,
+        attribution.shared_expr(config.job_labels, config.job_selector),
+        summary="A GPU is used by several jobs at once; its GPU rules are off.",
+        description=(
+            "GPU {{ $labels.uuid }} is held by {{ $value }} jobs at once (time-slicing, MPS "
+            "or MIG): its utilization and memory belong to no single job, so "
+            + ", ".join(rules)
+            + " leave it out. Give each job its own GPU (or MIG instance with its own UUID) "
+            "to have them judged."
+        ),
+    )
+    return _health_alert(check, affects=",".join(rules))
 
 
 def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dict[str, Any]]:
@@ -308,6 +343,9 @@ def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dic
         if c.instance.spec.health is not None:
             for check in c.instance.spec.health(c.build):
                 rules.append(_health_alert(check, affects=c.name))
+    shared = _shared_gpu_check(config, compiled)
+    if shared:
+        rules.append(shared)
     return rules
 
 

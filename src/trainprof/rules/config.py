@@ -5,6 +5,7 @@ Accepted shapes (YAML or JSON):
     datapoint_interval: 0.5s          # what one SageMaker datapoint lasts
     scrape_interval: 15s              # how often Prometheus scrapes the exporters
     patience_mode: auto               # auto | for | warmup
+    gpu_attribution: auto             # auto (= exporter) | exporter | assignment
     job_labels: [namespace, training_job]
     job_selector: {namespace: team-a, training_job: {regex: "bert-.*"}}
     links: {runbook_url: https://..., grafana_url: https://grafana.example.com}
@@ -24,7 +25,6 @@ each with its path and the nearest valid name.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -32,7 +32,19 @@ from typing import Any
 from trainprof.durations import parse_duration
 from trainprof.rules import catalog
 from trainprof.rules.model import PATIENCE_MODES, SEVERITIES, RuleSpec
+from trainprof.rules.params import COUNT, MICROS, MINUTES, PERCENT
 from trainprof.rules.promql import LABEL_NAME, Matcher
+from trainprof.validation import (
+    ConfigError,
+    Problem,  # noqa: F401  (re-exported: rule configuration errors are ConfigError)
+    Problems,
+    check_deep,
+    describe,
+    nearest,
+    regex_problem,
+    short,
+    template_problem,
+)
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainprof/trainprof/blob/main/docs/rules.md"
 DEFAULT_GRAFANA_URL = "http://localhost:3000"
@@ -40,37 +52,36 @@ _TOP_KEYS = (
     "datapoint_interval",
     "scrape_interval",
     "patience_mode",
+    "gpu_attribution",
     "job_labels",
     "job_selector",
     "links",
     "rules",
     "ProfilerRuleConfigurations",
 )
+GPU_ATTRIBUTIONS = ("auto", "exporter", "assignment")
 _ENTRY_KEYS = ("rule", "parameters", "severity", "patience_mode", "name")
+# What a DescribeTrainingJob response holds in the parts trainprof reads (the AWS API's
+# spelling), so a typo is reported instead of silently losing the value.
+_PROFILER_CONFIG_KEYS = (
+    "S3OutputPath",
+    "ProfilingIntervalInMilliseconds",
+    "ProfilingParameters",
+    "DisableProfiler",
+)
+_API_RULE_KEYS = (
+    "RuleConfigurationName",
+    "LocalPath",
+    "S3OutputPath",
+    "RuleEvaluatorImage",
+    "InstanceType",
+    "VolumeSizeInGB",
+    "RuleParameters",
+)
+# Prometheus durations overflow at about 292 years; nothing a rule waits for is near this.
+MAX_SPAN_SECONDS = 10 * 365 * 86400
 _SELECTOR_OPS = {"regex": "=~", "not": "!=", "not_regex": "!~"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-
-class ConfigError(Exception):
-    """One or more problems in a rule configuration; str() lists all of them."""
-
-    def __init__(self, problems: list[Problem], source: str = "configuration"):
-        self.problems = problems
-        self.source = source
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        n = len(self.problems)
-        head = f"{self.source}: {n} problem{'s' if n != 1 else ''}"
-        return head + "".join(f"\n  {p}" for p in self.problems)
+_URL = re.compile(r"^https?://\S+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +91,9 @@ class RuleInstance:
     severity: str
     patience_mode: str  # for | warmup
     where: str  # config path of a parameter: where.format(param="window")
+    # The parameters the configuration set: only these are warned about (a default that
+    # trainprof adjusts is documented, not repeated at every compile).
+    given: frozenset[str] = frozenset()
 
     @property
     def evaluation_interval(self) -> float:
@@ -104,6 +118,9 @@ class RulesConfig:
     datapoint_interval: float = 0.5
     scrape_interval: float = 15.0
     patience_mode: str = "auto"
+    # Where a GPU's job comes from: the exporter's own training_job label (exporter; auto)
+    # or the ranks' trainprof_gpu_assignment_info (assignment: a node-wide DaemonSet).
+    gpu_attribution: str = "auto"
     job_labels: tuple[str, ...] = ("namespace", "training_job")
     job_selector: tuple[Matcher, ...] = ()
     runbook_url: str = DEFAULT_RUNBOOK_URL
@@ -119,23 +136,12 @@ def alerting(config: RulesConfig) -> tuple[RuleInstance, ...]:
     return tuple(i for i in config.rules if i.spec.alerting)
 
 
-def nearest(name: str, candidates) -> str:
-    """' (did you mean X?)' for the closest candidate, or ''."""
-    candidates = list(candidates)
-    folded = {c.lower(): c for c in candidates}
-    if name.lower() in folded:
-        return f" (did you mean {folded[name.lower()]}?)"
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+_Parsed = tuple[dict[str, Any], frozenset[str]]  # a rule's values, and the names set
 
 
-class _Loader:
-    def __init__(self):
-        self.problems: list[Problem] = []
-        self.warnings: list[str] = []
-
+class _Loader(Problems):
     def problem(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
+        self.add(path, message)
 
     # --- top level ---------------------------------------------------------------------
 
@@ -145,36 +151,28 @@ class _Loader:
         if isinstance(data, list):
             data = {"rules": data}
         if not isinstance(data, Mapping):
-            self.problem("", f"expected a mapping with a `rules` list, got {_kind(data)}")
+            self.problem("", f"expected a mapping with a `rules` list, got {describe(data)}")
             return None
         if "ProfilerRuleConfigurations" in data:
             data = self.describe_training_job(data)
-        for key in data:
-            if key not in _TOP_KEYS:
-                self.problem(
-                    str(key),
-                    "unknown key"
-                    + nearest(str(key), _TOP_KEYS)
-                    + f"; valid keys: {', '.join(_TOP_KEYS)}",
-                )
+        self.unknown_keys(data, "", _TOP_KEYS)
 
         datapoint = self.duration(data, "datapoint_interval", 0.5, maximum=3600)
         scrape = self.duration(data, "scrape_interval", 15.0, maximum=3600)
         if scrape_interval is not None:
             scrape = scrape_interval
         mode = data.get("patience_mode", "auto")
-        if mode not in PATIENCE_MODES:
-            self.problem(
-                "patience_mode",
-                f"{mode!r} is not one of {', '.join(PATIENCE_MODES)}"
-                + nearest(str(mode), PATIENCE_MODES),
-            )
+        if not self.one_of("patience_mode", mode, PATIENCE_MODES):
+            mode = "auto"
+        attribution = data.get("gpu_attribution", "auto")
+        self.one_of("gpu_attribution", attribution, GPU_ATTRIBUTIONS)
         job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
 
         entries = self.entries(data)
-        rules = self.resolve(entries, mode if mode in PATIENCE_MODES else "auto")
+        rules = self.resolve(entries, mode)
+        self.check_spans(rules, datapoint)
         if self.problems:
             return None
         return RulesConfig(
@@ -182,6 +180,7 @@ class _Loader:
             datapoint_interval=datapoint,
             scrape_interval=scrape,
             patience_mode=mode,
+            gpu_attribution=attribution,
             job_labels=job_labels,
             job_selector=selector,
             runbook_url=runbook,
@@ -194,13 +193,20 @@ class _Loader:
         sampling interval of its ProfilerConfig; the job's other fields are not ours."""
         kept = {k: v for k, v in data.items() if k in _TOP_KEYS}
         profiler = data.get("ProfilerConfig")
-        millis = (
-            profiler.get("ProfilingIntervalInMilliseconds")
-            if isinstance(profiler, Mapping)
-            else None
-        )
+        millis = None
+        if isinstance(profiler, Mapping):
+            self.unknown_keys(profiler, "ProfilerConfig", _PROFILER_CONFIG_KEYS)
+            millis = profiler.get("ProfilingIntervalInMilliseconds")
+        elif profiler is not None:
+            self.problem("ProfilerConfig", f"expected a mapping, got {describe(profiler)}")
         if millis is not None and "datapoint_interval" not in kept:
-            kept["datapoint_interval"] = f"{millis}ms"
+            if isinstance(millis, bool) or not isinstance(millis, (int, float, str)):
+                self.problem(
+                    "ProfilerConfig.ProfilingIntervalInMilliseconds",
+                    f"expected a number of milliseconds, got {describe(millis)}",
+                )
+            else:
+                kept["datapoint_interval"] = f"{millis}ms"
         return kept
 
     def duration(self, data, key, default, maximum):
@@ -218,22 +224,38 @@ class _Loader:
 
     def labels(self, value) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            self.problem("job_labels", f"expected a list of label names, got {_kind(value)}")
+            self.problem("job_labels", f"expected a list of label names, got {describe(value)}")
             return ("namespace", "training_job")
+        if not value:
+            self.problem(
+                "job_labels",
+                "empty: name at least one label that tells jobs apart (e.g. [training_job])",
+            )
         for i, name in enumerate(value):
             if not LABEL_NAME.match(name):
-                self.problem(f"job_labels[{i}]", f"{name!r} is not a valid label name")
+                self.problem(f"job_labels[{i}]", f"{short(name)} is not a valid label name")
+            elif name.startswith("__"):
+                self.problem(
+                    f"job_labels[{i}]", f"{name!r}: names starting with __ are Prometheus's own"
+                )
+            elif name in value[:i]:
+                self.problem(f"job_labels[{i}]", f"{name!r} is listed twice")
         return tuple(value)
 
     def selector(self, value) -> tuple[Matcher, ...]:
         if not isinstance(value, Mapping):
-            self.problem("job_selector", f"expected a mapping of label: value, got {_kind(value)}")
+            self.problem(
+                "job_selector", f"expected a mapping of label: value, got {describe(value)}"
+            )
             return ()
         matchers = []
         for label, spec in value.items():
             path = f"job_selector.{label}"
             if not isinstance(label, str) or not LABEL_NAME.match(label):
-                self.problem(path, f"{label!r} is not a valid label name")
+                self.problem(path, f"{short(label)} is not a valid label name")
+                continue
+            if label.startswith("__"):
+                self.problem(path, f"{label!r}: names starting with __ are Prometheus's own")
                 continue
             if isinstance(spec, Mapping):
                 if len(spec) != 1 or next(iter(spec)) not in _SELECTOR_OPS:
@@ -248,14 +270,13 @@ class _Loader:
             else:
                 op, text = "=", spec
             if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-                self.problem(path, f"expected a string, got {_kind(text)}")
+                self.problem(path, f"expected a string, got {describe(text)}")
                 continue
             text = str(text)
             if "~" in op:
-                try:
-                    re.compile(text)
-                except re.error as e:
-                    self.problem(path, f"{text!r} is not a valid regular expression: {e}")
+                why = regex_problem(text)
+                if why:
+                    self.problem(path, f"{short(text)} {why}")
                     continue
             matchers.append(Matcher(label, op, text))
         return tuple(sorted(matchers, key=lambda m: (m.label, m.op)))
@@ -263,7 +284,7 @@ class _Loader:
     def links(self, value) -> tuple[str, str]:
         runbook, grafana = DEFAULT_RUNBOOK_URL, DEFAULT_GRAFANA_URL
         if not isinstance(value, Mapping):
-            self.problem("links", f"expected a mapping, got {_kind(value)}")
+            self.problem("links", f"expected a mapping, got {describe(value)}")
             return runbook, grafana
         for key, url in value.items():
             if key not in ("runbook_url", "grafana_url"):
@@ -271,8 +292,10 @@ class _Loader:
                     f"links.{key}",
                     "unknown key" + nearest(str(key), ("runbook_url", "grafana_url")),
                 )
-            elif not isinstance(url, str) or not re.match(r"^https?://\S+$", url):
-                self.problem(f"links.{key}", f"{url!r} is not an http(s) URL")
+            elif isinstance(url, str) and (why := template_problem(url)):
+                self.problem(f"links.{key}", why)
+            elif not isinstance(url, str) or not _URL.match(url):
+                self.problem(f"links.{key}", f"{short(url)} is not an http(s) URL")
             elif key == "runbook_url":
                 runbook = url
             else:
@@ -287,7 +310,7 @@ class _Loader:
         if "ProfilerRuleConfigurations" in data:
             raw = data["ProfilerRuleConfigurations"]
             if not isinstance(raw, list):
-                self.problem("ProfilerRuleConfigurations", f"expected a list, got {_kind(raw)}")
+                self.problem("ProfilerRuleConfigurations", f"expected a list, got {describe(raw)}")
             else:
                 for i, item in enumerate(raw):
                     out += self.api_entry(f"ProfilerRuleConfigurations[{i}]", item)
@@ -298,14 +321,14 @@ class _Loader:
                 if params is None:
                     params = {}
                 if not isinstance(params, Mapping):
-                    self.problem(path, f"expected a mapping of parameters, got {_kind(params)}")
+                    self.problem(path, f"expected a mapping of parameters, got {describe(params)}")
                     continue
                 out.append((path, str(name), dict(params), {}))
         elif isinstance(rules, list):
             for i, item in enumerate(rules):
                 out += self.list_entry(f"rules[{i}]", item)
         else:
-            self.problem("rules", f"expected a list or a mapping of rules, got {_kind(rules)}")
+            self.problem("rules", f"expected a list or a mapping of rules, got {describe(rules)}")
         if not out and not self.problems:
             self.problem("rules", "no rules configured")
         return out
@@ -314,7 +337,7 @@ class _Loader:
         if isinstance(item, str):
             return [(path, item, {}, {})]
         if not isinstance(item, Mapping):
-            self.problem(path, f"expected a mapping with a `rule` key, got {_kind(item)}")
+            self.problem(path, f"expected a mapping with a `rule` key, got {describe(item)}")
             return []
         if "RuleParameters" in item:
             return self.api_entry(path, item)
@@ -331,25 +354,21 @@ class _Loader:
             return []
         params = item.get("parameters") or {}
         if not isinstance(params, Mapping):
-            self.problem(f"{path}.parameters", f"expected a mapping, got {_kind(params)}")
+            self.problem(f"{path}.parameters", f"expected a mapping, got {describe(params)}")
             params = {}
         options = {}
         for key, valid in (("severity", SEVERITIES), ("patience_mode", PATIENCE_MODES)):
             if key not in item:
                 continue
-            if item[key] in valid:
+            if self.one_of(f"{path}.{key}", item[key], valid):
                 options[key] = item[key]
-            else:
-                self.problem(
-                    f"{path}.{key}",
-                    f"{item[key]!r} is not one of {', '.join(valid)}"
-                    + nearest(str(item[key]), valid),
-                )
         return [(path, str(item["rule"]), dict(params), options)]
 
     def api_entry(self, path, item):
         """An entry of DescribeTrainingJob's ProfilerRuleConfigurations."""
         params = item.get("RuleParameters") if isinstance(item, Mapping) else None
+        if isinstance(item, Mapping) and path.startswith("ProfilerRuleConfigurations"):
+            self.unknown_keys(item, path, _API_RULE_KEYS)
         if not isinstance(params, Mapping) or "rule_to_invoke" not in params:
             self.problem(path, "expected RuleParameters with a rule_to_invoke")
             return []
@@ -359,8 +378,8 @@ class _Loader:
     # --- resolution --------------------------------------------------------------------
 
     def resolve(self, entries, default_mode) -> tuple[RuleInstance, ...]:
-        report: dict[str, tuple[str, dict, dict]] = {}  # from ProfilerReport
-        explicit: dict[str, tuple[str, dict, dict]] = {}
+        report: dict[str, tuple[str, _Parsed, dict]] = {}  # from ProfilerReport
+        explicit: dict[str, tuple[str, _Parsed, dict]] = {}
         for path, name, params, options in entries:
             params.pop("rule_to_invoke", None)
             if name.lower() == catalog.PROFILER_REPORT.lower():
@@ -400,9 +419,9 @@ class _Loader:
             instances.append(self.instance(path, spec, values, options, default_mode))
         return tuple(instances)
 
-    def report_params(self, path, params) -> dict[str, tuple[str, dict]]:
+    def report_params(self, path, params) -> dict[str, tuple[str, _Parsed]]:
         """Split ProfilerReport's `<Rule>_<param>` overrides onto every catalog rule."""
-        per_rule = {spec.name: {} for spec in catalog.CATALOG}
+        per_rule: dict[str, dict[str, tuple[Any, str]]] = {s.name: {} for s in catalog.CATALOG}
         scan = None
         for key, value in params.items():
             key = str(key)
@@ -430,12 +449,14 @@ class _Loader:
             given = per_rule[spec.name]
             if scan is not None and "scan_interval_us" not in given:
                 given["scan_interval_us"] = (scan, f"{path}.parameters.scan_interval_us")
-            values = self.parse_values(spec, given)
-            out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", values)
+            parsed = self.parse_values(spec, given)
+            out[spec.name] = (f"{path}.parameters.{spec.name}_{{param}}", parsed)
         return out
 
-    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> dict:
+    def parse_values(self, spec: RuleSpec, given: dict[str, tuple[Any, str]]) -> _Parsed:
+        """(every parameter's value, the names the configuration set)."""
         values = spec.defaults()
+        written = set()
         names = [p.name for p in spec.params]
         for key, (raw, where) in given.items():
             match = next((n for n in names if n.lower() == key.lower()), None)
@@ -447,11 +468,46 @@ class _Loader:
                     + f"; parameters: {', '.join(names)}",
                 )
                 continue
+            kind = spec.param(match).kind
             try:
-                values[match] = spec.param(match).kind.parse(raw)
+                values[match] = kind.parse(raw)
             except ValueError as e:
                 self.problem(where, str(e))
-        return values
+                continue
+            written.add(match)
+            if kind is PERCENT and 0 < values[match] < 1:
+                self.warn(
+                    where,
+                    f"{short(raw)} is read as {values[match]:g} %, not "
+                    f"{values[match] * 100:g} %; percentages are 0 to 100 (if you meant "
+                    f"{values[match] * 100:g} %, write {values[match] * 100:g})",
+                )
+        return values, frozenset(written)
+
+    def check_spans(self, rules: tuple[RuleInstance, ...], datapoint: float) -> None:
+        """Windows and intervals Prometheus can still write as a duration."""
+        for instance in rules:
+            for param in instance.spec.params:
+                value = instance.values.get(param.name)
+                if param.kind is COUNT and value is not None:
+                    seconds, what = value * datapoint, f"{value} datapoints x {datapoint:g}s"
+                elif param.kind is MICROS and value is not None:
+                    seconds, what = value / 1e6, f"{value} microseconds"
+                elif param.kind is MINUTES and value is not None:
+                    seconds, what = value * 60, f"{value:g} minutes"
+                    if seconds < 1:
+                        self.problem(
+                            instance.where.format(param=param.name),
+                            f"{what} is less than a second; write at least 0.0167 (1 s)",
+                        )
+                        continue
+                else:
+                    continue
+                if seconds > MAX_SPAN_SECONDS:
+                    self.problem(
+                        instance.where.format(param=param.name),
+                        f"{what} lasts more than 10 years; Prometheus cannot wait that long",
+                    )
 
     def unknown_rule(self, path, name):
         if name in catalog.NOT_IMPLEMENTED:
@@ -462,25 +518,20 @@ class _Loader:
             path, f"unknown rule {name!r}" + nearest(name, valid) + f"; rules: {', '.join(valid)}"
         )
 
-    def instance(self, where, spec, values, options, default_mode) -> RuleInstance:
+    def instance(self, where, spec, parsed, options, default_mode) -> RuleInstance:
+        values, given = parsed
         mode = options.get("patience_mode", default_mode)
         if mode == "auto":
             mode = spec.patience_auto
-        return RuleInstance(spec, values, options.get("severity", spec.severity), mode, where)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return {dict: "a mapping", list: "a list", str: f"the string {value!r}", bool: f"{value}"}.get(
-        type(value), f"{type(value).__name__} {value!r}"
-    )
+        severity = options.get("severity", spec.severity)
+        return RuleInstance(spec, values, severity, mode, where, given)
 
 
 def load_config(
     data: Any, source: str = "configuration", scrape_interval: float | None = None
 ) -> RulesConfig:
     """Check and resolve a parsed configuration; raises ConfigError listing every problem."""
+    check_deep(data, source)
     loader = _Loader()
     config = loader.load(data, scrape_interval)
     if config is None:

@@ -7,11 +7,16 @@ import sys
 from typing import Any
 
 from trainprof.rules import sdk
-from trainprof.rules.compiler import Compiled, compile_rules
-from trainprof.rules.config import ConfigError, Problem, RulesConfig, default_config, load_config
+from trainprof.rules.compiler import Compiled
+from trainprof.rules.config import RulesConfig, load_config
+from trainprof.validation import ConfigError, Problem, parse_yaml, read_text
 
-FORMATS = ("rules", "prometheusrule")
-OUTPUT_NAMES = {"rules": "trainprof.rules.yaml", "prometheusrule": "trainprof.prometheusrule.yaml"}
+FORMATS = ("rules", "prometheusrule", "helm-values")
+OUTPUT_NAMES = {
+    "rules": "trainprof.rules.yaml",
+    "prometheusrule": "trainprof.prometheusrule.yaml",
+    "helm-values": "trainprof.values.yaml",
+}
 
 
 def read_config(
@@ -26,15 +31,16 @@ def read_config(
         source = "defaults"
     else:
         source = "<stdin>" if path == "-" else path
-        try:
-            text = sys.stdin.read() if path == "-" else _read(path)
-        except OSError as e:
-            raise ConfigError([Problem("", f"cannot read: {e.strerror or e}")], source) from None
-        except UnicodeDecodeError:
-            raise ConfigError(
-                [Problem("", "not a text file (expected UTF-8 YAML, JSON or Python)")], source
-            ) from None
-        data = _parse(text, source, python=path.endswith(".py"))
+        if path == "-":
+            try:
+                text = sys.stdin.read()
+            except UnicodeDecodeError:
+                raise ConfigError([Problem("", "not UTF-8 text")], source) from None
+        else:
+            text = read_text(path, "a text file (expected UTF-8 YAML, JSON or Python)")
+        if path.endswith(".py"):
+            return _read_python(text, source, scrape_interval, datapoint_interval)
+        data = parse_yaml(text, source)
     if datapoint_interval is not None:
         if not isinstance(data, dict):
             data = {"rules": data}
@@ -42,28 +48,25 @@ def read_config(
     return load_config(data, source, scrape_interval)
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
-
-
-def _parse(text: str, source: str, python: bool) -> Any:
-    if python:
-        found = sdk.extract(text, os.path.basename(source))
-        if found.problems:
-            raise ConfigError([Problem(p, m) for p, m in found.problems], source)
-        for w in found.warnings:
-            print(f"warning: {w}", file=sys.stderr)
-        return found.config
-    import yaml
-
+def _read_python(
+    text: str, source: str, scrape_interval: float | None, datapoint_interval: str | None
+) -> RulesConfig:
+    """Pasted SageMaker SDK code; every problem points at its file:line."""
+    filename = os.path.basename(source)
+    found = sdk.extract(text, filename)
+    if found.problems:
+        raise ConfigError([Problem(p, m) for p, m in found.problems], source)
+    for w in found.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    data = found.config
+    if datapoint_interval is not None:
+        data = {**data, "datapoint_interval": datapoint_interval}
+        found.lines.pop("datapoint_interval", None)
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = getattr(e, "problem", None) or str(e)
-        raise ConfigError([Problem(where, f"not valid YAML: {what}")], source) from None
+        return load_config(data, source, scrape_interval)
+    except ConfigError as e:
+        located = [Problem(found.locate(p.path, filename), p.message) for p in e.problems]
+        raise ConfigError(located, source) from None
 
 
 def render(
@@ -78,8 +81,8 @@ def render(
 
     if fmt == "rules":
         return r.to_yaml({"groups": compiled.groups}, generator)
+    if fmt == "helm-values":
+        from trainprof.chart import helm_values
+
+        return helm_values(compiled, generator)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
-
-
-def default_rules_text(fmt: str, generator: str) -> str:
-    return render(compile_rules(default_config()), fmt, generator)

@@ -64,6 +64,9 @@ class Alert:
     description: str  # may use {{ $labels.x }} and {{ $value }}
     for_seconds: float = 0.0
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # One series per GPU (a `uuid` label): with `gpu_attribution: assignment` the compiler
+    # joins it to the job that holds the GPU (trainprof.rules.attribution).
+    per_gpu: bool = False
 
     def __post_init__(self):
         if "{{" in self.summary:
@@ -241,6 +244,7 @@ class Build(Generic[P]):
     matchers: tuple[promql.Matcher, ...]
     where: str  # config path template of a parameter, {param}
     warnings: list[str]
+    given: frozenset[str] = frozenset()  # parameters the configuration set
 
     def path(self, param: str) -> str:
         return self.where.format(param=param)
@@ -272,19 +276,19 @@ class Build(Generic[P]):
         """The range a window of `datapoints` samples lasts, at least two scrape intervals.
 
         Shorter ranges hold fewer than two scrapes, so rate() would return nothing and the
-        rule could never fire: raise them, and say so.
+        rule could never fire: raise them, and say so when the configuration set `param`
+        (a default raised this way is documented with its rule instead).
         """
         seconds = datapoints * self.datapoint_interval
         minimum = 2 * self.scrape_interval
-        if seconds < minimum:
+        if seconds < minimum and param in self.given:
             self.warnings.append(
                 f"{self.path(param)}: {self.rule.name}'s {param} of {datapoints} datapoints "
                 f"x {self.datapoint_interval:g}s "
                 f"= {format_duration(seconds)} is shorter than two scrape intervals; "
                 f"using {format_duration(minimum)} so the range holds at least two scrapes"
             )
-            seconds = minimum
-        return format_duration(seconds)
+        return format_duration(max(seconds, minimum))
 
     def patience(
         self, expr: str, datapoints: int, count: str, matching: str = ""

@@ -33,19 +33,28 @@ from trainprof.metrics import MODES
 
 def _number(value: Any) -> float:
     if isinstance(value, bool) or value is None:
-        raise ValueError(f"{value!r} is not a number")
+        raise ValueError(f"{_short(value)} is not a number")
     if isinstance(value, (int, float)):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the largest float
+            raise ValueError("a number with more than 308 digits is not a finite number") from None
     elif isinstance(value, str):
         try:
             number = float(value.strip())
         except ValueError:
-            raise ValueError(f"{value!r} is not a number") from None
+            raise ValueError(f"{_short(value)} is not a number") from None
     else:
-        raise ValueError(f"{value!r} is not a number")
+        raise ValueError(f"{_short(value)} is not a number")
     if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number")
+        raise ValueError(f"{_short(value)} is not a finite number")
     return number
+
+
+def _short(value: Any) -> str:
+    from trainprof.validation import short
+
+    return short(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +154,7 @@ MINUTES = Kind("minutes", "min", _positive, "minutes")
 MICROS = Kind(
     "microseconds", "us", _micros, "microseconds; becomes the rule group's evaluation interval"
 )
+KERNEL_MICROS = Kind("microseconds", "us", _positive, "microseconds")
 DISTANCE = Kind("distance", "", _distance, "a Jensen-Shannon distance, 0 to 0.83")
 MODE = Kind("mode", "", _mode, "train, eval, predict or global; empty for all modes")
 

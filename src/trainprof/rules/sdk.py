@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 from typing import Any
 
 from trainprof.rules import catalog
+from trainprof.validation import nearest
 
 _PROFILER_RULES = (catalog.PROFILER_REPORT,) + tuple(r.name for r in catalog.CATALOG)
 _ACTIONS = ("ActionList", "StopTraining", "Email", "SMS")
@@ -47,8 +49,6 @@ def _config_factory(name: str):
         if known is not None:
             for key in rule_parameters:
                 if key not in known:
-                    from trainprof.rules.config import nearest
-
                     raise TypeError(
                         f"{name}() got an unexpected parameter {key!r}"
                         + nearest(key, sorted(known))
@@ -136,6 +136,66 @@ class Extracted:
     config: dict[str, Any]
     problems: list[tuple[str, str]]  # (path, message)
     warnings: list[str]
+    # Where each part of `config` was written: "rules[1]" or "datapoint_interval" -> line.
+    lines: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def locate(self, path: str, filename: str) -> str:
+        """`launch.py:7 (rules[1].parameters.window)` for a configuration path."""
+        for prefix, line in self.lines.items():
+            if path == prefix or path.startswith((prefix + ".", prefix + "[")):
+                return f"{filename}:{line} ({path})"
+        return path
+
+
+# SageMaker Debugger's built-in rules that are not profiler rules (training-health and model
+# rules): a pasted script may hold them beside the profiler rules; they are skipped with a
+# warning, while a name in neither list is a mistake.
+DEBUGGER_RULES = (
+    "all_zero",
+    "check_input_images",
+    "class_imbalance",
+    "confusion",
+    "create_xgboost_report",
+    "dead_relu",
+    "exploding_tensor",
+    "feature_importance_overweight",
+    "loss_not_decreasing",
+    "nlp_sequence_ratio",
+    "overfit",
+    "overtraining",
+    "poor_weight_initialization",
+    "saturated_activation",
+    "similar_across_runs",
+    "stalled_training_rule",
+    "tensor_variance",
+    "tree_depth",
+    "unchanged_tensor",
+    "vanishing_gradient",
+    "weight_update_ratio",
+)
+# The keyword arguments of the SDK calls read here; anything else is a typo that would lose
+# the value it carries.
+_SAGEMAKER_ARGS = (
+    "base_config",
+    "name",
+    "container_local_output_path",
+    "s3_output_path",
+    "rule_parameters",
+    "actions",
+    "other_trials_s3_input_paths",
+    "collections_to_save",
+    "instance_type",
+    "volume_size_in_gb",
+)
+_PROFILER_CONFIG_ARGS = (
+    "s3_output_path",
+    "system_monitor_interval_millis",
+    "framework_profile_params",
+    "profile_params",
+    "disable_profiler",
+)
+_RULE_CLASSES = ("ProfilerRule", "Rule")
+_NOT_LITERAL = (ValueError, TypeError, SyntaxError, RecursionError, MemoryError)
 
 
 def _callee(node: ast.AST) -> str | None:
@@ -153,30 +213,50 @@ def _owner(node: ast.AST) -> str | None:
     return None
 
 
+def _unparse(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, ValueError, MemoryError):
+        return "<expression>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def extract(source: str, filename: str = "<source>") -> Extracted:
     """Find SageMaker profiler rule configurations in Python source, without executing it.
 
     Recognises `ProfilerRule.sagemaker(rule_configs.X(...), rule_parameters={...})`,
     `Rule.sagemaker(...)`, bare `rule_configs.X(...)` calls, configs bound to a name first,
-    and `ProfilerConfig(system_monitor_interval_millis=N)`.
+    and `ProfilerConfig(system_monitor_interval_millis=N)`. A rule name that is not a
+    SageMaker rule, or a misspelled keyword of these calls, is a problem at its line.
     """
-    problems: list[tuple[str, str]] = []
-    warnings: list[str] = []
     try:
         tree = ast.parse(source, filename)
     except SyntaxError as e:
-        return Extracted({}, [(f"{filename}:{e.lineno}", f"not valid Python: {e.msg}")], [])
+        where = f"{filename}:{e.lineno}" if e.lineno else filename
+        return Extracted({}, [(where, f"not valid Python: {e.msg.split(' - ')[0]}")], [])
+    except (RecursionError, MemoryError):
+        return Extracted({}, [(filename, "nested too deeply to read")], [])
+    except ValueError as e:  # a NUL byte
+        return Extracted({}, [(filename, f"not valid Python: {e}")], [])
+    return _Extractor(filename).run(tree)
 
-    def where(node: ast.AST) -> str:
-        return f"{filename}:{node.lineno}"
 
-    def literal(node: ast.AST, what: str) -> Any:
+class _Extractor:
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.problems: list[tuple[str, str]] = []
+        self.warnings: list[str] = []
+
+    def where(self, node: ast.AST) -> str:
+        return f"{self.filename}:{getattr(node, 'lineno', 0)}"
+
+    def literal(self, node: ast.AST, what: str) -> Any:
         try:
             return ast.literal_eval(node)
-        except ValueError:
-            problems.append(
+        except _NOT_LITERAL:
+            self.problems.append(
                 (
-                    where(node),
+                    self.where(node),
                     f"{what} must be written as a literal (a number, "
                     "string or dict), not computed; trainprof reads this file "
                     "without running it",
@@ -184,116 +264,180 @@ def extract(source: str, filename: str = "<source>") -> Extracted:
             )
             return None
 
-    def rule_config(call: ast.Call) -> tuple[str, dict] | None:
+    def unknown_keywords(self, call: ast.Call, valid: tuple[str, ...], what: str) -> None:
+        for kw in call.keywords:
+            if kw.arg is not None and kw.arg not in valid:
+                self.problems.append(
+                    (
+                        self.where(kw.value),
+                        f"{what}() has no parameter {kw.arg!r}"
+                        + nearest(kw.arg, valid)
+                        + "; its value would be lost",
+                    )
+                )
+
+    def rule_config(self, call: ast.Call, as_base: bool = False) -> tuple[str, dict] | None:
+        """(rule name, parameters) of a `rule_configs.X(...)` call, or None if it is not one.
+
+        Names that are not profiler rules are kept when they sit where a rule must be
+        (`rule_configs.X` or the base of `.sagemaker`), so the loader names the nearest rule.
+        """
         name = _callee(call.func)
-        if name not in _PROFILER_RULES:
+        if name is None or name in _ACTIONS or name in DEBUGGER_RULES:
+            return None
+        if name not in _PROFILER_RULES and not (as_base or _owner(call.func) == "rule_configs"):
             return None
         params = {}
         for kw in call.keywords:
             if kw.arg is None:
-                value = literal(kw.value, f"**{ast.unparse(kw.value)}")
+                value = self.literal(kw.value, f"**{_unparse(kw.value)}")
                 if isinstance(value, dict):
                     params.update(value)
             else:
-                value = literal(kw.value, f"{name}({kw.arg}=...)")
-                params[kw.arg] = value
+                params[kw.arg] = self.literal(kw.value, f"{name}({kw.arg}=...)")
         if call.args:
-            problems.append((where(call), f"{name}() takes keyword arguments only"))
+            self.problems.append((self.where(call), f"{name}() takes keyword arguments only"))
         return name, params
 
-    bound: dict[str, tuple[str, dict]] = {}
-    used_calls: set[int] = set()
-    found: list[tuple[int, int, dict[str, Any]]] = []
-    datapoint_interval = None
+    def run(self, tree: ast.AST) -> Extracted:
+        bound: dict[str, tuple[str, dict]] = {}
+        used_calls: set[int] = set()
+        found: list[tuple[int, int, dict[str, Any]]] = []
+        datapoint_interval, datapoint_line = None, 0
 
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            cfg = rule_config(node.value)
-            if cfg and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                bound[node.targets[0].id] = cfg
-                used_calls.add(id(node.value))
-                found.append((node.lineno, node.col_offset, {"_bound": node.targets[0].id}))
-
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = _callee(node.func)
-        if name == "ProfilerConfig":
-            for kw in node.keywords:
-                if kw.arg == "system_monitor_interval_millis":
-                    millis = literal(kw.value, "system_monitor_interval_millis")
-                    if isinstance(millis, (int, float)) and not isinstance(millis, bool):
-                        datapoint_interval = f"{millis:g}ms"
-        elif name == "sagemaker" and _owner(node.func) in ("ProfilerRule", "Rule"):
-            base = (
-                node.args[0]
-                if node.args
-                else next((kw.value for kw in node.keywords if kw.arg == "base_config"), None)
-            )
-            cfg = None
-            if isinstance(base, ast.Call):
-                cfg = rule_config(base)
-                used_calls.add(id(base))
-                if cfg is None:
-                    warnings.append(
-                        f"{where(node)}: {ast.unparse(base.func)}() is not a "
-                        "profiler rule; skipped (training-health rules are "
-                        "not implemented yet)"
-                    )
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                if not (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
                     continue
-            elif isinstance(base, ast.Name) and base.id in bound:
-                cfg = bound[base.id]
-            else:
-                problems.append(
-                    (
-                        where(node),
-                        "the rule passed to .sagemaker() must be a "
-                        "rule_configs.<Rule>(...) call or a name bound to one",
-                    )
-                )
-                continue
-            params = dict(cfg[1])
-            for kw in node.keywords:
-                if kw.arg == "rule_parameters":
-                    value = literal(kw.value, "rule_parameters")
-                    if isinstance(value, dict):
-                        params.update(value)
-                elif kw.arg == "actions":
-                    warnings.append(
-                        f"{where(node)}: actions are not compiled into rules; "
-                        "see `trainprof actions` for StopTraining"
-                    )
-            entry = {"rule": cfg[0]}
-            if params:
-                entry["parameters"] = params
-            if isinstance(base, ast.Name):
-                found = [f for f in found if f[2].get("_bound") != base.id]
-            found.append((node.lineno, node.col_offset, entry))
-        elif name in _PROFILER_RULES and id(node) not in used_calls:
-            cfg = rule_config(node)
-            if cfg:
-                entry = {"rule": cfg[0]}
-                if cfg[1]:
-                    entry["parameters"] = cfg[1]
-                found.append((node.lineno, node.col_offset, entry))
+                cfg = self.rule_config(node.value)
+                if cfg:
+                    bound[node.targets[0].id] = cfg
+                    used_calls.add(id(node.value))
+                    found.append((node.lineno, node.col_offset, {"_bound": node.targets[0].id}))
 
-    entries = []
-    for _, _, entry in sorted(found, key=lambda f: (f[0], f[1])):
-        if "_bound" in entry:  # bound to a name but never wrapped: still a rule
-            name, params = bound[entry["_bound"]]
-            entry = {"rule": name, **({"parameters": params} if params else {})}
-        entries.append(entry)
-    config: dict[str, Any] = {}
-    if datapoint_interval:
-        config["datapoint_interval"] = datapoint_interval
-    if entries:
-        config["rules"] = entries
-    elif not problems:
-        problems.append(
-            (
-                filename,
-                "no SageMaker profiler rule configuration found (looked "
-                "for ProfilerRule.sagemaker(rule_configs.<Rule>(...)) calls)",
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name, owner = _callee(node.func), _owner(node.func)
+            if name == "ProfilerConfig":
+                self.unknown_keywords(node, _PROFILER_CONFIG_ARGS, "ProfilerConfig")
+                for kw in node.keywords:
+                    if kw.arg == "system_monitor_interval_millis":
+                        millis = self.literal(kw.value, "system_monitor_interval_millis")
+                        datapoint_interval = _millis(millis)
+                        datapoint_line = node.lineno
+                        if datapoint_interval is None and millis is not None:
+                            self.problems.append(
+                                (
+                                    self.where(kw.value),
+                                    "system_monitor_interval_millis must be a number of "
+                                    "milliseconds",
+                                )
+                            )
+            elif name == "sagemaker" and owner not in _RULE_CLASSES:
+                if owner is not None and nearest(owner, _RULE_CLASSES):
+                    self.problems.append(
+                        (
+                            self.where(node),
+                            f"{_unparse(node.func)}() is not a SageMaker call"
+                            + nearest(owner, _RULE_CLASSES).replace("?)", ".sagemaker?)"),
+                        )
+                    )
+            elif name == "sagemaker":
+                entry = self.sagemaker_call(node, bound, used_calls)
+                if entry is None:
+                    continue
+                base = node.args[0] if node.args else None
+                if isinstance(base, ast.Name):
+                    found = [f for f in found if f[2].get("_bound") != base.id]
+                found.append((node.lineno, node.col_offset, entry))
+            elif id(node) not in used_calls:
+                cfg = self.rule_config(node)
+                if cfg:
+                    entry = {"rule": cfg[0]}
+                    if cfg[1]:
+                        entry["parameters"] = cfg[1]
+                    found.append((node.lineno, node.col_offset, entry))
+
+        entries: list[dict[str, Any]] = []
+        lines: dict[str, int] = {}
+        for line, _, entry in sorted(found, key=lambda f: (f[0], f[1])):
+            if "_bound" in entry:  # bound to a name but never wrapped: still a rule
+                name, params = bound[entry["_bound"]]
+                entry = {"rule": name, **({"parameters": params} if params else {})}
+            lines[f"rules[{len(entries)}]"] = line
+            entries.append(entry)
+        config: dict[str, Any] = {}
+        if datapoint_interval:
+            config["datapoint_interval"] = datapoint_interval
+            lines["datapoint_interval"] = datapoint_line
+        if entries:
+            config["rules"] = entries
+        elif not self.problems:
+            self.problems.append(
+                (
+                    self.filename,
+                    "no SageMaker profiler rule configuration found (looked "
+                    "for ProfilerRule.sagemaker(rule_configs.<Rule>(...)) calls)",
+                )
             )
+        return Extracted(config, self.problems, self.warnings, lines)
+
+    def sagemaker_call(self, node: ast.Call, bound: dict, used_calls: set) -> dict | None:
+        """The entry of `ProfilerRule.sagemaker(...)` / `Rule.sagemaker(...)`, or None."""
+        self.unknown_keywords(node, _SAGEMAKER_ARGS, _unparse(node.func))
+        base = (
+            node.args[0]
+            if node.args
+            else next((kw.value for kw in node.keywords if kw.arg == "base_config"), None)
         )
-    return Extracted(config, problems, warnings)
+        if isinstance(base, ast.Call):
+            cfg = self.rule_config(base, as_base=True)
+            used_calls.add(id(base))
+            if cfg is None:
+                self.warnings.append(
+                    f"{self.where(node)}: {_unparse(base.func)}() is not a "
+                    "profiler rule; skipped (training-health rules are "
+                    "not implemented yet)"
+                )
+                return None
+        elif isinstance(base, ast.Name) and base.id in bound:
+            cfg = bound[base.id]
+        else:
+            self.problems.append(
+                (
+                    self.where(node),
+                    "the rule passed to .sagemaker() must be a "
+                    "rule_configs.<Rule>(...) call or a name bound to one",
+                )
+            )
+            return None
+        params = dict(cfg[1])
+        for kw in node.keywords:
+            if kw.arg == "rule_parameters":
+                value = self.literal(kw.value, "rule_parameters")
+                if isinstance(value, dict):
+                    params.update(value)
+                elif value is not None:
+                    self.problems.append(
+                        (self.where(kw.value), "rule_parameters must be a dict of name: value")
+                    )
+            elif kw.arg == "actions":
+                self.warnings.append(
+                    f"{self.where(node)}: actions are not compiled into rules; "
+                    "see `trainprof actions` for StopTraining"
+                )
+        entry: dict[str, Any] = {"rule": cfg[0]}
+        if params:
+            entry["parameters"] = params
+        return entry
+
+
+def _millis(value: Any) -> str | None:
+    """ "100ms" from 100, or None when `value` is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return f"{float(value):g}ms" if math.isfinite(float(value)) else None
+    except OverflowError:
+        return None

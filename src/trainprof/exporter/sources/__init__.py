@@ -78,7 +78,9 @@ def default_sources(
         from trainprof.exporter.sources.gpu import GpuSource
 
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         sources.append(GpuSource(nvml))
     if "cpu" in enabled:
         from trainprof.exporter.sources.cpu import CpuSource

@@ -29,6 +29,8 @@ class CpuSource:
 
     def read(self, sample: HostSample) -> bool:
         times = psutil.cpu_times(percpu=True)
+        if not times:
+            raise ValueError(f"no per-core lines (cpuN) in {psutil.PROCFS_PATH}/stat")
         previous, self._previous = self._previous, times
         if previous is None or len(previous) != len(times):
             return True

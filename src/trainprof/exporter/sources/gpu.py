@@ -237,14 +237,15 @@ class GpuSource:
         gpu = GpuSample(device.index, device.uuid, name=device.name, driver_version=self._driver)
         utilization = read(device, "utilization", nvml.nvmlDeviceGetUtilizationRates, h)
         if utilization is not None:
-            gpu.utilization = utilization.gpu / 100  # NVML reports percent
+            # NVML reports percent
+            gpu.utilization = self._plausible(device, "utilization", utilization.gpu / 100)
         memory = read(device, "memory", nvml.nvmlDeviceGetMemoryInfo, h)
         if memory is not None:
             gpu.memory_used_bytes = float(memory.used)
             gpu.memory_total_bytes = float(memory.total)
         power = read(device, "power", nvml.nvmlDeviceGetPowerUsage, h)
         if power is not None:
-            gpu.power_watts = power / 1000  # NVML reports mW
+            gpu.power_watts = self._plausible(device, "power", power / 1000)  # NVML: mW
         energy = read(device, "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)
         if energy is not None:
             gpu.energy_joules = energy / 1000  # NVML reports mJ
@@ -260,6 +261,27 @@ class GpuSource:
             for field, value in (read(device, "gpm", device.gpm.read) or {}).items():
                 setattr(gpu, field, value)
         return gpu
+
+    def _plausible(self, device: _Device, field: str, value: float) -> float | None:
+        """A utilization clamped to 0..1, a power that is not negative (else None); a
+        driver reporting an impossible value is said once per GPU and field."""
+        if value != value:  # NaN
+            fixed = None
+        elif field == "utilization":
+            fixed = min(max(value, 0.0), 1.0)
+        else:
+            fixed = value if value >= 0 else None
+        if fixed != value:
+            self._once.start(
+                f"gpu{device.index}-{field}",
+                "GPU %d (%s) reported an impossible %s of %g; %s",
+                device.index,
+                device.uuid,
+                field,
+                value,
+                "clamped to 0..1" if fixed is not None else "left out",
+            )
+        return fixed
 
     def _field(self, device: _Device, field: str, function: Callable[..., Any], *args: Any) -> Any:
         """One NVML reading; None when this GPU does not offer it (asked once, said once)."""

@@ -4,7 +4,7 @@
 SageMaker), with `<Rule>_<parameter>` overrides.
 
 Adding a rule touches one module: write its `RuleSpec` in the family's module (bottleneck,
-gpu, framework, system) and list it in `CATALOG` below. The spec carries everything:
+gpu, framework, system, kernels) and list it in `CATALOG` below. The spec carries everything:
 `parameters` (a frozen dataclass of `params.param` fields), `build` (its recordings and
 alerts), `signals` (what its dashboard row and report section draw, thresholds from the same
 parameters), and, when it needs them, `inputs` (what exporters must count), `health`
@@ -27,6 +27,11 @@ from trainprof.rules.catalog.gpu import (
     LOAD_BALANCING,
     LOW_GPU_UTILIZATION,
 )
+from trainprof.rules.catalog.kernels import (
+    LAUNCH_BOUND_STEPS,
+    MEMCPY_HEAVY_STEPS,
+    NO_REDUCED_PRECISION,
+)
 from trainprof.rules.catalog.system import OVERALL_SYSTEM_USAGE
 from trainprof.rules.model import RuleSpec
 
@@ -39,6 +44,9 @@ CATALOG: tuple[RuleSpec, ...] = (
     LOAD_BALANCING,
     MAX_INITIALIZATION_TIME,
     STEP_OUTLIER,
+    LAUNCH_BOUND_STEPS,
+    MEMCPY_HEAVY_STEPS,
+    NO_REDUCED_PRECISION,
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
 )

@@ -164,6 +164,7 @@ def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
         (p95.recording, p5.recording),
         (
             Alert(
+                per_gpu=True,
                 expr=under,
                 for_seconds=under_for,
                 labels={"reason": "underutilized"},
@@ -174,6 +175,7 @@ def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
                 ),
             ),
             Alert(
+                per_gpu=True,
                 expr=fluct,
                 for_seconds=fluct_for,
                 labels={"reason": "fluctuating"},
@@ -276,6 +278,7 @@ def _batch_size(b: Build[BatchSizeParams]) -> RuleOutput:
         (gpu.recording, memory.recording, cpu.recording),
         (
             Alert(
+                per_gpu=True,
                 expr=expr,
                 for_seconds=for_seconds,
                 summary="The batch size is probably too small.",
@@ -363,6 +366,7 @@ def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
         (mean_record,),
         (
             Alert(
+                per_gpu=True,
                 expr=expr,
                 for_seconds=for_seconds,
                 summary="GPU memory use grew sharply.",
@@ -452,6 +456,7 @@ def _load_balancing(b: Build[LoadBalancingParams]) -> RuleOutput:
         (),
         (
             Alert(
+                per_gpu=True,
                 expr=expr,
                 for_seconds=for_seconds,
                 summary="GPUs of one host carry unequal load.",

@@ -1,0 +1,175 @@
+"""`helm/trainprof/values.schema.json`: what every chart value may be.
+
+Objects are closed (`additionalProperties: false`) wherever the chart owns the keys, so a
+misspelled key fails `helm lint` / `helm install` instead of being silently ignored; the
+Kubernetes pass-through values (tolerations, affinity, securityContext, relabelings ...) are
+open objects that the API server validates. The rule switches are the catalog's rule groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"}
+PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
+LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+OPEN = {"type": "object"}
+LIST = {"type": "array"}
+STRING = {"type": "string"}
+BOOL = {"type": "boolean"}
+
+
+def _closed(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+    if required:
+        out["required"] = required
+    return out
+
+
+def _image() -> dict[str, Any]:
+    return _closed(
+        {
+            "repository": {"type": "string", "minLength": 1},
+            "tag": STRING,
+            "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+        }
+    )
+
+
+def _monitor(extra: dict[str, Any]) -> dict[str, Any]:
+    return _closed(
+        {
+            "enabled": BOOL,
+            "interval": DURATION,
+            "scrapeTimeout": DURATION,
+            "relabelings": LIST,
+            "metricRelabelings": LIST,
+            **extra,
+        }
+    )
+
+
+def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
+    exporter = _closed(
+        {
+            "enabled": BOOL,
+            "image": _image(),
+            "imagePullSecrets": LIST,
+            "port": PORT,
+            "nodeSelector": LABELS,
+            "tolerations": LIST,
+            "affinity": OPEN,
+            "priorityClassName": STRING,
+            "hostProc": {"type": "string", "pattern": "^/"},
+            "hostNetwork": BOOL,
+            "nvidia": _closed({"visibleDevices": STRING, "runtimeClassName": STRING}),
+            "datapointInterval": DURATION,
+            "extraArgs": {"type": "array", "items": STRING},
+            "resources": OPEN,
+            "securityContext": OPEN,
+            "podSecurityContext": OPEN,
+            "podAnnotations": LABELS,
+            "podLabels": LABELS,
+            "updateStrategy": OPEN,
+            "service": _closed(
+                {
+                    "type": {"enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
+                    "annotations": LABELS,
+                }
+            ),
+            "serviceMonitor": _monitor({}),
+        }
+    )
+    ranks = _closed(
+        {
+            "podMonitor": _monitor(
+                {
+                    "selector": OPEN,
+                    "namespaces": {"type": "array", "items": STRING},
+                    "portNamePattern": {"type": "string", "minLength": 1},
+                }
+            )
+        }
+    )
+    rules = _closed(
+        {
+            "enabled": BOOL,
+            "groups": {
+                "type": "array",
+                "items": {"type": "object", "required": ["name", "rules"]},
+            },
+            "rules": _closed({key: BOOL for key in rule_keys}),
+        }
+    )
+    dashboards = _closed(
+        {
+            "enabled": BOOL,
+            "label": {"type": "string", "minLength": 1},
+            "labelValue": STRING,
+            "folderAnnotation": STRING,
+            "folder": STRING,
+            "namespace": STRING,
+        }
+    )
+    alertmanager = _closed(
+        {
+            "enabled": BOOL,
+            "receivers": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+        }
+    )
+    actions = _closed(
+        {
+            "enabled": BOOL,
+            "image": _image(),
+            "port": PORT,
+            "dryRun": BOOL,
+            "kubernetes": _closed(
+                {
+                    "resource": {"enum": action_kinds},
+                    "action": {"enum": ["suspend", "delete"]},
+                    "nameLabel": {"type": "string", "minLength": 1},
+                }
+            ),
+            "allow": _closed(
+                {
+                    "namespaces": {"type": "array", "items": STRING},
+                    "trainingJobs": {"type": "array", "items": STRING},
+                }
+            ),
+            "rules": {"type": "object", "additionalProperties": {"enum": ["stop", "notify"]}},
+            "cooldown": DURATION,
+            "token": STRING,
+            "existingSecret": STRING,
+            "networkPolicy": _closed(
+                {
+                    "enabled": BOOL,
+                    "alertmanagerNamespaceSelector": OPEN,
+                    "alertmanagerPodSelector": OPEN,
+                }
+            ),
+            "resources": OPEN,
+            "securityContext": OPEN,
+            "podSecurityContext": OPEN,
+        }
+    )
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "trainprof chart values. Code generated by make generate. DO NOT EDIT.",
+        **_closed(
+            {
+                "global": OPEN,
+                "commonLabels": LABELS,
+                "monitoring": _closed({"release": STRING, "labels": LABELS}),
+                "exporter": exporter,
+                "ranks": ranks,
+                "prometheusRule": rules,
+                "dashboards": dashboards,
+                "alertmanagerConfig": alertmanager,
+                "actions": actions,
+            }
+        ),
+    }

@@ -1,0 +1,95 @@
+"""Argument types and exit codes every `trainprof` sub-command shares.
+
+A sub-CLI is a module with `add_parser(subparsers)` and `run(args) -> int`; it takes its
+argument types from here, so no sub-CLI reaches into `trainprof.cli` or another sub-CLI.
+
+    >>> duration("4m10s"), label("release=kube-prometheus-stack"), positive_int("3")
+    (250.0, ('release', 'kube-prometheus-stack'), 3)
+    >>> duration("0s")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0s' must be longer than 0s
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # What `ArgumentParser.add_subparsers()` returns; each sub-CLI's `add_parser` takes it.
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "add_rule_config_arguments",
+    "duration",
+    "label",
+    "positive_int",
+]
+
+
+def duration(text: str) -> float:
+    """A DURATION argument (500ms, 15s, 4m10s) in seconds; longer than zero."""
+    from trainprof.durations import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0s")
+    return seconds
+
+
+def label(text: str) -> tuple[str, str]:
+    """A NAME=VALUE argument whose name is a valid Prometheus label name."""
+    from trainprof.rules.promql import LABEL_NAME
+
+    key, sep, value = text.partition("=")
+    if not sep or not LABEL_NAME.match(key):
+        raise argparse.ArgumentTypeError(f"{text!r} is not name=value with a valid label name")
+    return key, value
+
+
+def positive_int(text: str) -> int:
+    """A whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def add_rule_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """-c/--config, --scrape-interval and --datapoint-interval, as every command that reads
+    a rule configuration takes them."""
+    parser.add_argument(
+        "-c",
+        "--config",
+        metavar="FILE",
+        help="rule configuration: YAML, JSON, a DescribeTrainingJob response, "
+        "or Python with SageMaker SDK rule calls; - reads stdin "
+        "(default: ProfilerReport with SageMaker's defaults)",
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        type=duration,
+        metavar="DURATION",
+        help="how often Prometheus scrapes the exporters (default: the "
+        "configuration's scrape_interval, else 15s)",
+    )
+    parser.add_argument(
+        "--datapoint-interval",
+        metavar="DURATION",
+        help="what one SageMaker datapoint lasts (default: the "
+        "configuration's datapoint_interval, else 0.5s)",
+    )

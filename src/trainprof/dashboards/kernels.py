@@ -1,0 +1,193 @@
+"""The job dashboard's "GPU kernels" row: SageMaker Profiler's kernel-level panels from the
+live kernel profile series (`trainprof.start(kernel_profile=...)`, `trainprof_kernel_*`).
+
+Every number is over the dashboard's range and covers the profiled windows only (by default
+20 steps every 10 minutes), so shares are the meaningful figures, not totals.
+"""
+
+from __future__ import annotations
+
+from grafanalib import core
+
+from trainprof.dashboards import panels as ui
+from trainprof.dashboards.panels import target
+from trainprof.dashboards.queries import RANGE, Scope
+
+TOP = 15
+
+
+def increase_by(scope: Scope, metric: str, by: str, over: str = RANGE) -> str:
+    return f"sum by ({by}) (increase({scope.sel(metric)}[{over}]))"
+
+
+def top_by(scope: Scope, metric: str, by: str, k: int = TOP, over: str = RANGE) -> str:
+    return f"topk({k}, {increase_by(scope, metric, by, over)})"
+
+
+def ratio_per_rank(scope: Scope, part: str, whole: str, over: str = RANGE) -> str:
+    return f"{increase_by(scope, part, 'rank', over)}\n/\n{increase_by(scope, whole, 'rank', over)}"
+
+
+def active_share(scope: Scope, over: str = RANGE) -> str:
+    """Share of the profiled GPU span with a kernel, memcpy or memset running, per rank."""
+    idle = ratio_per_rank(
+        scope,
+        "trainprof_kernel_gpu_idle_seconds_total",
+        "trainprof_kernel_span_seconds_total",
+        over,
+    )
+    return f"1 - (\n{idle}\n)"
+
+
+def launch_latency(scope: Scope, q: str, over: str = RANGE) -> str:
+    buckets = scope.sel("trainprof_kernel_launch_latency_seconds_bucket")
+    return f"histogram_quantile({q}, sum by (le) (increase({buckets}[{over}])))"
+
+
+def kernels_row(scope: Scope) -> core.RowPanel:
+    return ui.row(
+        "GPU kernels",
+        collapsed=True,
+        panels=[
+            ui.bargauge(
+                "GPU active in profiled windows",
+                [target(active_share(scope), "rank {{rank}}", instant=True)],
+                unit=ui.RATIO,
+                w=8,
+                description="Share of each rank's profiled GPU time span (first GPU activity "
+                "to last) with a kernel, memcpy or memset running.",
+            ),
+            ui.piechart(
+                "GPU time by overlap class",
+                [
+                    target(
+                        increase_by(scope, "trainprof_kernel_gpu_busy_seconds_total", "overlap"),
+                        "{{overlap}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.SECONDS,
+                w=8,
+                description="Busy time split by what ran at once: compute, communication "
+                "(NCCL/RCCL), memory (memcpy, memset) and their overlaps.",
+            ),
+            ui.bargauge(
+                "Idle between kernels inside steps",
+                [
+                    target(
+                        ratio_per_rank(
+                            scope,
+                            "trainprof_kernel_step_idle_seconds_total",
+                            "trainprof_kernel_step_window_seconds_total",
+                        ),
+                        "rank {{rank}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.RATIO,
+                w=8,
+                description="Within each profiled step's GPU window, the share with nothing "
+                "running: high with short kernels means the step is launch-bound.",
+            ),
+            ui.bargauge(
+                f"Top {TOP} kernels by time",
+                [
+                    target(
+                        top_by(scope, "trainprof_kernel_seconds_total", "kernel"),
+                        "{{kernel}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.SECONDS,
+                w=12,
+                h=10,
+            ),
+            ui.bargauge(
+                f"Top {TOP} kernels by launches",
+                [
+                    target(
+                        top_by(scope, "trainprof_kernel_launches_total", "kernel"),
+                        "{{kernel}}",
+                        instant=True,
+                    )
+                ],
+                w=12,
+                h=10,
+            ),
+            ui.piechart(
+                "Kernel precision",
+                [
+                    target(
+                        increase_by(scope, "trainprof_kernel_precision_seconds_total", "precision"),
+                        "{{precision}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.SECONDS,
+                w=8,
+                description="Kernel time by precision read from kernel names (see "
+                "trainprof.trace.classify for the heuristics).",
+            ),
+            ui.piechart(
+                "GPU activity",
+                [
+                    target(
+                        increase_by(scope, "trainprof_kernel_activity_seconds_total", "activity"),
+                        "{{activity}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.SECONDS,
+                w=8,
+            ),
+            ui.bargauge(
+                "GPU memory operations (bytes)",
+                [
+                    target(
+                        increase_by(scope, "trainprof_kernel_memcpy_bytes_total", "activity"),
+                        "{{activity}}",
+                        instant=True,
+                    )
+                ],
+                unit="bytes",
+                w=8,
+                description="Bytes copied by direction in the profiled windows.",
+            ),
+            ui.timeseries(
+                "Launch latency (host call to device start)",
+                [target(launch_latency(scope, q), f"p{float(q) * 100:g}") for q in ("0.5", "0.95")],
+                unit=ui.SECONDS,
+                w=12,
+            ),
+            ui.bargauge(
+                "CPU-GPU overlap",
+                [
+                    target(
+                        increase_by(
+                            scope, "trainprof_kernel_host_device_busy_seconds_total", "side"
+                        ),
+                        "{{side}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.SECONDS,
+                w=12,
+                description="Time the host ran operators (cpu), the GPU ran anything (gpu), "
+                "and both at once (both) in the profiled windows.",
+            ),
+            ui.bargauge(
+                f"Top {TOP} CPU operators",
+                [
+                    target(
+                        top_by(scope, "trainprof_kernel_cpu_op_seconds_total", "op"),
+                        "{{op}}",
+                        instant=True,
+                    )
+                ],
+                unit=ui.SECONDS,
+                w=24,
+                description="Host time of PyTorch operators in the profiled windows "
+                "(inclusive of the operators they call); present on CPU-only runs too.",
+            ),
+        ],
+    )

@@ -1,0 +1,141 @@
+"""`trainprof rules`: compile, validate and list the profiler rules.
+
+trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
+trainprof rules validate [-c rules.yaml]
+trainprof rules list
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments, label
+
+if TYPE_CHECKING:
+    from trainprof.cliargs import Subparsers
+    from trainprof.rules.config import RulesConfig
+
+
+def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
+    rules = commands.add_parser("rules", help="compile, check and list profiler rules")
+    rules.set_defaults(run=run)
+    rule_commands = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND", required=True)
+
+    compile_ = rule_commands.add_parser("compile", help="write Prometheus rule files")
+    add_rule_config_arguments(compile_)
+    compile_.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="directory to write into (created if missing), or - for stdout",
+    )
+    compile_.add_argument(
+        "--format",
+        choices=("rules", "prometheusrule", "helm-values"),
+        default="rules",
+        help="plain rule file (Prometheus, Thanos, Mimir, vmalert), a "
+        "prometheus-operator PrometheusRule, or a values file for the helm/trainprof "
+        "chart (helm install -f trainprof.values.yaml) (default: rules)",
+    )
+    compile_.add_argument(
+        "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
+    )
+    compile_.add_argument("--namespace", help="PrometheusRule namespace")
+    compile_.add_argument(
+        "--label",
+        type=label,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra PrometheusRule label, e.g. release=kube-prometheus-stack (repeatable)",
+    )
+    compile_.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
+
+    validate = rule_commands.add_parser(
+        "validate", help="check a configuration and show the resolved parameters"
+    )
+    add_rule_config_arguments(validate)
+
+    rule_commands.add_parser("list", help="the rule catalog with SageMaker's defaults")
+    return rules
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainprof.rules.config import ConfigError
+
+    if args.rules_command == "list":
+        _print_catalog()
+        return 0
+    from trainprof.rules import files
+    from trainprof.rules.compiler import compile_rules
+
+    try:
+        config = files.read_config(args.config, args.scrape_interval, args.datapoint_interval)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    compiled = compile_rules(config)
+    quiet = getattr(args, "quiet", False)
+    if not quiet:
+        for w in compiled.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+
+    if args.rules_command == "validate":
+        _print_resolved(config)
+        return 0
+
+    source = "defaults" if args.config is None else os.path.basename(args.config)
+    generator = f"trainprof rules compile from {source}"
+    text = files.render(
+        compiled,
+        args.format,
+        generator,
+        name=args.name,
+        namespace=args.namespace,
+        labels=dict(args.label),
+    )
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    path = os.path.join(args.output, files.OUTPUT_NAMES[args.format])
+    try:
+        os.makedirs(args.output, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAILED
+    n_alerts = sum(1 for g in compiled.groups for r in g["rules"] if "alert" in r)
+    n_records = sum(1 for g in compiled.groups for r in g["rules"] if "record" in r)
+    if not quiet:
+        print(
+            f"wrote {path}: {len(config.rules)} rules -> {n_records} recording and "
+            f"{n_alerts} alerting rules in {len(compiled.groups)} groups",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _print_catalog() -> None:
+    from trainprof.rules import catalog
+
+    for spec in catalog.CATALOG:
+        params = ", ".join(f"{p.name}={p.default}" for p in spec.params)
+        print(f"{spec.name:<24} {spec.severity:<8} {spec.summary}")
+        print(f"{'':<24} {params}")
+
+
+def _print_resolved(config: RulesConfig) -> None:
+    print(
+        f"datapoint_interval {config.datapoint_interval:g}s, scrape_interval "
+        f"{config.scrape_interval:g}s, patience_mode {config.patience_mode}"
+    )
+    for instance in config.rules:
+        values = ", ".join(f"{k}={v}" for k, v in instance.values.items() if v is not None)
+        patience = instance.patience_mode if "patience" in instance.values else "-"
+        print(f"{instance.spec.name:<24} {instance.severity:<8} patience {patience:<6} {values}")
+    print(f"ok: {len(config.rules)} rules")

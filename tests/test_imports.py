@@ -1,0 +1,122 @@
+"""The package's import graph has no cycles, and every module imports on its own.
+
+The graph is read from the source (every `import`, at module level or inside a function,
+since a deferred import that closes a cycle is still a cycle in the design), so a new
+cycle fails here before it fails as an ImportError in whichever order a user imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def modules(src: Path = SRC) -> dict[str, Path]:
+    """Dotted module name -> file, for every module under `src`."""
+    found = {}
+    for path in sorted(src.rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def import_graph(found: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports. A module's import of its own enclosing
+    package is left out: Python always initialises the package first, which is how a
+    package's __init__ shares names with its submodules."""
+    graph: dict[str, set[str]] = {name: set() for name in found}
+    for name, path in found.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            for target in targets:
+                if target in found and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_package_has_no_import_cycles():
+    found = cycles(import_graph(modules()))
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_a_cycle_is_found(tmp_path):
+    """The check can fail: two modules that import each other, one of them lazily."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "cli.py").write_text("from pkg.sub import cli as sub\n")
+    (package / "sub" / "cli.py").write_text("def f():\n    from ..cli import _duration\n")
+    (package / "other.py").write_text("import pkg.cli\n")
+    assert cycles(import_graph(modules(tmp_path))) == [["pkg.cli", "pkg.sub.cli"]]
+
+
+def _import_alone(module: str) -> tuple[str, str]:
+    # Keras needs a backend; torch is the one installed beside it (as in test_integrations).
+    env = {**os.environ, "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "torch")}
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    return module, (result.stderr.strip().splitlines() or [""])[-1] if result.returncode else ""
+
+
+def test_every_module_imports_on_its_own():
+    """Each module in a fresh interpreter, first: no module relies on another having been
+    imported before it."""
+    names = [m for m in modules() if m != "trainprof.__main__"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        failures = [f"{m}: {e}" for m, e in pool.map(_import_alone, names) if e]
+    assert not failures, "\n".join(failures)
