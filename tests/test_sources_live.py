@@ -10,7 +10,7 @@ workload's labels.
 from __future__ import annotations
 
 import contextlib
-import time
+import threading
 
 from real_exporters import ScriptedExporters, gpu_labels, serve, variant
 from trainprof.localstack import prometheus, victoria_metrics, vmalert
@@ -19,10 +19,9 @@ from trainprof.sources import SourceOptions, normalisation_group
 
 from servers import query, wait_for, webhook_sink
 
-SWITCH = 6.0  # seconds after start when the scripted utilization changes
 
-
-def _exporters() -> ScriptedExporters:
+def _exporters(switched: threading.Event) -> ScriptedExporters:
+    """h1's GPU at 20 % and h2's at 80 % until `switched` is set, then the other way round."""
     base = gpu_labels()
     gpus = {
         "h1": [variant({**base, "UUID": "GPU-a", "Hostname": "h1"}, "gpu_operator")],
@@ -30,7 +29,7 @@ def _exporters() -> ScriptedExporters:
     }
 
     def gpu_script(t: float, uuid: str) -> dict:
-        util = 20 if t < SWITCH else 80
+        util = 80 if switched.is_set() else 20
         return {"DCGM_FI_DEV_GPU_UTIL": util if uuid == "GPU-a" else 100 - util}
 
     def cpu_script(t: float, host: str, cpu: str) -> tuple[float, float]:
@@ -78,11 +77,15 @@ def _device(node: str, uuid: str) -> tuple:
     return tuple(sorted(labels.items()))
 
 
-def _check(base: str) -> None:
-    """The engine at `base` recorded the scripted values under the workload's labels."""
+def _check(base: str, switched: threading.Event) -> None:
+    """The engine at `base` recorded the scripted values under the workload's labels, before
+    and after the script switched them."""
     util = "gpu:trainprof_gpu_utilization:ratio"
+    before = {_device("h1", "GPU-a"): 0.2, _device("h2", "GPU-b"): 0.8}
+    wait_for(lambda: _values(base, util) == before, 90, f"{util} == {before}")
+    switched.set()
     after = {_device("h1", "GPU-a"): 0.8, _device("h2", "GPU-b"): 0.2}
-    wait_for(lambda: _values(base, util) == after, 60, f"{util} == {after}")
+    wait_for(lambda: _values(base, util) == after, 90, f"{util} == {after}")
     cpu = 'cpu:trainprof_cpu_utilization:ratio{cpu="0"}'
     busy = wait_for(lambda: _values(base, cpu), 30, cpu)
     assert set(busy) == {(("cpu", "0"), ("node", "h1")), (("cpu", "0"), ("node", "h2"))}
@@ -95,22 +98,20 @@ def _check(base: str) -> None:
 def test_prometheus_scrapes_the_captured_bodies_and_records_them_normalised(
     prometheus_bin, tmp_path
 ):
-    with serve(_exporters()) as address:
-        started = time.monotonic()
+    switched = threading.Event()
+    with serve(_exporters(switched)) as address:
         config = _scrape_config(address) + "rule_files: [sources.yaml]\n"
         with prometheus(prometheus_bin, tmp_path, config, {"sources.yaml": _rules()}) as base:
-            util = "gpu:trainprof_gpu_utilization:ratio"
-            before = {_device("h1", "GPU-a"): 0.2, _device("h2", "GPU-b"): 0.8}
-            wait_for(lambda: _values(base, util) == before, 30, f"{util} == {before}")
-            assert time.monotonic() - started < SWITCH + 2
+            wait_for(lambda: query(base, "DCGM_FI_DEV_GPU_UTIL")["data"]["result"], 60, "a scrape")
             exported = query(base, 'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}')["data"]["result"]
             assert {r["metric"]["pod"] for r in exported} == {"nvidia-dcgm-exporter-x7k2p"}
-            _check(base)
+            _check(base, switched)
 
 
 def test_victoria_metrics_and_vmalert_record_the_same(victoria_metrics_bin, vmalert_bin, tmp_path):
+    switched = threading.Event()
     with contextlib.ExitStack() as stack:
-        address = stack.enter_context(serve(_exporters()))
+        address = stack.enter_context(serve(_exporters(switched)))
         vm = stack.enter_context(
             victoria_metrics(victoria_metrics_bin, tmp_path, _scrape_config(address))
         )
@@ -124,4 +125,4 @@ def test_victoria_metrics_and_vmalert_record_the_same(victoria_metrics_bin, vmal
             "VictoriaMetrics to scrape dcgm",
         )
         assert {r["metric"]["pod"] for r in exported} == {"nvidia-dcgm-exporter-x7k2p"}
-        _check(vm)
+        _check(vm, switched)
