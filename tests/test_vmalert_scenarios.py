@@ -36,7 +36,7 @@ def expand(notation: str) -> list[float | None]:
     """
     out: list[float | None] = []
     for token in notation.split():
-        if token == "_":
+        if token in ("_", "stale"):  # the import format has no staleness marker: a gap
             out.append(None)
             continue
         m = re.fullmatch(r"_x(\d+)", token)
