@@ -39,7 +39,7 @@ check: setup
 	$(VENV)/bin/ruff format --check src
 	$(VENV)/bin/mypy
 	$(PY) -m trainprof.generate --check
-	promtool check rules rules/trainprof.rules.yaml
+	promtool check rules rules/trainprof.rules.yaml rules/trainprof.sources.rules.yaml
 	amtool check-config alerting/alertmanager.example.yml
 	HELM_CACHE_HOME=$$(mktemp -d) HELM_CONFIG_HOME=$$(mktemp -d) HELM_DATA_HOME=$$(mktemp -d) \
 	  $$(command -v helm || echo .tools/helm/helm) lint --strict helm/trainprof

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the real Prometheus tools the tests run: prometheus + promtool (2.42) and
-# Alertmanager + amtool (0.25), from Debian; Chromium (the HTML report's screenshot test) and
-# npm; then Grafana's dashboard JSON schema with ajv (the dashboards' schema check) and a
-# static helm binary (the chart tests) under .tools/. Does nothing for what is already there.
+# Installs the real Prometheus tools the tests run: prometheus + promtool (2.42),
+# Alertmanager + amtool (0.25) and VictoriaMetrics + vmalert (1.79), from Debian; Chromium
+# (the HTML report's screenshot test) and npm; then Grafana's dashboard JSON schema with ajv
+# (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/.
+# Does nothing for what is already there.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -10,6 +11,9 @@ need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 \
   || need+=(prometheus-alertmanager)
+# VictoriaMetrics + vmalert: the rule files must load and agree there too (tests/test_vmalert*.py).
+command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 \
+  || need+=(victoria-metrics)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # the exporter's TLS tests make certificates
 command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
 command -v npm >/dev/null 2>&1 || need+=(npm)

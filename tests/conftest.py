@@ -86,6 +86,16 @@ def alertmanager_bin() -> str:
 
 
 @pytest.fixture(scope="session")
+def victoria_metrics_bin() -> str:
+    return _tool("victoria-metrics")
+
+
+@pytest.fixture(scope="session")
+def vmalert_bin() -> str:
+    return _tool("vmalert")
+
+
+@pytest.fixture(scope="session")
 def openssl() -> str:
     return _tool("openssl")
 

@@ -153,3 +153,20 @@ def test_hostile_selector_values_are_escaped_and_promtool_accepts_them(value, pr
     assert result.returncode == 0, result.stdout + result.stderr
     assert "or vector(1)" not in text.replace('or vector(1) #"', "")
     assert 'namespace=~"team-(a|b)"' in text
+
+
+def test_summary_groups_run_at_the_cadence_their_readers_need():
+    def intervals(scan_us: int) -> dict[str, str]:
+        config = load_config(
+            {"rules": [{"rule": "ProfilerReport", "parameters": {"scan_interval_us": scan_us}}]}
+        )
+        return {g["name"]: g["interval"] for g in compile_rules(config).groups}
+
+    fleet = intervals(15_000_000)
+    assert fleet["trainprof.LowGPUUtilization"] == "15s"
+    assert fleet["trainprof.OverallSystemUsage"] == "1m"
+    assert fleet["trainprof.OverallFrameworkMetrics"] == "1m"
+    fast = intervals(1_000_000)
+    assert (fast["trainprof.CPUBottleneck"], fast["trainprof.OverallSystemUsage"]) == ("1s", "4s")
+    slow = intervals(300_000_000)
+    assert slow["trainprof.OverallSystemUsage"] == "5m"

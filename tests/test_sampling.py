@@ -47,6 +47,20 @@ def test_histograms_hold_every_sample_in_le_buckets():
     assert acc.value("trainprof_cpu_utilization_sampled_ratio_count") == 4
 
 
+def test_the_node_histograms_pool_every_gpu_of_the_host():
+    acc = SampleAccumulator(0.5)
+    acc.observe(sample(gpus=((0.05, 0.5), (0.9, 0.75))))
+    acc.observe(sample(gpus=((0.2, 0.5), (1.0, 0.8), (0.0, None))))
+    pooled = lambda le: acc.value("trainprof_node_gpu_utilization_sampled_ratio_bucket", le=le)
+    # 0.0, 0.05, 0.2, 0.9, 1.0: two at or below 0.05, three at or below 0.2, all five at 1.0
+    assert (pooled("0.05"), pooled("0.2"), pooled("0.9"), pooled("1.0")) == (2, 3, 4, 5)
+    assert acc.value("trainprof_node_gpu_utilization_sampled_ratio_count") == 5
+    assert math.isclose(acc.value("trainprof_node_gpu_utilization_sampled_ratio_sum"), 2.15)
+    # the third GPU's memory could not be read: four memory samples, not five
+    assert acc.value("trainprof_node_gpu_memory_used_sampled_ratio_count") == 4
+    assert acc.value("trainprof_node_gpu_memory_used_sampled_ratio_bucket", le="0.5") == 2
+
+
 def test_bottlenecks_need_a_core_strictly_above_and_a_gpu_strictly_below():
     acc = SampleAccumulator(0.5)
     acc.observe(sample(cores=(0.95, 0.1), gpus=((0.05, 0.5), (0.9, 0.5))))  # counts

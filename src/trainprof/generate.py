@@ -37,7 +37,7 @@ def _dashboard(path: str, compiled: Callable[[], Compiled]) -> str:
 
 def artifacts() -> dict[str, Callable[[], str]]:
     """Repository-relative path -> function producing its content."""
-    from trainprof import chart, dashboards, docs, relabel, schemas
+    from trainprof import chart, dashboards, docs, relabel, schemas, sources
     from trainprof.alerting import files as alerting
     from trainprof.rules import files
     from trainprof.rules.compiler import compile_rules
@@ -53,6 +53,7 @@ def artifacts() -> dict[str, Callable[[], str]]:
         "rules/trainprof.prometheusrule.yaml": lambda: files.render(
             compiled(), "prometheusrule", GENERATOR
         ),
+        "rules/trainprof.sources.rules.yaml": lambda: sources.default_rules_text(GENERATOR),
         "docs/metrics.md": docs.metrics_md,
         "docs/rules.md": docs.rules_md,
         "docs/alerting.md": alerting.alerting_md,

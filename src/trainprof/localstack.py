@@ -44,7 +44,9 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def _server(name: str, argv: list[str], workdir: Path, port: int) -> Iterator[str]:
+def _server(
+    name: str, argv: list[str], workdir: Path, port: int, ready: str = "/-/ready"
+) -> Iterator[str]:
     log_path = workdir / f"{name}.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -55,7 +57,7 @@ def _server(name: str, argv: list[str], workdir: Path, port: int) -> Iterator[st
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited:\n" + log_path.read_text())
             try:
-                with urllib.request.urlopen(f"{base}/-/ready", timeout=1) as r:
+                with urllib.request.urlopen(f"{base}{ready}", timeout=1) as r:
                     if r.status == 200:
                         break
             except OSError:
@@ -112,4 +114,60 @@ def alertmanager(binary: str, workdir: Path, config: str) -> Iterator[str]:
         workdir,
         port,
     ) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def victoria_metrics(binary: str, workdir: Path, scrape_config: str | None = None) -> Iterator[str]:
+    """Run single-node VictoriaMetrics (scraping `scrape_config`, Prometheus YAML, if given).
+
+    Samples become queryable at once (`-search.latencyOffset=0s`), and samples as old as the
+    Unix epoch are kept (`-retentionPeriod=100y`), so backfilled timelines can be read back.
+    """
+    port = free_port()
+    argv = [
+        binary,
+        f"-storageDataPath={workdir / 'vm-data'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.latencyOffset=0s",
+        "-search.disableCache",
+        "-loggerLevel=WARN",
+    ]
+    if scrape_config is not None:
+        (workdir / "scrape.yml").write_text(scrape_config)
+        argv += [
+            f"-promscrape.config={workdir / 'scrape.yml'}",
+            "-promscrape.config.strictParse=false",
+            "-promscrape.maxScrapeSize=512MB",  # a fleet benchmark serves ~90 MB per scrape
+        ]
+    with _server("victoria-metrics", argv, workdir, port, ready="/health") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def vmalert(
+    binary: str,
+    workdir: Path,
+    rule_files: dict[str, str],
+    datasource: str,
+    notifier: str,
+    evaluation_interval: str = "1m",
+) -> Iterator[str]:
+    """Run vmalert on `rule_files`, reading from and writing recordings back to `datasource`."""
+    for name, text in rule_files.items():
+        (workdir / name).write_text(text)
+    port = free_port()
+    argv = [
+        binary,
+        *(f"-rule={workdir / name}" for name in rule_files),
+        f"-datasource.url={datasource}",
+        f"-remoteWrite.url={datasource}",
+        "-remoteWrite.flushInterval=200ms",
+        f"-notifier.url={notifier}",
+        f"-evaluationInterval={evaluation_interval}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-loggerLevel=WARN",
+    ]
+    with _server("vmalert", argv, workdir, port, ready="/health") as base:
         yield base

@@ -622,7 +622,19 @@ METRICS: tuple[Metric, ...] = (
         "GPU utilization, one observation per sample.",
         "exporter",
         "gpu",
-        ("LowGPUUtilization", "BatchSize", "LoadBalancing", _SYSTEM_USAGE),
+        ("LowGPUUtilization", "BatchSize", "LoadBalancing"),
+        UTILIZATION_BUCKETS,
+    ),
+    _m(
+        "trainprof_node_gpu_utilization_sampled_ratio",
+        "histogram",
+        "ratio",
+        (),
+        "GPU utilization of every GPU of the host pooled, one observation per GPU per sample "
+        "(the per-GPU histograms summed, served so a fleet's rules need not sum them).",
+        "exporter",
+        "gpu",
+        (_SYSTEM_USAGE,),
         UTILIZATION_BUCKETS,
     ),
     _m(
@@ -652,7 +664,19 @@ METRICS: tuple[Metric, ...] = (
         "per sample.",
         "exporter",
         "gpu",
-        ("GPUMemoryIncrease", "BatchSize", _SYSTEM_USAGE),
+        ("GPUMemoryIncrease", "BatchSize"),
+        UTILIZATION_BUCKETS,
+    ),
+    _m(
+        "trainprof_node_gpu_memory_used_sampled_ratio",
+        "histogram",
+        "ratio",
+        (),
+        "Fraction of GPU memory in use of every GPU of the host pooled, one observation per "
+        "GPU per sample.",
+        "exporter",
+        "gpu",
+        (_SYSTEM_USAGE,),
         UTILIZATION_BUCKETS,
     ),
     _m(

@@ -186,6 +186,10 @@ class SampleAccumulator:
         self._cpu_bottlenecks = dict.fromkeys(self.grid.cpu, 0)
         self._io_bottlenecks = dict.fromkeys(self.grid.io, 0)
         self._gpus: dict[int, _GpuState] = {}
+        # Every GPU's samples pooled per host: the node-level percentiles without a fleet-wide
+        # `sum without (gpu, uuid)` over the per-GPU buckets at every evaluation.
+        self._pooled_utilization = _Histogram(bounds)
+        self._pooled_memory = _Histogram(bounds)
 
     def observe(self, sample: HostSample) -> None:
         self.samples += 1
@@ -206,10 +210,12 @@ class SampleAccumulator:
             if gpu.utilization is not None:
                 gpu_utils.append(gpu.utilization)
                 state.utilization.observe(gpu.utilization)
+                self._pooled_utilization.observe(gpu.utilization)
                 state.load_bins[_load_bin(gpu.utilization)] += 1
             ratio = gpu.memory_ratio()
             if ratio is not None:
                 state.memory.observe(ratio)
+                self._pooled_memory.observe(ratio)
 
         # A bottleneck needs one starved GPU and one saturated core in the same sample.
         if gpu_utils:
@@ -350,6 +356,12 @@ class SampleAccumulator:
             "trainprof_gpu_memory_used_sampled_ratio",
             gpu,
             [(labels[i], s.memory) for i, s in states],
+        )
+        yield fam.histogram(
+            "trainprof_node_gpu_utilization_sampled_ratio", [], [(ident, self._pooled_utilization)]
+        )
+        yield fam.histogram(
+            "trainprof_node_gpu_memory_used_sampled_ratio", [], [(ident, self._pooled_memory)]
         )
         distances = []
         for (a, sa), (b, sb) in itertools.combinations(states, 2):

@@ -8,36 +8,28 @@ from trainprof.rules.params import SummaryParams
 
 QUANTILES = (0.5, 0.95, 0.99)
 
-# (histogram, labels pooled into the node's distribution)
+# (histogram read, the signal its percentiles are recorded as)
 _HISTOGRAMS = (
-    ("trainprof_cpu_utilization_sampled_ratio", ()),
-    ("trainprof_cpu_iowait_sampled_ratio", ()),
-    ("trainprof_memory_used_sampled_ratio", ()),
-    ("trainprof_gpu_utilization_sampled_ratio", ("gpu", "uuid")),
-    ("trainprof_gpu_memory_used_sampled_ratio", ("gpu", "uuid")),
+    ("trainprof_cpu_utilization_sampled_ratio",) * 2,
+    ("trainprof_cpu_iowait_sampled_ratio",) * 2,
+    ("trainprof_memory_used_sampled_ratio",) * 2,
+    # The exporter pools every GPU of a host into these, so no `sum without (gpu, uuid)`
+    # over a fleet's per-GPU buckets runs at each evaluation.
+    ("trainprof_node_gpu_utilization_sampled_ratio", "trainprof_gpu_utilization_sampled_ratio"),
+    ("trainprof_node_gpu_memory_used_sampled_ratio", "trainprof_gpu_memory_used_sampled_ratio"),
 )
 
 
 def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
     recordings = []
-    for histogram, pooled in _HISTOGRAMS:
+    for histogram, signal in _HISTOGRAMS:
         buckets = b.sel(histogram + "_bucket")
-        if pooled:
-            # Pool the node's GPUs once; the three quantiles read the pooled buckets.
-            pool = Recording(
-                "node_le",
-                histogram + "_bucket",
-                "sum",
-                f"sum without ({', '.join(pooled)}) ({buckets})",
-            )
-            recordings.append(pool)
-            buckets = pool.record
         for q in QUANTILES:
             # Cumulative buckets without rate(): the distribution since the exporter started.
             recordings.append(
                 Recording(
                     "node",
-                    histogram,
+                    signal,
                     "quantile",
                     f"histogram_quantile({q:g}, {buckets})",
                     {"quantile": f"{q:g}"},

@@ -1,0 +1,143 @@
+"""Source adapters: recording rules that put dcgm-exporter's and node_exporter's series in
+trainprof's units and labels, so a cluster that already runs them needs no second poller.
+
+    normalisation_group(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
+
+gives one rule group, `trainprof.sources`, evaluated every scrape interval: the device and
+host recordings, then the job attribution that reads them (chained recordings stay in one
+group, ordered, so Prometheus, Thanos Ruler, Mimir and vmalert evaluate them alike), then
+`TrainprofRuleInputMissing` alerts that name the series a configured source does not serve.
+The `trainprof` source needs no normalisation: its exporter already serves trainprof's names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainprof.durations import format_duration
+from trainprof.sources import dcgm, node_exporter
+from trainprof.sources.options import SOURCES, SourceOptions, parse_sources
+
+__all__ = ["SOURCES", "SourceOptions", "normalisation_group", "parse_sources"]
+
+GROUP = "trainprof.sources"
+HEALTH_RULE = "TrainprofHealth"
+
+
+def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
+    """The `trainprof.sources` group for `sources`, or None when there is nothing to map."""
+    rules: list[dict[str, Any]] = []
+    if "dcgm" in sources:
+        rules += dcgm.recordings(options) + dcgm.job_recordings(options)
+    elif "node_exporter" in sources:
+        jl = ", ".join(options.job_labels)
+        rules.append(
+            {
+                "record": "node:trainprof_node_job:info",
+                "expr": f"group by (node, {jl}) (trainprof_gpu_assignment_info)",
+            }
+        )
+    if "node_exporter" in sources:
+        rules += node_exporter.recordings(options)
+    if not rules:
+        return None
+    rules += _missing_inputs(sources, options)
+    return {"name": GROUP, "interval": format_duration(options.scrape_interval), "rules": rules}
+
+
+def default_rules_text(generator: str) -> str:
+    """`rules/trainprof.sources.rules.yaml`: the group for dcgm-exporter and node_exporter
+    with the default options (a `node` label on node_exporter's targets, PyTorchJob pods)."""
+    from trainprof.render import to_yaml
+
+    group = normalisation_group(("dcgm", "node_exporter"), SourceOptions())
+    return to_yaml({"groups": [group]}, generator)
+
+
+def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
+    """`TrainprofRuleInputMissing` per configured source: the `input` label names the series."""
+    jl = ", ".join(options.job_labels)
+    alerts = []
+    if "dcgm" in sources:
+        alerts += [
+            _missing(
+                "DCGM_FI_DEV_FB_USED",
+                "absent(DCGM_FI_DEV_FB_USED)",
+                "No dcgm-exporter series reach this Prometheus: DCGM_FI_DEV_FB_USED is absent, "
+                "so no GPU rule can fire. Check dcgm-exporter's ServiceMonitor or scrape job.",
+                scope="cluster",
+            ),
+            _missing(
+                "DCGM_FI_DEV_FB_USED",
+                f"group by (uuid, {jl}) (trainprof_gpu_assignment_info)\n"
+                "unless on (uuid)\ngpu:trainprof_gpu_device:info",
+                "GPU {{ $labels.uuid }} of job {{ $labels.training_job }} has no dcgm-exporter "
+                "series (DCGM_FI_DEV_FB_USED with UUID={{ $labels.uuid }} is absent): is "
+                "dcgm-exporter running on its node?",
+                scope="gpu",
+            ),
+            _missing(
+                "DCGM_FI_DEV_GPU_UTIL",
+                "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
+                "gpu:trainprof_gpu_utilization:ratio",
+                "GPU {{ $labels.uuid }} on {{ $labels.node }} serves neither "
+                "DCGM_FI_DEV_GPU_UTIL nor DCGM_FI_PROF_GR_ENGINE_ACTIVE, so its utilization "
+                "rules cannot fire. Add one of them to dcgm-exporter's counters CSV.",
+                scope="gpu",
+            ),
+            _missing(
+                "DCGM_FI_DEV_FB_FREE",
+                "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
+                "gpu:trainprof_gpu_memory_used:ratio",
+                "GPU {{ $labels.uuid }} on {{ $labels.node }} does not serve both "
+                "DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so its memory rules cannot fire.",
+                scope="gpu",
+            ),
+        ]
+    if "node_exporter" in sources:
+        alerts += [
+            _missing(
+                "node_cpu_seconds_total",
+                "absent(node_cpu_seconds_total)",
+                "No node_exporter series reach this Prometheus: node_cpu_seconds_total is "
+                "absent, so no host rule can fire.",
+                scope="cluster",
+            ),
+            _missing(
+                "node_cpu_seconds_total",
+                "node:trainprof_node_job:info\nunless on (node)\n"
+                "group by (node) (cpu:trainprof_cpu_utilization:ratio)",
+                "Node {{ $labels.node }} runs job {{ $labels.training_job }} but no "
+                f'node_cpu_seconds_total carries {options.node_label}="{{{{ $labels.node }}}}": '
+                "is node_exporter running there, and does its scrape set that label?",
+                scope="node",
+            ),
+            _missing(
+                "node_memory_MemAvailable_bytes",
+                "node:trainprof_node_job:info\nunless on (node)\nnode:trainprof_memory_used:ratio",
+                "Node {{ $labels.node }} runs job {{ $labels.training_job }} but does not serve "
+                "node_memory_MemAvailable_bytes and node_memory_MemTotal_bytes.",
+                scope="node",
+            ),
+        ]
+    return alerts
+
+
+def _missing(series: str, expr: str, description: str, scope: str) -> dict[str, Any]:
+    return {
+        "alert": "TrainprofRuleInputMissing",
+        "expr": expr,
+        "for": "5m",
+        "labels": {
+            "rule": HEALTH_RULE,
+            "severity": "warning",
+            "affects": "sources",
+            "input": series,
+            "scope": scope,
+            "trainprof_rule_version": "1",
+        },
+        "annotations": {
+            "summary": f"A series the rules read is absent: {series}.",
+            "description": description,
+        },
+    }

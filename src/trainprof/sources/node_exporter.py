@@ -1,0 +1,86 @@
+"""Recording rules that turn node_exporter's host counters into trainprof's ratios.
+
+A core's utilization is psutil's (and so SageMaker's and trainprof's exporter's): the share
+of its time in any mode but `idle` and `iowait`; `iowait` is its own share. node_exporter
+serves counters, so each scrape contributes one sample: `irate` over the last two scrapes is
+the core's average over that scrape interval (a 0.5 s sampler sees the peaks it smooths).
+Every output carries `node` (from the configured label) and, per core, `cpu`.
+"""
+
+from __future__ import annotations
+
+from trainprof.durations import format_duration
+from trainprof.sources.labels import coalesce, strip_port
+from trainprof.sources.options import SourceOptions
+
+
+def on_node(metric: str, options: SourceOptions) -> str:
+    """`metric` with its node name in `node`."""
+    if options.node_label == "instance":
+        return strip_port(metric, "node", "instance")
+    if options.node_label == "node":
+        return metric
+    return coalesce(metric, "node", (options.node_label,))
+
+
+def recordings(options: SourceOptions) -> list[dict[str, str]]:
+    w = format_duration(3 * options.scrape_interval)
+    n = lambda metric: on_node(metric, options)  # noqa: E731 - a local shorthand
+    per_core = lambda selector: (  # noqa: E731
+        f"sum by (node, cpu) (irate({n(selector)}[{w}]))"
+    )
+    every_mode = per_core("node_cpu_seconds_total")
+    total = n("node_memory_MemTotal_bytes")
+    # Kernels before 3.14 have no MemAvailable: estimate it as they do, from what is free or
+    # reclaimable.
+    estimate = " + ".join(
+        n(f"node_memory_{field}_bytes")
+        for field in ("MemFree", "Buffers", "Cached", "SReclaimable")
+    )
+    available = f"({n('node_memory_MemAvailable_bytes')} or {estimate})"
+    idle = per_core('node_cpu_seconds_total{mode=~"idle|iowait"}')
+    iowait = per_core('node_cpu_seconds_total{mode="iowait"}')
+    received = n('node_network_receive_bytes_total{device!="lo"}')
+    sent = n('node_network_transmit_bytes_total{device!="lo"}')
+    return [
+        {
+            "record": "cpu:trainprof_cpu_utilization:ratio",
+            "expr": f"1 - {idle}\n/\n{every_mode}",
+        },
+        {
+            "record": "cpu:trainprof_cpu_iowait:ratio",
+            "expr": f"{iowait}\n/\n{every_mode}",
+        },
+        {
+            "record": "node:trainprof_cpu_utilization:ratio",
+            "expr": "avg by (node) (cpu:trainprof_cpu_utilization:ratio)",
+        },
+        {
+            "record": "node:trainprof_memory_used:bytes",
+            "expr": f"max by (node) ({total} - {available})",
+        },
+        {
+            "record": "node:trainprof_memory_used:ratio",
+            "expr": (f"node:trainprof_memory_used:bytes\n/\nmax by (node) ({total})"),
+        },
+        {
+            "record": "node:trainprof_disk_read_bytes:rate",
+            "expr": f"sum by (node) (rate({n('node_disk_read_bytes_total')}[{w}]))",
+        },
+        {
+            "record": "node:trainprof_disk_written_bytes:rate",
+            "expr": f"sum by (node) (rate({n('node_disk_written_bytes_total')}[{w}]))",
+        },
+        {
+            "record": "node:trainprof_network_receive_bytes:rate",
+            "expr": f"sum by (node) (rate({received}[{w}]))",
+        },
+        {
+            "record": "node:trainprof_network_transmit_bytes:rate",
+            "expr": f"sum by (node) (rate({sent}[{w}]))",
+        },
+        {
+            "record": "node:trainprof_io_pressure_waiting:ratio",
+            "expr": f"max by (node) (irate({n('node_pressure_io_waiting_seconds_total')}[{w}]))",
+        },
+    ]
