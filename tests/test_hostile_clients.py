@@ -61,16 +61,25 @@ def close_all(clients) -> None:
 
 @pytest.fixture
 def count_writes(monkeypatch):
-    """How many times the server wrote to a client socket, per response."""
-    writes = []
+    """The writes servers make to client sockets, as (server port, bytes): other tests' servers
+    still running in this process write too, so a test counts only its own port's."""
+    writes: list[tuple[int, int]] = []
     original = socketserver._SocketWriter.write
 
     def write(self, b):
-        writes.append(len(b))
+        try:
+            port = self._sock.getsockname()[1]
+        except OSError:  # a socket already closed: not one of the test's
+            port = -1
+        writes.append((port, len(b)))
         return original(self, b)
 
     monkeypatch.setattr(socketserver._SocketWriter, "write", write)
     return writes
+
+
+def writes_to(writes: list[tuple[int, int]], port: int) -> list[int]:
+    return [n for p, n in writes if p == port]
 
 
 # --- Nagle: one write per response -----------------------------------------------------------
@@ -78,8 +87,9 @@ def count_writes(monkeypatch):
 
 def test_exporter_answers_each_kept_alive_scrape_in_one_write(count_writes):
     running = start()
+    port = running.port
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         for _ in range(3):
             conn.request("GET", "/metrics")
             response = conn.getresponse()
@@ -87,15 +97,17 @@ def test_exporter_answers_each_kept_alive_scrape_in_one_write(count_writes):
         conn.close()
     finally:
         running.stop()
-    assert len(count_writes) == 3, f"writes per response: {count_writes}"
+    mine = writes_to(count_writes, port)
+    assert len(mine) == 3, f"writes per response: {mine}"
 
 
 def test_a_rank_answers_each_kept_alive_scrape_in_one_write(count_writes):
     session = trainprof.start(port=0, addr="127.0.0.1", training_job="nagle")
+    port = session.port
     try:
         with trainprof.step():
             pass
-        conn = http.client.HTTPConnection("127.0.0.1", session.port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         for _ in range(3):
             conn.request("GET", "/metrics")
             response = conn.getresponse()
@@ -103,7 +115,8 @@ def test_a_rank_answers_each_kept_alive_scrape_in_one_write(count_writes):
         conn.close()
     finally:
         trainprof.stop()
-    assert len(count_writes) == 3, f"writes per response: {count_writes}"
+    mine = writes_to(count_writes, port)
+    assert len(mine) == 3, f"writes per response: {mine}"
 
 
 # --- slow loris --------------------------------------------------------------------------------

@@ -28,11 +28,14 @@ from scenario import load_cases, promtool_files
 CASES = load_cases()
 
 
+_NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:Inf|NaN)"
+
+
 def expand(notation: str) -> list[float | None]:
     """promtool's expanding notation as values: `1+2x3` -> 1, 3, 5, 7; `_x2` -> two gaps.
 
-    >>> expand("1+2x3 _x2 5 4x1")
-    [1.0, 3.0, 5.0, 7.0, None, None, 5.0, 4.0, 4.0]
+    >>> expand("1+2x3 _x2 5 4x1 1e-9x1 2.5e+3-1e3x1")
+    [1.0, 3.0, 5.0, 7.0, None, None, 5.0, 4.0, 4.0, 1e-09, 1e-09, 2500.0, 1500.0]
     """
     out: list[float | None] = []
     for token in notation.split():
@@ -43,7 +46,7 @@ def expand(notation: str) -> list[float | None]:
         if m:
             out += [None] * int(m.group(1))
             continue
-        m = re.fullmatch(r"(-?[0-9.e+]+?)(?:([+-])([0-9.e+]+))?x(\d+)", token)
+        m = re.fullmatch(rf"({_NUMBER})(?:([+-])({_NUMBER}))?x(\d+)", token)
         if m:
             start = float(m.group(1))
             step = float(m.group(3) or 0) * (-1 if m.group(2) == "-" else 1)
@@ -155,13 +158,30 @@ def _firing_at(alerts, at: float, alertname: str, interval: float) -> list[dict[
     return sorted(out, key=lambda d: sorted(d.items()))
 
 
-@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[i for i, _ in CASES])
+# VictoriaMetrics keeps no NaN sample (NaN is its staleness marker): a NaN loss is invisible
+# there (docs/sources.md). strict: the case must keep failing, or the docs are wrong.
+_ENGINE_DIFFERENCES = {
+    "ExplodingTensor: a NaN loss fires": "VictoriaMetrics drops NaN samples",
+}
+
+
+def _params():
+    for ident, case in CASES:
+        text = yaml.safe_dump(case)
+        if "alertname" not in text and "alerts" not in text:
+            continue  # a values-only case: nothing for vmalert to fire
+        marks = []
+        if ident in _ENGINE_DIFFERENCES:
+            marks.append(pytest.mark.xfail(strict=True, reason=_ENGINE_DIFFERENCES[ident]))
+        yield pytest.param(case, id=ident, marks=marks)
+
+
+@pytest.mark.parametrize("case", list(_params()))
 def test_vmalert_fires_what_promtool_expects(case, victoria_metrics_bin, vmalert_bin, tmp_path):
     promtool_files(case, tmp_path)
     test_doc = yaml.safe_load((tmp_path / "test.yaml").read_text())
     test = test_doc["tests"][0]
-    if not test.get("alert_rule_test"):
-        pytest.skip("no alert expectations (values only)")
+    assert test.get("alert_rule_test"), "a case with alert expectations writes alert tests"
     _keep_groups_of(tmp_path / "rules.yaml", {a["alertname"] for a in test["alert_rule_test"]})
     # VictoriaMetrics does not search samples from 1970: promtool's time 0 becomes the start
     # of yesterday (UTC), whole days keep the groups' evaluation times aligned.
