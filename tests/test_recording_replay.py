@@ -41,6 +41,16 @@ TRAINER = textwrap.dedent(
     # no trainprof.stop(): the recording is closed at exit, as examples/pytorch_loop.py ends
     """
 )
+# Rules evaluated every second: promtool loads its input only up to the last rule evaluation
+# at or before a query, so at SageMaker's one-minute scan a job of seconds would be cut short.
+FAST_RULES = textwrap.dedent(
+    """
+    scrape_interval: 1s
+    rules:
+    - rule: ProfilerReport
+      parameters: {scan_interval_us: 1000000}
+    """
+)
 
 
 class _PhaseTable(HTMLParser):
@@ -116,8 +126,19 @@ def test_replay_names_the_job_the_recording_names(trained, promtool):
 
 def test_the_report_from_a_recording_shows_the_loops_phase_shares(trained, promtool, tmp_path):
     folder, spent = trained
-    page = tmp_path / "report.html"
-    done = cli("report", "--replay", str(folder), "-o", str(page))
+    page, rules = tmp_path / "report.html", tmp_path / "rules.yaml"
+    rules.write_text(FAST_RULES)
+    done = cli(
+        "report",
+        "--replay",
+        str(folder),
+        "--rules",
+        str(rules),
+        "--scrape-interval",
+        "1s",
+        "-o",
+        str(page),
+    )
     assert done.returncode == 0, done.stderr
     assert ": phase-job, " in done.stderr
     html = page.read_text()
@@ -158,7 +179,8 @@ def test_replayed_phase_series_are_the_ones_the_live_api_served(tmp_path, promto
     def asked(compiled, job, seconds):
         return {"phases": Query(f'trainprof_training_phase_seconds_total{{training_job="{job}"}}')}
 
-    result = replay(str(tmp_path), None, scrape_interval=1, queries=asked)
+    (tmp_path / "rules.yaml").write_text(FAST_RULES)
+    result = replay(str(tmp_path), str(tmp_path / "rules.yaml"), scrape_interval=1, queries=asked)
     assert result.training_job == "same"
     [(at, samples)] = [max(result.queries["phases"].items())]
     replayed = {labels["phase"]: value for labels, value in samples}
@@ -216,3 +238,37 @@ def test_two_job_names_are_said_and_the_first_is_used(tmp_path):
     timeline, notes = load_timeline(str(tmp_path), "auto", None)
     assert timeline.training_job == "alpha"
     assert any("name 2 training jobs" in n and "'beta' in rank1.jsonl" in n for n in notes)
+
+
+KILLED = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import trainprof
+
+    trainprof.start(serve=False, record=sys.argv[1], training_job="killed-job")
+    until = time.time() + 3.5
+    while time.time() < until:
+        with trainprof.step():
+            with trainprof.phase("forward"):
+                time.sleep(0.003)
+    print(time.time(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl"])
+def test_a_trainer_killed_mid_loop_loses_at_most_the_last_flush(tmp_path, suffix):
+    """docs/replay.md: `kill -9` loses at most the last second of a rank's recording."""
+    path = tmp_path / f"rank{suffix}"
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -9, done.stderr
+    killed_at = float(done.stdout)
+    timeline, notes = load_timeline(str(tmp_path), "auto", None)
+    assert timeline.training_job == "killed-job"
+    # One flush interval (1 s), and some slack for a loaded machine.
+    assert killed_at - timeline.steps[-1].end < 1.5, notes
+    assert killed_at - timeline.phases[-1].t < 1.5
+    assert dict(timeline.phases[-1].seconds)["forward"] > 0.5

@@ -124,17 +124,6 @@ def write_alerts_test(
                     f"  - expr: {tagged}\n    eval_time: {format_duration(t)}\n"
                     "    exp_samples: []\n"
                 )
-        # promtool loads the input only up to its last rule evaluation at or before the
-        # latest eval_time: a query after the last evaluation (the replay's end, rarely a
-        # whole number of evaluation intervals) would not see the samples since. One more
-        # evaluation, of an expression that is always empty, loads them all.
-        latest = max((t for _, ts in (queries or {}).values() for t in ts), default=0.0)
-        if latest > (times[-1] if times else 0.0) + 1e-9:
-            tick = math.ceil(latest / evaluation_interval - 1e-9) * evaluation_interval
-            f.write(
-                f"  - expr: 'absent(vector(1))'\n    eval_time: {format_duration(tick)}\n"
-                "    exp_samples: []\n"
-            )
     return len(times)
 
 
