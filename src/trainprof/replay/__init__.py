@@ -24,7 +24,7 @@ from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
-from trainprof.replay.timeline import Step, Timeline, scrape
+from trainprof.replay.timeline import PhaseTotals, Step, Timeline, scrape
 from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
@@ -160,6 +160,7 @@ def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
     work replay does grows with the span, which the data must bound."""
     times = [t for samples in timeline.hosts.values() for t in _times(samples)]
     times += [s.start for s in timeline.steps] + [s.end for s in timeline.steps]
+    times += [p.t for p in timeline.phases]
     span = main_span(times)
     if span is None:
         return
@@ -176,6 +177,9 @@ def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
     kept_steps = [s for s in timeline.steps if first <= s.start and s.end <= last]
     far += len(timeline.steps) - len(kept_steps)
     timeline.steps = kept_steps
+    kept_phases = [p for p in timeline.phases if first <= p.t <= last]
+    far += len(timeline.phases) - len(kept_phases)
+    timeline.phases = kept_phases
     for key, start in list(timeline.rank_starts.items()):
         if not first - MAX_GAP <= start <= last:
             del timeline.rank_starts[key]
@@ -279,7 +283,11 @@ def _recording_timeline(
     )
     hosts: dict[str, dict[float, HostSample]] = {}
     steps: set[Step] = set()
+    phases: set[PhaseTotals] = set()
     starts: dict[tuple[str, int], float] = {}
+    # The job's name: what the training processes say (`start(training_job=...)`), else
+    # what a meta record says.
+    jobs: dict[str, str] = {}
     interval, job, skipped, duplicates = None, None, 0, 0
     for path in paths:
         for number, record in recorded.records(path, damage):
@@ -306,6 +314,14 @@ def _recording_timeline(
                 found = recorded.process_start(record, where, damage)
                 if found is not None:
                     starts[found[0]] = found[1]
+                named = recorded.training_job(record)
+                if named is not None:
+                    jobs.setdefault(named, path)
+            elif kind == "phases":
+                totals = recorded.phase_totals(record, where, damage)
+                if totals is not None:
+                    duplicates += totals in phases
+                    phases.add(totals)
             else:
                 skipped += 1
     notes = [f"found {len(paths)} recording file(s) at {source}"]
@@ -325,10 +341,20 @@ def _recording_timeline(
             + "".join(f"; {n}" for n in damage.notes())
         )
     interval = interval or _sampling_interval(by_node)
-    ranks = sorted(set(starts) | {(s.node, s.rank) for s in steps})
+    ranks = sorted(
+        set(starts) | {(s.node, s.rank) for s in steps} | {(p.node, p.rank) for p in phases}
+    )
     ordered = sorted(steps, key=lambda s: (s.start, s.node, s.rank))
-    name = training_job or job or "recorded-job"
-    return Timeline(by_node, name, interval, ordered, ranks, starts), notes
+    if len(jobs) > 1 and not training_job:
+        notes.append(
+            f"the recordings name {len(jobs)} training jobs ("
+            + ", ".join(f"{n!r} in {os.path.basename(p)}" for n, p in jobs.items())
+            + f"); replayed as {next(iter(jobs))!r} (--job names it)"
+        )
+    name = training_job or next(iter(jobs), None) or job or "recorded-job"
+    timeline = Timeline(by_node, name, interval, ordered, ranks, starts)
+    timeline.phases = sorted(phases, key=lambda p: (p.t, p.node, p.rank))
+    return timeline, notes
 
 
 def replay(

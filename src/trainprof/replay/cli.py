@@ -126,7 +126,8 @@ def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
     out = out or sys.stdout
     minutes = (result.end - result.start) / 60
     print(
-        f"Replayed {result.source}\n  {result.nodes} node(s), {result.gpus} GPU(s), "
+        f"Replayed {result.source} (training_job {result.training_job})\n"
+        f"  {result.nodes} node(s), {result.gpus} GPU(s), "
         f"{result.samples} samples, {result.steps} steps over {minutes:.1f} min from "
         f"{_when(result.start)} UTC; "
         f"datapoint {result.datapoint_interval:g}s, scraped every "

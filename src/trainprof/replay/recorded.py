@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import zlib
 from collections.abc import Iterator
@@ -19,9 +20,9 @@ from typing import Any
 
 from trainprof import recording
 from trainprof.replay.damage import Damage, ratio, timestamp_ok
-from trainprof.replay.timeline import Step
+from trainprof.replay.timeline import PhaseTotals, Step
 from trainprof.sampling import HostSample
-from trainprof.training_state import canonical_mode
+from trainprof.training_state import bounded_label_value, canonical_mode
 
 
 def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -125,3 +126,35 @@ def process_start(record: dict[str, Any], where: str, damage: Damage):
         damage.skip("process records with a start outside 2000..2100", where)
         return None
     return key, start
+
+
+def phase_totals(record: dict[str, Any], where: str, damage: Damage) -> PhaseTotals | None:
+    """The phases record's totals, or None (reported) if unusable: a time outside
+    2000..2100, or seconds that are not finite numbers of at least 0."""
+    try:
+        seconds = record["seconds"]
+        if not isinstance(seconds, dict):
+            raise TypeError("seconds is not an object")
+        result = PhaseTotals(
+            str(record["node"]),
+            int(record["rank"]),
+            float(record["t"]),
+            tuple((str(name), float(value)) for name, value in seconds.items()),
+        )
+    except (KeyError, TypeError, ValueError, OverflowError):
+        damage.skip("phases records without node, rank, t or seconds", where)
+        return None
+    if not timestamp_ok(result.t):
+        damage.skip("phases records with a time outside 2000..2100", where)
+        return None
+    if not all(math.isfinite(v) and v >= 0 for _, v in result.seconds):
+        damage.skip("phases records with negative, NaN or infinite seconds", where)
+        return None
+    return result
+
+
+def training_job(record: dict[str, Any]) -> str | None:
+    """The job a process record names (`trainprof.start(training_job=...)`), if any, as
+    the rank's own series carried it (a long name cut as `bounded_label_value` cuts it)."""
+    name = record.get("training_job")
+    return bounded_label_value(name) if isinstance(name, str) and name.strip() else None

@@ -1,7 +1,8 @@
 """A recorded timeline, scraped the way Prometheus would have scraped it.
 
 Host samples go through the exporter's own `SampleAccumulator` (one per node) and training
-steps through the training API's own `TrainingState` (one per rank), so replay sees exactly
+steps and phase times through the training API's own `TrainingState` (one per rank), so
+replay sees exactly
 the series a live exporter and training process would have served; both are read at every
 scrape instant `t0 + k * scrape_interval`. Times are relative to `t0` (the first
 sample's minute, as SageMaker's rules started their scan there), because that is how
@@ -43,6 +44,17 @@ class Step:
     end: float
 
 
+@dataclasses.dataclass(frozen=True)
+class PhaseTotals:
+    """A rank's cumulative seconds per phase at `t` (Unix seconds), as a recording holds
+    them (`recording.phases_record`)."""
+
+    node: str
+    rank: int
+    t: float
+    seconds: tuple[tuple[str, float], ...]  # (phase, seconds), in the recorded order
+
+
 @dataclasses.dataclass
 class Timeline:
     """What happened on each host and in each training process (rank)."""
@@ -57,6 +69,8 @@ class Timeline:
     # When each rank's process started, where known (a trainprof recording says so; for
     # SageMaker output the job's start stands in).
     rank_starts: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
+    # Each rank's phase totals over time (a trainprof recording; SageMaker output has none).
+    phases: list[PhaseTotals] = dataclasses.field(default_factory=list)
 
     @property
     def first(self) -> float:
@@ -64,12 +78,16 @@ class Timeline:
             [s[0].timestamp for s in self.hosts.values() if s]
             + [s.start for s in self.steps]
             + list(self.rank_starts.values())
+            + [p.t for p in self.phases]
         )
 
     @property
     def last(self) -> float:
+        # A rank writes its last phase totals after its last step: the last scrape sees them.
         return max(
-            [s[-1].timestamp for s in self.hosts.values() if s] + [s.end for s in self.steps]
+            [s[-1].timestamp for s in self.hosts.values() if s]
+            + [s.end for s in self.steps]
+            + [p.t for p in self.phases]
         )
 
     @property
@@ -126,7 +144,9 @@ def scrape(
     count = int(math.ceil((timeline.last - t0) / scrape_interval)) + 1
     store = SeriesStore(count, spill_dir=workdir)
     shifted = frozenset(relative)
-    total = sum(len(s) for s in timeline.hosts.values()) + len(timeline.steps)
+    total = (
+        sum(len(s) for s in timeline.hosts.values()) + len(timeline.steps) + len(timeline.phases)
+    )
     bar = _Progress(total, progress, stream)
     for node, samples in sorted(timeline.hosts.items()):
         acc = SampleAccumulator(
@@ -170,10 +190,15 @@ def _scrape_ranks(
     shifted: frozenset,
     bar: _Progress,
 ) -> None:
-    """Every rank's training series: its steps, observed as they end, read at each instant."""
+    """Every rank's training series: its steps, observed as they end, and its phase totals,
+    observed as recorded, read at each instant."""
     by_rank: dict[tuple[str, int], list[Step]] = {r: [] for r in timeline.ranks}
     for step in timeline.steps:
         by_rank.setdefault((step.node, step.rank), []).append(step)
+    phases_by_rank: dict[tuple[str, int], list[PhaseTotals]] = {}
+    for totals in timeline.phases:
+        phases_by_rank.setdefault((totals.node, totals.rank), []).append(totals)
+        by_rank.setdefault((totals.node, totals.rank), [])
     per_node: dict[str, int] = {}
     for (node, rank), steps in sorted(by_rank.items()):
         index = per_node[node] = per_node.get(node, -1) + 1
@@ -183,15 +208,42 @@ def _scrape_ranks(
             labels, stddevs=stddevs, start_time=timeline.rank_starts.get((node, rank), t0)
         )
         steps.sort(key=lambda s: s.end)
-        i = 0
+        phases = sorted(phases_by_rank.get((node, rank), []), key=lambda p: p.t)
+        observed: dict[str, float] = {}
+        i = j = 0
         for k in range(count):
             instant = t0 + k * scrape_interval
-            before = i
+            before = i + j
             while i < len(steps) and steps[i].end <= instant + 1e-9:
                 state.observe_step(steps[i].mode, steps[i].start, steps[i].end)
                 i += 1
-            bar.advance(i - before)
+            while j < len(phases) and phases[j].t <= instant + 1e-9:
+                observed = observe_phase_totals(state, observed, phases[j].seconds)
+                j += 1
+            bar.advance(i + j - before)
             _put(store, k, samples_of(state.families()), target, shifted, t0)
+
+
+def observe_phase_totals(
+    state: TrainingState, observed: dict[str, float], totals: Iterable[tuple[str, float]]
+) -> dict[str, float]:
+    """Feed a rank's recorded phase totals to `state` as the phase times the live API
+    observed since the `observed` totals (`TrainingState.observe_phase`, so names are
+    admitted and bounded as live); returns the new totals. A total below the one before
+    starts again from zero, as a Prometheus counter reset does (a restarted process).
+
+    >>> state = TrainingState()
+    >>> seen = observe_phase_totals(state, {}, [("forward", 2.0), ("backward", 3.0)])
+    >>> seen = observe_phase_totals(state, seen, [("forward", 2.5), ("backward", 3.0)])
+    >>> state.phases["forward"], state.phases["backward"]
+    (2.5, 3.0)
+    """
+    now = dict(observed)
+    for name, total in totals:
+        before = observed.get(name, 0.0)
+        state.observe_phase(name, total - before if total >= before else total)
+        now[name] = total
+    return now
 
 
 class _Progress:
