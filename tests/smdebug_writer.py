@@ -103,14 +103,17 @@ def write_trial(
     modes: dict[str, str] | None = None,
     worker: str = "worker_0",
     ended: bool = True,
+    wall_times: dict[int, float] | None = None,
 ) -> Path:
-    """A trial at `root`: per step, tensor name -> value; `collections` name -> tensor names."""
+    """A trial at `root`: per step, tensor name -> value; `collections` name -> tensor names;
+    `wall_times`: step -> the Unix time its events carry (else 1.7e9 + step)."""
     modes = modes or {}
     for step, tensors in steps.items():
         folder = root / "events" / f"{step:012d}"
+        stamp = {"wall_time": wall_times[step] - step} if wall_times else {}
         folder.mkdir(parents=True, exist_ok=True)
         data = b"".join(
-            record(event(name, value, step, modes.get(name, "train")))
+            record(event(name, value, step, modes.get(name, "train"), **stamp))
             for name, value in tensors.items()
         )
         (folder / f"{step:012d}_{worker}.tfevents").write_bytes(data)

@@ -47,6 +47,7 @@ class ReplayError(ValueError):
 class FiredAlert:
     labels: dict[str, str]
     fired_at: float
+    step: int | None = None  # the training step, for a tensor trial's saved steps
 
 
 @dataclasses.dataclass
@@ -62,6 +63,10 @@ class Verdict:
     @property
     def first_fired_at(self) -> float | None:
         return min((a.fired_at for a in self.alerts), default=None)
+
+    @property
+    def first_fired_step(self) -> int | None:
+        return min((a.step for a in self.alerts if a.step is not None), default=None)
 
 
 @dataclasses.dataclass(frozen=True)

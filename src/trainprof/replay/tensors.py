@@ -14,6 +14,7 @@ after which its alert fired.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -205,11 +206,14 @@ def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> 
     if not saves:
         return verdict
     start = saves[0].wall_time
-    interval = 15.0
+    # a scrape every 15 s, finer for a threshold under a minute: the grid's lateness (one
+    # interval at most) stays a quarter of the threshold, at least 1 s
+    threshold = float(config.rules[0].values.get("threshold", 1800))
+    interval = float(min(15, max(1, int(threshold / 4))))  # whole seconds: promtool's units
     points = int((max(end, saves[-1].wall_time) - start) // interval) + 2
-    if points > 200_000:  # a job of more than a month: coarser scrapes
-        interval = (max(end, saves[-1].wall_time) - start) / 200_000
-        points = 200_002
+    if points > 200_000:  # a long job: coarser scrapes, still whole seconds
+        interval = float(math.ceil((max(end, saves[-1].wall_time) - start) / 200_000))
+        points = int((max(end, saves[-1].wall_time) - start) // interval) + 2
     values: list[float | None] = []
     i = 0
     for k in range(points):

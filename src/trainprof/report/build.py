@@ -69,6 +69,7 @@ class RuleRow:
     datapoints: str = "-"
     measured: str = "-"  # "46% (peak 74%) vs above 50%"
     reason: str = ""  # why no_data / not_applicable
+    first_fired_step: int | None = None  # the training step, for a tensor trial's rules
 
 
 @dataclasses.dataclass
@@ -543,6 +544,8 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
         state = states.get(name, 0)
         status = verdict.status if verdict and verdict.status else None
         quiet = status.status if status and status.status != "fired" else "quiet"
+        if status and status.status == "fired" and not states:
+            quiet = "fired"  # no state series (a tensor trial): fired, end state unknown
         rows.append(
             RuleRow(
                 name,
@@ -557,6 +560,7 @@ def _rules(c: Collected, n: _Numbers) -> tuple[list[RuleRow], dict[str, list]]:
                 fmt.number(status.datapoints) if status and status.datapoints is not None else "-",
                 measured_text(status.measure) if status else "-",
                 status.reason if status else "",
+                verdict.first_fired_step if verdict else None,
             )
         )
         spans[name] = _spans(firing.get(name, []), c.step)

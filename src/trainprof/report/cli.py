@@ -38,8 +38,9 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     source.add_argument(
         "--replay",
         metavar="SOURCE",
-        help="SageMaker profiler output or a trainprof recording, replayed "
-        "through the rules as `trainprof replay` does",
+        help="SageMaker profiler output, a SageMaker Debugger tensor trial (debug-output/: "
+        "its tensor rules, default all with SageMaker's defaults) or a trainprof recording, "
+        "replayed through the rules as `trainprof replay` does",
     )
     report.add_argument(
         "--job",
@@ -122,8 +123,8 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from trainprof.promtool import PromtoolError
-    from trainprof.replay import ReplayError
-    from trainprof.report import ReportError, build, from_replay, render
+    from trainprof.replay import ReplayError, smdebug
+    from trainprof.report import ReportError, build, from_replay, from_trial, render
     from trainprof.rules.config import ConfigError
 
     if args.replay is None and args.prometheus is None and not args.trace:
@@ -138,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
         text = render(_trace_only_report(args, kernels))
         return _write(args, text, "GPU kernels only", EXIT_BAD_INPUT if trace_errors else 0)
     try:
-        if args.replay is not None:
+        if args.replay is not None and smdebug.looks_like_trial(args.replay):
+            collected = from_trial(args.replay, args.rules, training_job=args.job)
+        elif args.replay is not None:
             collected = from_replay(
                 args.replay,
                 args.rules,

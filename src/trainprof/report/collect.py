@@ -20,7 +20,7 @@ from typing import Any
 from trainprof.dashboards.queries import PRESENCE
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
-from trainprof.rule_status import decide, status_queries
+from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
@@ -125,6 +125,52 @@ def from_replay(
             i.spec.name: result.rules.get(i.spec.name, Verdict()) for i in alerting(result.config)
         },
         notes=notes,
+    )
+
+
+def from_trial(
+    source: str,
+    rules: str | None,
+    training_job: str | None = None,
+    promtool: str | None = None,
+) -> Collected:
+    """Replay a SageMaker Debugger tensor trial through the tensor rules (default: every
+    tensor rule with SageMaker's defaults), as `trainprof replay DIR` does; the report shows
+    each rule's verdict with the training step it first fired at. A trial holds no system
+    or step-time series, so those sections say so."""
+    from trainprof.replay import smdebug
+    from trainprof.replay.tensors import replay_trial
+    from trainprof.rules.files import read_config
+    from trainprof.rules.tensors import default_tensor_config
+
+    config = read_config(rules) if rules else default_tensor_config()
+    try:
+        trial = smdebug.read_trial(source)
+        result = replay_trial(source, config, training_job=training_job, promtool=promtool)
+    except smdebug.TrialError as e:
+        raise ReportError(str(e)) from e
+    times = [e.wall_time for events in trial.steps.values() for e in events]
+    start = min(times, default=0.0)
+    end = max([*times, trial.end_time or start])
+    verdicts = {}
+    for name, v in result.rules.items():
+        saved = len(result.steps)
+        status = RuleStatus("fired" if v.fired else "quiet", datapoints=saved)
+        if not v.evaluated:
+            status = RuleStatus("no_data", reason="the trial holds nothing this rule reads")
+        alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
+        verdicts[name] = Verdict(alerts, status)
+    return Collected(
+        training_job=result.training_job,
+        source=f"replay of the tensor trial {source}",
+        start=start,
+        end=max(end, start + 1.0),
+        step=query_step(max(end - start, 1.0), 1.0, POINTS),
+        compiled=compile_rules(config),
+        queries={},
+        results={},
+        verdicts={i.spec.name: verdicts.get(i.spec.name, Verdict()) for i in alerting(config)},
+        notes=list(result.notes),
     )
 
 

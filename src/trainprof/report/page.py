@@ -187,6 +187,8 @@ def _rules_table(report: Report) -> str:
             f'<a href="#rule-{esc(r.name)}">{esc(r.name)}</a>' if r.times_triggered else esc(r.name)
         )
         first = fmt.short_when(r.first_fired_at, report.start, report.end)
+        if r.first_fired_step is not None:
+            first = f"step {r.first_fired_step} ({first})"
         body.append(
             f'<tr class="main{fired}" data-rule="{esc(r.name)}"><td>{name}<br>'
             f"{_badge(r.severity)}</td><td>{prose(r.description)}</td>"
@@ -209,7 +211,9 @@ def _detail(d: RuleDetail) -> str:
         f'<article class="rule" id="rule-{esc(r.name)}">',
         f"<h3>{esc(r.name)}: {esc(d.summary)} {_badge(r.severity)}</h3>",
         f"<p>Triggered {r.times_triggered} time{'s' if r.times_triggered != 1 else ''}, "
-        f"first at {esc(fmt.when(r.first_fired_at))}; {esc(r.state)} at the end of the "
+        f"first at {esc(fmt.when(r.first_fired_at))}"
+        + ("" if r.first_fired_step is None else f" (training step {r.first_fired_step})")
+        + f"; {esc(r.state)} at the end of the "
         "report.</p>",
         f"<p>{prose(r.description)}</p>",
         f'<p class="rec"><strong>Recommendation.</strong> {prose(r.recommendation)}</p>',
