@@ -87,8 +87,11 @@ def _check(base: str, switched: threading.Event) -> None:
     after = {_device("h1", "GPU-a"): 0.8, _device("h2", "GPU-b"): 0.2}
     wait_for(lambda: _values(base, util) == after, 90, f"{util} == {after}")
     cpu = 'cpu:trainprof_cpu_utilization:ratio{cpu="0"}'
-    busy = wait_for(lambda: _values(base, cpu), 30, cpu)
-    assert set(busy) == {(("cpu", "0"), ("node", "h1")), (("cpu", "0"), ("node", "h2"))}
+    both = {(("cpu", "0"), ("node", "h1")), (("cpu", "0"), ("node", "h2"))}
+    # A node's rate needs two scrapes: wait for both nodes, not for the first one recorded.
+    wait_for(lambda: set(_values(base, cpu)) == both, 30, f"{cpu} for h1 and h2")
+    busy = _values(base, cpu)
+    assert set(busy) == both
     assert abs(busy[(("cpu", "0"), ("node", "h1"))] - 0.8) < 0.06  # busy + iowait's 0.05 out
     assert busy[(("cpu", "0"), ("node", "h2"))] < 0.01
     memory = _values(base, "node:trainprof_memory_used:ratio")
