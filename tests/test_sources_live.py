@@ -105,8 +105,12 @@ def test_prometheus_scrapes_the_captured_bodies_and_records_them_normalised(
     with serve(_exporters(switched)) as address:
         config = _scrape_config(address) + "rule_files: [sources.yaml]\n"
         with prometheus(prometheus_bin, tmp_path, config, {"sources.yaml": _rules()}) as base:
-            wait_for(lambda: query(base, "DCGM_FI_DEV_GPU_UTIL")["data"]["result"], 60, "a scrape")
-            exported = query(base, 'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}')["data"]["result"]
+            # h1's target, the one scraped with the exporter pod's labels, may come second.
+            exported = wait_for(
+                lambda: query(base, 'DCGM_FI_DEV_GPU_UTIL{exported_pod!=""}')["data"]["result"],
+                60,
+                "Prometheus to scrape h1's dcgm",
+            )
             assert {r["metric"]["pod"] for r in exported} == {"nvidia-dcgm-exporter-x7k2p"}
             _check(base, switched)
 
