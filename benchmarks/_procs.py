@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +21,17 @@ PROMETHEUS_HEADERS = {
     "Accept-Encoding": "gzip",
 }
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def status_of(request: urllib.request.Request | str, timeout: float) -> int:
+    """The HTTP status of one request, read to the end; an error status is returned too."""
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.close()
+        return e.code
 
 
 def free_port() -> int:

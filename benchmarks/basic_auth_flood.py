@@ -30,19 +30,13 @@ import urllib.request
 from pathlib import Path
 
 import bcrypt
-from _procs import cpu_seconds, free_port, stop
+from _procs import cpu_seconds, free_port, status_of, stop
 
 
 def get(url: str, user: str, password: str) -> int:
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            r.read()
-            return r.status
-    except urllib.error.HTTPError as e:
-        e.close()
-        return e.code
+    return status_of(request, timeout=30)
 
 
 def main() -> None:

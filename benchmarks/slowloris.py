@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from _procs import free_port, start_trainprof, stop, wait_ready
+from _procs import free_port, start_trainprof, status_of, stop, wait_ready
 
 TOKEN = "slowloris-benchmark-token-0123"
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "webhook-v4-starved.json"
@@ -80,13 +80,7 @@ def deliver(url: str, body: bytes) -> int:
     request = urllib.request.Request(url, data=body, method="POST")
     request.add_header("Content-Type", "application/json")
     request.add_header("Authorization", f"Bearer {TOKEN}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as r:
-            r.read()
-            return r.status
-    except urllib.error.HTTPError as e:
-        e.close()
-        return e.code
+    return status_of(request, timeout=10)
 
 
 def main() -> None:
