@@ -231,7 +231,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
         ui.datasource_variable(),
         ui.query_variable(
             "namespace",
-            f"label_values({presence()}, namespace)",
+            f"label_values({presence(config.source)}, namespace)",
             label="Namespace",
             multi=True,
             include_all=True,
