@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,8 +56,9 @@ def trees_from_columns(columns: Mapping[str, Sequence[Any]]) -> dict[int, dict]:
         raise DamagedTrees(f"missing column(s) {', '.join(missing)}")
     lengths = {name: len(values) for name, values in columns.items()}
     if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{name} {n}" for name, n in sorted(lengths.items()))
-        raise DamagedTrees(f"columns of different lengths ({shown})")
+        usual = Counter(lengths.values()).most_common(1)[0][0]
+        odd = ", ".join(f"{name} {n}" for name, n in sorted(lengths.items()) if n != usual)
+        raise DamagedTrees(f"columns of different lengths: {odd}, the others {usual}")
     nodes: dict[tuple[int, int], dict] = {}
     links: list[tuple[tuple[int, int], tuple[int, int]]] = []
     for tree_value, node_value, yes, no in zip(*(columns[c] for c in TREE_COLUMNS)):
@@ -84,12 +86,13 @@ def trees_from_columns(columns: Mapping[str, Sequence[Any]]) -> dict[int, dict]:
 
 
 def _number(value: Any, column: str) -> int:
+    shown = repr(str(value)) if isinstance(value, str) else str(value)
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise DamagedTrees(f"{column} {value!r} is not a number") from None
+        raise DamagedTrees(f"{column} {shown} is not a number") from None
     if not math.isfinite(number) or number != int(number) or number < 0:
-        raise DamagedTrees(f"{column} {value!r} is not a node or tree number")
+        raise DamagedTrees(f"{column} {shown} is not a node or tree number")
     return int(number)
 
 
