@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 # The columns a tree's shape is read from; the others (Feature, Split, Gain, ...) are not
@@ -43,7 +43,7 @@ def tree_depth(node: Mapping[str, Any]) -> int:
     return depth
 
 
-def trees_from_columns(columns: Mapping[str, Sequence[Any]]) -> dict[int, dict]:
+def trees_from_columns(columns: Mapping[str, Collection[Any]]) -> dict[int, dict]:
     """The trees held by `trees_to_dataframe`-style columns, by tree number, each as the
     root of XGBoost's JSON dump shape (`{"nodeid": 0, "children": [...]}`).
 
