@@ -156,3 +156,11 @@ def test_a_trial_of_deep_trees_is_quiet_and_one_of_only_damaged_trees_is_not_jud
     damaged = replay_trial(str(write_trial(tmp_path / "damaged", {0: broken})), CONFIG)
     assert not damaged.rules["TreeDepth"].fired
     assert any("missing column(s) Tree" in n for n in damaged.notes)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from trainprof.health import trees
+
+    assert doctest.testmod(trees).failed == 0

@@ -1396,8 +1396,8 @@ TREE_DEPTH = RuleSpec(
         "Depth is measured on the trees themselves (root at 0), not as log2 of the largest "
         "node id. The direction is undocumented; trainprof fires when trees stay shallower "
         "than `depth`. Replaying a trial reads the XGBoost hook's `trees` collection, which "
-        "holds only the tree of each saved round: the depth is that of the deepest saved "
-        "tree so far (live, the callback measures every tree)."
+        "holds one tree per saved round (tree number = round): the depth is that of the deepest "
+        "saved tree so far (live, the callback measures every tree)."
     ),
 )
 
