@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainprof.sources.options import SOURCES
+
 SCHEMA_URL = "https://raw.githubusercontent.com/trainprof/trainprof/main/schemas/"
 RULES_SCHEMA = "schemas/trainprof-rules.schema.json"
 ACTIONS_SCHEMA = "schemas/trainprof-actions.schema.json"
@@ -26,6 +28,8 @@ _DURATION = {
 }
 _NUMERIC_STRING = r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
 _LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+_SOURCE_NAME = "|".join(SOURCES)
+_SOURCES = rf"^\s*({_SOURCE_NAME})\s*(,\s*({_SOURCE_NAME})\s*)*$"
 
 
 def _header(name: str, title: str, description: str) -> dict[str, Any]:
@@ -188,6 +192,42 @@ def rules_schema() -> dict[str, Any]:
             "links": {
                 "type": "object",
                 "properties": {"runbook_url": url, "grafana_url": url},
+                "additionalProperties": False,
+            },
+            "source": {
+                "description": "Where the GPU and host signals come from: trainprof's "
+                "exporter, dcgm-exporter (GPU) and/or node_exporter (host); a list or a "
+                "comma-separated string.",
+                "default": "trainprof",
+                "anyOf": [
+                    {"type": "string", "pattern": _SOURCES},
+                    {
+                        "type": "array",
+                        "minItems": 1,
+                        "uniqueItems": True,
+                        "items": {"enum": list(SOURCES)},
+                    },
+                ],
+            },
+            "source_options": {
+                "type": "object",
+                "properties": {
+                    "node_label": {
+                        "type": "string",
+                        "pattern": _LABEL_NAME,
+                        "default": "node",
+                        "description": "The label naming the node on node_exporter's "
+                        "series; `instance` loses its :port.",
+                    },
+                    "pod_job_label": {
+                        "type": "string",
+                        "pattern": f"^$|{_LABEL_NAME}",
+                        "default": "label_training_kubeflow_org_job_name",
+                        "description": "The kube_pod_labels label naming a pod's training "
+                        "job; empty to join GPUs to jobs only through the ranks' "
+                        "trainprof_gpu_assignment_info.",
+                    },
+                },
                 "additionalProperties": False,
             },
             "rules": {

@@ -34,6 +34,7 @@ from trainprof.rules import catalog
 from trainprof.rules.model import PATIENCE_MODES, SEVERITIES, RuleSpec
 from trainprof.rules.params import COUNT, MICROS, MINUTES, PERCENT
 from trainprof.rules.promql import LABEL_NAME, Matcher
+from trainprof.sources.options import SourceOptions, parse_sources
 from trainprof.validation import (
     ConfigError,
     Problem,  # noqa: F401  (re-exported: rule configuration errors are ConfigError)
@@ -57,6 +58,8 @@ _TOP_KEYS = (
     "job_selector",
     "links",
     "rules",
+    "source",
+    "source_options",
     "ProfilerRuleConfigurations",
 )
 GPU_ATTRIBUTIONS = ("auto", "exporter", "assignment")
@@ -129,6 +132,10 @@ class RulesConfig:
     runbook_url: str = DEFAULT_RUNBOOK_URL
     grafana_url: str = DEFAULT_GRAFANA_URL
     warnings: tuple[str, ...] = ()
+    # Where the GPU and host signals come from: trainprof's exporter, dcgm-exporter (GPU)
+    # and/or node_exporter (host); see trainprof.sources.
+    source: tuple[str, ...] = ("trainprof",)
+    source_options: SourceOptions = SourceOptions()
 
     def rule(self, name: str) -> RuleInstance | None:
         return next((r for r in self.rules if r.spec.name == name), None)
@@ -176,6 +183,8 @@ class _Loader(Problems):
         job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
+        source = self.source(data.get("source", "trainprof"))
+        source_options = self.source_options(data.get("source_options", {}), job_labels, scrape)
 
         entries = self.entries(data)
         rules = self.resolve(entries, mode)
@@ -193,6 +202,8 @@ class _Loader(Problems):
             runbook_url=runbook,
             grafana_url=grafana,
             warnings=tuple(self.warnings),
+            source=source,
+            source_options=source_options,
         )
 
     def describe_training_job(self, data: Mapping) -> dict:
@@ -287,6 +298,49 @@ class _Loader(Problems):
                     continue
             matchers.append(Matcher(label, op, text))
         return tuple(sorted(matchers, key=lambda m: (m.label, m.op)))
+
+    def source(self, value) -> tuple[str, ...]:
+        """`trainprof`, `dcgm`, `node_exporter`, or a combination (a list or a comma-separated
+        string); `trainprof` alongside both others has nothing left to serve."""
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if not isinstance(value, str):
+            self.problem(
+                "source", f"expected a source name or a list of them, got {describe(value)}"
+            )
+            return ("trainprof",)
+        try:
+            names = parse_sources(value)
+        except ValueError as e:
+            self.problem("source", str(e))
+            return ("trainprof",)
+        if "dcgm" in names and "node_exporter" in names and "trainprof" in names:
+            self.problem(
+                "source",
+                "trainprof with both dcgm and node_exporter: dcgm serves the GPU signals and "
+                "node_exporter the host's, so trainprof's exporter would serve none",
+            )
+        return names
+
+    def source_options(self, value, job_labels: tuple[str, ...], scrape: float) -> SourceOptions:
+        keys = ("node_label", "pod_job_label")
+        if not isinstance(value, Mapping):
+            self.problem("source_options", f"expected a mapping, got {describe(value)}")
+            value = {}
+        self.unknown_keys(value, "source_options", keys)
+        given = {k: value[k] for k in keys if k in value}
+        for key, label in given.items():
+            if not isinstance(label, str) or (label and not LABEL_NAME.match(label)):
+                self.problem(f"source_options.{key}", f"{short(label)} is not a valid label name")
+                return SourceOptions(job_labels=job_labels, scrape_interval=scrape)
+        if given.get("node_label") == "":
+            self.problem("source_options.node_label", "empty: name the label holding the node")
+            given.pop("node_label")
+        try:
+            return SourceOptions(**given, job_labels=job_labels, scrape_interval=scrape)
+        except ValueError as e:
+            self.problem("source_options", str(e))
+            return SourceOptions(scrape_interval=scrape)
 
     def links(self, value) -> tuple[str, str]:
         runbook, grafana = DEFAULT_RUNBOOK_URL, DEFAULT_GRAFANA_URL
