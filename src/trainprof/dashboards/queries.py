@@ -65,7 +65,12 @@ def series_labels(
             ("training_job", set()),
         ):
             if level == prefix or level.startswith(prefix + "_"):
-                if not exporter_has_job and prefix in ("gpu", "node"):
+                # `gpu_job:`/`node_job:` gauges carry their job whatever the exporter serves.
+                if (
+                    not exporter_has_job
+                    and prefix in ("gpu", "node")
+                    and not level.endswith("_job")
+                ):
                     return frozenset(extra)
                 return job | extra
         raise ValueError(
