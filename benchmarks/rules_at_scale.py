@@ -2,12 +2,19 @@
 
     python benchmarks/rules_at_scale.py [--nodes 1000] [--gpus 8] [--cores 64] [--jobs 100]
         [--engine prometheus|victoriametrics] [--minutes 7]
+        [--source trainprof|dcgm,node_exporter|dcgm|node_exporter] [--attribution pod|assignment]
 
 A fake exporter serves the series of `--nodes` hosts (the real SampleAccumulator's output for
 one host with `--gpus` GPUs and `--cores` cores, repeated with a different `node` label, the
 nodes spread over `--jobs` training jobs), advancing by 30 samples (15 s at 0.5 s) per
-scrape; a real Prometheus (or VictoriaMetrics scraping and vmalert evaluating) scrapes it
-every 15 s with the default ProfilerReport rules compiled to evaluate every 15 s. After the
+scrape. With `--source` naming dcgm and/or node_exporter, it serves instead what those
+exporters would serve for each node (source_fleet.py: the captured label sets of
+../shared/real-exporters, every core's CPU-time counters) and kube-state-metrics'
+`kube_pod_labels` tying each node's worker pod to its job (`--attribution assignment`: the
+ranks' `trainprof_gpu_assignment_info` instead), plus the trainprof fake for the signals the
+named sources do not serve. A real Prometheus (or VictoriaMetrics scraping and vmalert
+evaluating) scrapes it every 15 s with the default ProfilerReport rules compiled for that
+source to evaluate every 15 s. After the
 rules' windows have filled, it prints each group's evaluation time (Prometheus:
 `evaluationTime` of /api/v1/rules; vmalert: the mean of `vmalert_iteration_duration_seconds`
 over the rounds since the windows filled), the series its expressions select, and the sum,
@@ -16,7 +23,9 @@ exporter and the engine's scraping share the machine's cores with the rule evalu
 a small machine those times are upper bounds. Then it stops serving (Prometheus stops
 ingesting and marks the series stale) and runs every rule's expression as an instant query
 at the moment serving stopped, keeping the fastest of five: the undisturbed cost (on
-VictoriaMetrics, while it keeps ingesting).
+VictoriaMetrics, while it keeps ingesting). On Prometheus it also prints the costliest rules
+of the `trainprof.sources` group (the adapters' normalisation), each with its evaluation time
+in the engine and its fastest query.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
+from source_fleet import NAMESPACE, SourceFleet
 
 from trainprof.durations import format_duration, parse_duration
 from trainprof.localstack import get_json, prometheus, victoria_metrics, vmalert
@@ -43,6 +53,7 @@ from trainprof.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 from trainprof.sampling import GpuSample, HostSample, SampleAccumulator
+from trainprof.sources import parse_sources
 
 RULES = {
     "scrape_interval": "15s",
@@ -53,9 +64,14 @@ RULES = {
 class Fleet:
     """The exposition of `nodes` hosts, advanced one scrape interval at every scrape."""
 
-    def __init__(self, nodes: int, gpus: int, cores: int = 8, jobs: int = 1):
+    def __init__(
+        self, nodes: int, gpus: int, cores: int = 8, jobs: int = 1, namespace: str | None = None
+    ):
         self.nodes, self.gpus, self.cores, self.jobs = nodes, gpus, cores, jobs
-        self.acc = SampleAccumulator(0.5, identity={"node": "NODE", "training_job": "JOB"})
+        identity = {"node": "NODE", "training_job": "JOB"}
+        if namespace:  # as the adapters' job attribution labels the jobs
+            identity["namespace"] = namespace
+        self.acc = SampleAccumulator(0.5, identity=identity)
         self.rng = random.Random(1)
         self.t = 0.0
         self.lock = threading.Lock()
@@ -103,7 +119,32 @@ class Fleet:
         return "".join(out).encode()
 
 
-def serve(fleet: Fleet) -> http.server.ThreadingHTTPServer:
+class AdapterFleet:
+    """What the exporters of `source` serve for the fleet: dcgm-exporter and/or node_exporter
+    with the job attribution, and trainprof's exporter for the signals they do not serve."""
+
+    def __init__(self, source: tuple[str, ...], args: argparse.Namespace):
+        dcgm, node = "dcgm" in source, "node_exporter" in source
+        # Without dcgm the GPUs' pods are unknown: jobs come from the ranks' assignment.
+        attribution = args.attribution if dcgm else "assignment"
+        self.adapters = SourceFleet(
+            args.nodes, args.gpus, args.cores, args.jobs, dcgm, node, attribution
+        )
+        self.trainprof = None
+        if not (dcgm and node):
+            self.trainprof = Fleet(
+                args.nodes, 0 if dcgm else args.gpus, args.cores, args.jobs, NAMESPACE
+            )
+        self.stopped = False
+
+    def body(self) -> bytes:
+        body = self.adapters.body()
+        if self.trainprof is not None:
+            body += self.trainprof.body().decode()
+        return body.encode()
+
+
+def serve(fleet: Fleet | AdapterFleet) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if fleet.stopped:
@@ -140,7 +181,7 @@ def _fastest(base: str, expr: str, at: float) -> float:
 
 
 SELECTOR = re.compile(
-    r"(?<![\w:])([a-zA-Z_:][\w:]*)(\{[^}]*\})?(?!\s*\()(?=\s*(?:\[|\)|$|\s|offset))"
+    r"(?<![\w:])([a-zA-Z_:][\w:]*)(\{[^}]*\})?(?!\s*\()(?=\s*(?:\[|\)|,|$|\s|offset))"
 )
 NOT_METRICS = {
     "by",
@@ -159,6 +200,25 @@ NOT_METRICS = {
 }
 
 
+def _outside_strings(expr: str) -> str:
+    """`expr` without the string arguments of functions (label_replace's), keeping the
+    strings of label matchers."""
+    out, depth, i = [], 0, 0
+    while i < len(expr):
+        c = expr[i]
+        if c == '"':
+            end = i + 1
+            while expr[end] != '"':
+                end += 2 if expr[end] == "\\" else 1
+            out.append(expr[i : end + 1] if depth else '""')
+            i = end + 1
+            continue
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def series_touched(base: str, exprs: list[str], at: float) -> int:
     """Series the expressions select: `count()` of each distinct selector in them."""
     selectors = set()
@@ -168,7 +228,7 @@ def series_touched(base: str, exprs: list[str], at: float) -> int:
                 r"\b(by|without|on|ignoring|group_left|group_right)"
                 r"\s*\([^)]*\)",
                 "",
-                expr,
+                _outside_strings(expr),
             )
         ):
             if m.group(1) not in NOT_METRICS and not m.group(1).isdigit():
@@ -254,6 +314,32 @@ def _sink():
         server.shutdown()
 
 
+SOURCES_GROUP = "trainprof.sources"
+
+
+def _source(text: str) -> tuple[str, ...]:
+    try:
+        return parse_sources(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _print_rules(
+    group: dict, per_rule: dict[int, list[float]], fastest: dict[tuple[str, int], float]
+) -> None:
+    """The group's rules, costliest first: in the engine (median round) and fastest query."""
+    rows = []
+    for i, rule in enumerate(group["rules"]):
+        engine_s = statistics.median(per_rule[i]) if per_rule.get(i) else float("nan")
+        name = rule.get("record") or f"{rule['alert']} ({rule['labels'].get('scope', '')})"
+        rows.append((name, engine_s, fastest[group["name"], i]))
+    rows.sort(key=lambda r: -max(r[1] if r[1] == r[1] else 0, r[2]))
+    print(f"  {group['name']}, by rule:")
+    print(f"    {'rule':<52} {'in the engine':>14} {'fastest query':>14}")
+    for name, engine_s, quick in rows:
+        print(f"    {name:<52} {engine_s * 1000:11.1f} ms {quick * 1000:11.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -262,19 +348,38 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--engine", choices=("prometheus", "victoriametrics"), default="prometheus")
     parser.add_argument("--minutes", type=float, default=7)
+    parser.add_argument(
+        "--source",
+        type=_source,
+        default=("trainprof",),
+        help="the rules' source setting: trainprof, dcgm, node_exporter or a combination",
+    )
+    parser.add_argument(
+        "--attribution",
+        choices=("pod", "assignment"),
+        default="pod",
+        help="how the adapters find each GPU's job: kube-state-metrics' kube_pod_labels "
+        "(pod) or the ranks' trainprof_gpu_assignment_info",
+    )
     args = parser.parse_args()
-    fleet = Fleet(args.nodes, args.gpus, args.cores, args.jobs)
+    if args.source == ("trainprof",):
+        fleet: Fleet | AdapterFleet = Fleet(args.nodes, args.gpus, args.cores, args.jobs)
+        rules = RULES
+    else:
+        fleet = AdapterFleet(args.source, args)
+        rules = {**RULES, "source": ",".join(args.source)}
     server = serve(fleet)
     t = time.perf_counter()
     size = len(fleet.body())
     print(f"one scrape: {size / 1e6:.1f} MB, built in {time.perf_counter() - t:.1f}s")
-    groups = compile_rules(load_config(RULES)).groups
+    groups = compile_rules(load_config(rules)).groups
     workdir = Path(tempfile.mkdtemp(prefix="rules-at-scale-"))
     target = f"127.0.0.1:{server.server_address[1]}"
     try:
         with engine(args.engine, workdir, target, to_yaml({"groups": groups})) as (base, alert):
             started = time.monotonic()
             rounds: dict[str, list[float]] = {}
+            per_rule: dict[int, list[float]] = {}  # the sources group's rules, by position
             filled: dict[str, tuple[float, float]] = {}
             while time.monotonic() - started < args.minutes * 60:
                 time.sleep(15)
@@ -291,6 +396,9 @@ def main() -> None:
                     if alert is None:
                         for g in get_json(f"{base}/api/v1/rules", timeout=120)["data"]["groups"]:
                             rounds.setdefault(g["name"], []).append(float(g["evaluationTime"]))
+                            if g["name"] == SOURCES_GROUP:
+                                for i, r in enumerate(g["rules"]):
+                                    per_rule.setdefault(i, []).append(float(r["evaluationTime"]))
                     elif not filled:
                         filled = _vmalert_means(alert)
             if alert is not None:
@@ -308,8 +416,14 @@ def main() -> None:
             fleet.stopped = alert is None
             if alert is not None:
                 memory["vmalert"] = resident_bytes(alert)
+            fastest_rule = {
+                (g["name"], i): _fastest(base, r["expr"], at)
+                for g in groups
+                for i, r in enumerate(g["rules"])
+            }
             quiet = {
-                g["name"]: sum(_fastest(base, r["expr"], at) for r in g["rules"]) for g in groups
+                g["name"]: sum(fastest_rule[g["name"], i] for i in range(len(g["rules"])))
+                for g in groups
             }
             touched = {
                 g["name"]: series_touched(base, [r["expr"] for r in g["rules"]], at) for g in groups
@@ -328,13 +442,17 @@ def main() -> None:
                     f"  {name:<34} {format_duration(every.get(name, 15)):>6} {d * 1000:11.0f} ms "
                     f"{quiet.get(name, 0) * 1000:11.0f} ms {touched.get(name, 0):9d}"
                 )
+            sources = next((g for g in groups if g["name"] == SOURCES_GROUP), None)
+            if sources is not None:
+                _print_rules(sources, per_rule, fastest_rule)
             # A group evaluated every 60 s costs a quarter of its time per 15 s interval.
             share = {name: 15 / every.get(name, 15) for name, _ in medians}
             total = sum(d * share[name] for name, d in medians)
             fastest = sum(q * 15 / every.get(name, 15) for name, q in quiet.items())
             print(
                 f"all groups, {args.nodes} nodes x {args.gpus} GPUs x {args.cores} cores, "
-                f"{args.jobs} jobs on {args.engine}, per 15 s of wall time: {total:.2f} s of "
+                f"{args.jobs} jobs, source {','.join(args.source)}, on {args.engine}, "
+                f"per 15 s of wall time: {total:.2f} s of "
                 f"evaluation while ingesting; {fastest:.2f} s as the fastest of {TRIES} instant "
                 f"queries each ({100 * fastest / 15:.1f}% of one core); resident memory "
                 + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in memory.items())
