@@ -5,6 +5,12 @@ of its time in any mode but `idle` and `iowait`; `iowait` is its own share. node
 serves counters, so each scrape contributes one sample: `irate` over the last two scrapes is
 the core's average over that scrape interval (a 0.5 s sampler sees the peaks it smooths).
 Every output carries `node` (from the configured label) and, per core, `cpu`.
+
+`node_cpu_seconds_total` (a series per core and mode, 512 on a 64-core host) is the largest
+input of the group, so it is read once per evaluation: `cpu:trainprof_cpu_seconds:irate`
+keeps, per core, the seconds per second spent `idle`, in `iowait` and in `all` modes, and
+both per-core ratios are divided out of that one recording (so they also lag together where
+an engine reads a recording one evaluation late).
 """
 
 from __future__ import annotations
@@ -23,13 +29,28 @@ def on_node(metric: str, options: SourceOptions) -> str:
     return coalesce(metric, "node", (options.node_label,))
 
 
+CPU_SECONDS = "cpu:trainprof_cpu_seconds:irate"
+
+
+def cpu_seconds(options: SourceOptions) -> str:
+    """Per core: the seconds per second in `idle`, in `iowait`, and in all modes (`all`).
+
+    The node label is set after `irate`, which needs the series as scraped.
+    """
+    w = format_duration(3 * options.scrape_interval)
+    modes = on_node(f'irate(node_cpu_seconds_total{{mode=~"idle|iowait"}}[{w}])', options)
+    every = on_node(f"irate(node_cpu_seconds_total[{w}])", options)
+    return (
+        f"sum by (node, cpu, mode) ({modes})\nor\n"
+        f'label_replace(sum by (node, cpu) ({every}), "mode", "all", "", "")'
+    )
+
+
 def recordings(options: SourceOptions) -> list[dict[str, str]]:
     w = format_duration(3 * options.scrape_interval)
     n = lambda metric: on_node(metric, options)  # noqa: E731 - a local shorthand
-    per_core = lambda selector: (  # noqa: E731
-        f"sum by (node, cpu) (irate({n(selector)}[{w}]))"
-    )
-    every_mode = per_core("node_cpu_seconds_total")
+    per_core = lambda mode: f"sum by (node, cpu) ({CPU_SECONDS}{{mode{mode}}})"  # noqa: E731
+    every_mode = per_core('="all"')
     total = n("node_memory_MemTotal_bytes")
     # Kernels before 3.14 have no MemAvailable: estimate it as they do, from what is free or
     # reclaimable.
@@ -38,11 +59,13 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
         for field in ("MemFree", "Buffers", "Cached", "SReclaimable")
     )
     available = f"({n('node_memory_MemAvailable_bytes')} or {estimate})"
-    idle = per_core('node_cpu_seconds_total{mode=~"idle|iowait"}')
-    iowait = per_core('node_cpu_seconds_total{mode="iowait"}')
-    received = n('node_network_receive_bytes_total{device!="lo"}')
-    sent = n('node_network_transmit_bytes_total{device!="lo"}')
+    idle = per_core('=~"idle|iowait"')
+    iowait = per_core('="iowait"')
+    received = 'node_network_receive_bytes_total{device!="lo"}'
+    sent = 'node_network_transmit_bytes_total{device!="lo"}'
+    rate = lambda metric: n(f"rate({metric}[{w}])")  # noqa: E731 - relabel after rate
     return [
+        {"record": CPU_SECONDS, "expr": cpu_seconds(options)},
         {
             "record": "cpu:trainprof_cpu_utilization:ratio",
             "expr": f"1 - {idle}\n/\n{every_mode}",
@@ -65,22 +88,24 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
         },
         {
             "record": "node:trainprof_disk_read_bytes:rate",
-            "expr": f"sum by (node) (rate({n('node_disk_read_bytes_total')}[{w}]))",
+            "expr": f"sum by (node) ({rate('node_disk_read_bytes_total')})",
         },
         {
             "record": "node:trainprof_disk_written_bytes:rate",
-            "expr": f"sum by (node) (rate({n('node_disk_written_bytes_total')}[{w}]))",
+            "expr": f"sum by (node) ({rate('node_disk_written_bytes_total')})",
         },
         {
             "record": "node:trainprof_network_receive_bytes:rate",
-            "expr": f"sum by (node) (rate({received}[{w}]))",
+            "expr": f"sum by (node) ({rate(received)})",
         },
         {
             "record": "node:trainprof_network_transmit_bytes:rate",
-            "expr": f"sum by (node) (rate({sent}[{w}]))",
+            "expr": f"sum by (node) ({rate(sent)})",
         },
         {
             "record": "node:trainprof_io_pressure_waiting:ratio",
-            "expr": f"max by (node) (irate({n('node_pressure_io_waiting_seconds_total')}[{w}]))",
+            "expr": "max by (node) ("
+            + n(f"irate(node_pressure_io_waiting_seconds_total[{w}])")
+            + ")",
         },
     ]
