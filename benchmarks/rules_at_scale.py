@@ -132,9 +132,8 @@ class AdapterFleet:
         )
         self.trainprof = None
         if not (dcgm and node):
-            self.trainprof = Fleet(
-                args.nodes, 0 if dcgm else args.gpus, args.cores, args.jobs, NAMESPACE
-            )
+            gpus, cores = 0 if dcgm else args.gpus, 0 if node else args.cores
+            self.trainprof = Fleet(args.nodes, gpus, cores, args.jobs, NAMESPACE)
         self.stopped = False
 
     def body(self) -> bytes:
