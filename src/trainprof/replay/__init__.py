@@ -24,6 +24,7 @@ from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
+from trainprof.replay.exporters import Exporters, check_sources
 from trainprof.replay.timeline import PhaseTotals, Step, Timeline, scrape
 from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
@@ -100,6 +101,8 @@ class ReplayResult:
     notes: list[str]
     compiled: Compiled  # the rules as replayed
     training_job: str = ""
+    # dcgm-exporter's collection period, when the rules read dcgm (None: every scrape).
+    collect_interval: float | None = None
     # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
 
@@ -374,10 +377,17 @@ def replay(
     workdir: str | None = None,
     queries: QueryBuilder | None = None,
     query_points: int = 200,
+    sources: tuple[str, ...] | None = None,
+    collect_interval: float | None = None,
 ) -> ReplayResult:
     """Replay `source` through the compiled rules. `queries`, given the compiled rules, the
     job's name and the seconds replayed, names extra PromQL to evaluate
-    over the same series and rules: at the end, or at about `query_points` times."""
+    over the same series and rules: at the end, or at about `query_points` times.
+
+    `sources` (default: the configuration's `source`) names the exporters the rules read:
+    for dcgm and node_exporter their series are synthesised from the timeline
+    (trainprof.replay.exporters), dcgm-exporter collecting every `collect_interval`
+    (default: every scrape), and the rules are compiled for them."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
         timeline.datapoint_interval = datapoint_interval
@@ -391,6 +401,7 @@ def replay(
         )
     )
     _check_scrape_interval(timeline, config.scrape_interval)
+    config, exporters = _with_sources(config, sources, collect_interval)
     compiled = compile_rules(config)
     notes += list(compiled.warnings)
 
@@ -407,6 +418,7 @@ def replay(
         progress,
         stddevs=needed["step_outlier_stddevs"],
         workdir=workdir,
+        exporters=exporters,
     )
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
     times = _query_times(scraped.end, config.scrape_interval, query_points)
@@ -484,11 +496,32 @@ def replay(
         notes=notes,
         training_job=timeline.training_job,
         compiled=compiled,
+        collect_interval=exporters.collect_interval if exporters else None,
         queries={
             name: {scraped.start + t: samples for t, samples in by_time.items()}
             for name, by_time in run.queries.items()
         },
     )
+
+
+def _with_sources(
+    config: RulesConfig, sources: tuple[str, ...] | None, collect_interval: float | None
+) -> tuple[RulesConfig, Exporters | None]:
+    """The configuration compiled for `sources` (its own when None), and the exporters
+    whose series replay synthesises for them (None: trainprof's exporter alone, as ever)."""
+    if sources is not None:
+        config = dataclasses.replace(config, source=tuple(sources))
+    try:
+        check_sources(config.source, config.scrape_interval, collect_interval)
+    except ValueError as e:
+        raise ReplayError(str(e)) from None
+    if config.source == ("trainprof",):
+        return config, None
+    options = dataclasses.replace(
+        config.source_options, job_labels=config.job_labels, scrape_interval=config.scrape_interval
+    )
+    config = dataclasses.replace(config, source_options=options)
+    return config, Exporters(config.source, options, collect_interval)
 
 
 def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:

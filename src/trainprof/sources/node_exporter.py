@@ -26,8 +26,9 @@ def on_node(metric: str, options: SourceOptions) -> str:
 def recordings(options: SourceOptions) -> list[dict[str, str]]:
     w = format_duration(3 * options.scrape_interval)
     n = lambda metric: on_node(metric, options)  # noqa: E731 - a local shorthand
+    # The node label is set on the rates, not the selectors: a range needs a bare selector.
     per_core = lambda selector: (  # noqa: E731
-        f"sum by (node, cpu) (irate({n(selector)}[{w}]))"
+        f"sum by (node, cpu) ({n(f'irate({selector}[{w}])')})"
     )
     every_mode = per_core("node_cpu_seconds_total")
     total = n("node_memory_MemTotal_bytes")
@@ -40,8 +41,8 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
     available = f"({n('node_memory_MemAvailable_bytes')} or {estimate})"
     idle = per_core('node_cpu_seconds_total{mode=~"idle|iowait"}')
     iowait = per_core('node_cpu_seconds_total{mode="iowait"}')
-    received = n('node_network_receive_bytes_total{device!="lo"}')
-    sent = n('node_network_transmit_bytes_total{device!="lo"}')
+    received = n(f'rate(node_network_receive_bytes_total{{device!="lo"}}[{w}])')
+    sent = n(f'rate(node_network_transmit_bytes_total{{device!="lo"}}[{w}])')
     return [
         {
             "record": "cpu:trainprof_cpu_utilization:ratio",
@@ -65,22 +66,22 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
         },
         {
             "record": "node:trainprof_disk_read_bytes:rate",
-            "expr": f"sum by (node) (rate({n('node_disk_read_bytes_total')}[{w}]))",
+            "expr": f"sum by (node) ({n(f'rate(node_disk_read_bytes_total[{w}])')})",
         },
         {
             "record": "node:trainprof_disk_written_bytes:rate",
-            "expr": f"sum by (node) (rate({n('node_disk_written_bytes_total')}[{w}]))",
+            "expr": f"sum by (node) ({n(f'rate(node_disk_written_bytes_total[{w}])')})",
         },
         {
             "record": "node:trainprof_network_receive_bytes:rate",
-            "expr": f"sum by (node) (rate({received}[{w}]))",
+            "expr": f"sum by (node) ({received})",
         },
         {
             "record": "node:trainprof_network_transmit_bytes:rate",
-            "expr": f"sum by (node) (rate({sent}[{w}]))",
+            "expr": f"sum by (node) ({sent})",
         },
         {
             "record": "node:trainprof_io_pressure_waiting:ratio",
-            "expr": f"max by (node) (irate({n('node_pressure_io_waiting_seconds_total')}[{w}]))",
+            "expr": f"max by (node) ({n(f'irate(node_pressure_io_waiting_seconds_total[{w}])')})",
         },
     ]
