@@ -30,6 +30,7 @@ DT = 1.0  # seconds between samples
 SAMPLES = 600
 NODES = {"algo-1": 2, "algo-2": 2}  # GPUs per node
 CORES = 3
+FB = 24 * 1024**3  # bytes of framebuffer of the GPUs recorded in bytes
 
 
 def _uuid(node: str, gpu: int) -> str:
@@ -66,7 +67,10 @@ def _timeline(ranks: bool, recorded_uuids: bool = True) -> Timeline:
                         g,
                         _uuid(node, g) if recorded_uuids else f"gpu{g}",
                         utilization=_gpu_util(j + n, g),
-                        memory_used_ratio=_gpu_mem(j + n, g),
+                        # algo-1 as SageMaker records it (a ratio), algo-2 as NVML (bytes)
+                        memory_used_ratio=None if n else _gpu_mem(j, g),
+                        memory_used_bytes=_gpu_mem(j + n, g) * FB if n else None,
+                        memory_total_bytes=FB if n else None,
                     )
                     for g in range(gpus)
                 ],
@@ -94,6 +98,7 @@ LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 QUERIES = {
     "gpu_util": "gpu:trainprof_gpu_utilization:ratio",
     "gpu_mem": "gpu:trainprof_gpu_memory_used:ratio",
+    "gpu_bytes": "gpu:trainprof_gpu_memory_used:bytes",
     "cpu": "cpu:trainprof_cpu_utilization:ratio",
     "node_cpu": "node:trainprof_cpu_utilization:ratio",
     "job": "gpu:trainprof_gpu_job:info * on (uuid) group_left (node, gpu) "
@@ -152,6 +157,7 @@ def test_normalised_gpu_series_are_the_timelines_values_at_each_collection(
         collected_at = math.floor(t / period + 1e-9) * period
         util = _by(answers["gpu_util"][t], "node", "gpu", "uuid")
         mem = _by(answers["gpu_mem"][t], "node", "gpu", "uuid")
+        used = _by(answers["gpu_bytes"][t], "node", "gpu", "uuid")
         expected_keys = {(n, str(g), _uuid(n, g)) for n, gpus in NODES.items() for g in range(gpus)}
         assert set(util) == expected_keys and set(mem) == expected_keys, t
         for node, gpus in NODES.items():
@@ -162,7 +168,9 @@ def test_normalised_gpu_series_are_the_timelines_values_at_each_collection(
                 want = sample.gpus[g].utilization
                 # whole percent, as dcgm-exporter serves it
                 assert util[key] == pytest.approx(want, abs=0.005 + 1e-9), (t, key)
-                assert mem[key] == pytest.approx(sample.gpus[g].memory_used_ratio, abs=1e-4)
+                assert mem[key] == pytest.approx(sample.gpus[g].memory_ratio(), abs=1e-4)
+                if sample.gpus[g].memory_used_bytes is not None:  # whole MiB
+                    assert used[key] == pytest.approx(sample.gpus[g].memory_used_bytes, abs=2**20)
                 stale += abs(newest.gpus[g].utilization - want) > 0.01
     # A coarser collection serves older values: the check above tells them apart.
     assert (stale > 0) == (collect is not None and collect > 15.0)

@@ -1,0 +1,107 @@
+"""`trainprof replay --source ... --collect-interval ...`: what it refuses, and what it prints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trainprof.replay.synthetic import write_system
+
+START = 1_700_000_000
+HOSTS = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.03, "cpu": 0.97}]}}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("job")
+    write_system(str(root / "profiler-output"), start=START, duration=240, interval=1, hosts=HOSTS)
+    return str(root)
+
+
+def _replay(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", "replay", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--source", "dcgm,nvml"],
+            "unknown source 'nvml' (known: trainprof, dcgm, node_exporter)",
+        ),
+        (["--source", ","], "no source named"),
+        (
+            ["--source", "trainprof,dcgm,node_exporter"],
+            "--source trainprof with both dcgm and node_exporter",
+        ),
+        (["--collect-interval", "30s"], "--collect-interval is dcgm-exporter's collection period"),
+        (
+            ["--source", "node_exporter", "--collect-interval", "30s"],
+            "it needs --source dcgm",
+        ),
+        (
+            ["--source", "dcgm", "--collect-interval", "7s"],
+            "--collect-interval 7s is neither a multiple nor a divisor of the scrape interval "
+            "(15s)",
+        ),
+        (["--source", "dcgm", "--collect-interval", "0s"], "'0s' must be longer than 0s"),
+        (["--source", "dcgm", "--collect-interval", "30"], "'30' has no unit"),
+        (["--source", "dcgm", "--collect-interval", "2h"], "outside 0.1s .. 3600s"),
+        (
+            ["--source", "dcgm", "--scrape-interval", "1s", "--collect-interval", "50ms"],
+            "outside 0.1s .. 3600s",
+        ),
+    ],
+)
+def test_bad_sources_and_collect_intervals_are_named_with_exit_2(job, args, message):
+    out = _replay(job, *args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_source_in_the_rule_configuration_is_checked_too(job, tmp_path):
+    config = tmp_path / "rules.yaml"
+    config.write_text("source: [node_exporter]\nrules:\n- rule: ProfilerReport\n")
+    out = _replay(job, "--rules", str(config), "--collect-interval", "30s")
+    assert out.returncode == 2 and "it needs --source dcgm" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_dcgm_and_node_exporter_replay_keeps_the_json_contract_and_names_the_sources(job, promtool):
+    args = ("--source", "dcgm,node_exporter", "--collect-interval", "30s")
+    out = _replay(job, *args, "--json", "-")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert list(doc) == ["rules"] and doc["rules"]
+    for verdict in doc["rules"].values():
+        assert set(verdict) == {
+            "fired",
+            "status",
+            "datapoints",
+            "measured",
+            "first_fired_at",
+            "alerts",
+        }
+    table = _replay(job, *args)
+    assert table.returncode == 0, table.stderr
+    assert (
+        "sources: dcgm-exporter (collecting every 30s), node_exporter "
+        "(their series synthesised from the recording)" in table.stdout
+    )
+
+
+def test_source_trainprof_prints_what_replay_printed_without_it(job, promtool):
+    plain, named = _replay(job, "--json", "-"), _replay(job, "--source", "trainprof", "--json", "-")
+    assert plain.returncode == named.returncode == 0, plain.stderr + named.stderr
+    assert plain.stdout == named.stdout
+    table = _replay(job, "--source", "trainprof")
+    assert "sources:" not in table.stdout
