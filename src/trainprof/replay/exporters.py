@@ -10,8 +10,9 @@ dcgm-exporter (one target per node, `job="nvidia-dcgm-exporter"`): per GPU
 `DCGM_FI_PROF_*` activities), labelled `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`,
 `Hostname`, `DCGM_FI_DRIVER_VERSION` and the workload's `namespace`/`pod`/`container` (with
 an empty `pod_uid`, as the GPU Operator's capture shows). dcgm-exporter collects every
-`collect_interval` (30 s in common GPU Operator setups) and each scrape serves what the last
-collection read: the GPU's state at that instant, not an average.
+`collect_interval` (30 s in common GPU Operator setups), half a period out of step with the
+scrapes, and each scrape serves what the last collection read: the GPU's state at that
+instant, not an average.
 
 node_exporter (`job="node-exporter"`, the node's name in `SourceOptions.node_label`):
 `node_cpu_seconds_total{cpu, mode}` counters accumulated from each sample's per-core shares
@@ -300,26 +301,28 @@ class _Host:
     def scrape(self, samples, dt, t0, count, scrape_interval, advance) -> None:
         times = getattr(samples, "times", None) or [s.timestamp for s in samples]
         collect = self.exporters.collect_interval or scrape_interval
-        # check() allows a collection period that divides the scrape interval (every scrape
-        # follows a collection) or a multiple of it (a collection every `every` scrapes).
-        every = max(1, round(collect / scrape_interval))
-        latest: dict[int, GpuSample] = {}
-        collected: dict[int, GpuSample] = {}
+        # dcgm-exporter's timer is not Prometheus': its collections fall half a period
+        # before the scrapes they line up with, the average age of an unsynchronised one.
+        next_collection = t0 - collect / 2
+        latest: dict[int, GpuSample] = {}  # each GPU's newest reading
+        collected: dict[int, GpuSample] = {}  # what the last collection read
         host: HostSample | None = None
         i = 0
         for k in range(count):
             instant = t0 + k * scrape_interval
             before = i
             while i < len(times) and times[i] <= instant + EPS:
+                while next_collection < times[i] - EPS:
+                    collected, next_collection = dict(latest), next_collection + collect
                 host = samples[i]
                 for gpu in host.gpus:
                     latest[gpu.index] = gpu
                 self._integrate(host, dt)
                 i += 1
+            while next_collection <= instant + EPS:
+                collected, next_collection = dict(latest), next_collection + collect
             if advance is not None:
                 advance(i - before)
-            if k % every == 0:
-                collected = dict(latest)
             if host is None:
                 continue  # no data yet: the recording starts later
             if self.exporters.dcgm:
