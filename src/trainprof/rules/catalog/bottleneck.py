@@ -336,7 +336,11 @@ _SHARED_DIFFERENCES = (
     "(the default for this rule) the ratio must stay above `threshold` for `patience` "
     "datapoints before the alert fires; `warmup` checks it as soon as `patience` datapoints "
     "exist, as SageMaker did. The original's verdict was sticky; this alert resolves when the "
-    "ratio falls back below the threshold."
+    "ratio falls back below the threshold. With `source: dcgm` or `node_exporter` no exporter "
+    "counts joint samples: each scrape of a node is a datapoint (its busiest core from "
+    "node_exporter's per-scrape rates, or trainprof's core gauges, against its least busy GPU "
+    "from dcgm, or trainprof's GPU gauge), recorded every scrape in `trainprof.sources`, and "
+    '"since the job started" reaches back at most 7 days.'
 )
 
 CPU_BOTTLENECK = RuleSpec(
