@@ -119,9 +119,11 @@ class ScriptedExporters:
         gpu_script: GpuScript,
         cpu_script: CpuScript,
         memory_available: Callable[[float, str], float] | None = None,
+        pod_jobs: dict[tuple[str, str], str] | None = None,
     ):
         self.gpus, self.gpu_script, self.cpu_script = gpus, gpu_script, cpu_script
         self.memory_available = memory_available
+        self.pod_jobs = pod_jobs or {}
         self.dcgm, self.dcgm_headers = read_capture(DCGM)
         self.node, self.node_headers = read_capture(NODE)
         self.started = time.monotonic()
@@ -138,6 +140,20 @@ class ScriptedExporters:
                 value = script.get(name, value)
                 if value is not None:  # None: a field this GPU does not serve
                     out.append(exposition(name, {**labels, **field_labels(captured)}, value))
+        return "".join(out)
+
+    def ksm_body(self, _: str = "") -> str:
+        """kube-state-metrics' `kube_pod_labels` for `pod_jobs`: (namespace, pod) -> the
+        PyTorchJob the pod belongs to."""
+        out = ["# TYPE kube_pod_labels gauge\n"]
+        for (namespace, pod), job in sorted(self.pod_jobs.items()):
+            labels = {
+                "namespace": namespace,
+                "pod": pod,
+                "uid": f"uid-{pod}",
+                "label_training_kubeflow_org_job_name": job,
+            }
+            out.append(exposition("kube_pod_labels", labels, 1.0))
         return "".join(out)
 
     def node_body(self, host: str) -> str:
@@ -169,16 +185,22 @@ class ScriptedExporters:
 
 @contextlib.contextmanager
 def serve(exporters: ScriptedExporters) -> Iterator[str]:
-    """Serve `/dcgm/<host>` and `/node/<host>` on a free loopback port; yields host:port."""
+    """Serve `/dcgm/<host>`, `/node/<host>` and `/ksm/all` on a free loopback port; yields
+    host:port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
             parts = self.path.strip("/").split("/")
-            if len(parts) != 2 or parts[0] not in ("dcgm", "node"):
+            renderers = {
+                "dcgm": exporters.dcgm_body,
+                "node": exporters.node_body,
+                "ksm": exporters.ksm_body,
+            }
+            if len(parts) != 2 or parts[0] not in renderers:
                 self.send_error(404)
                 return
             kind, host = parts
-            render = exporters.dcgm_body if kind == "dcgm" else exporters.node_body
+            render = renderers[kind]
             body = render(host).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -8,12 +8,17 @@ Value{tag=1, tensor=8, metadata=9}, SummaryMetadata{plugin_data=1 repeated},
 PluginData{plugin_name=1, content=2}, TensorProto{dtype=1, tensor_shape=2,
 tensor_content=4, string_val=8}, TensorShapeProto{dim=2}, Dim{size=1, name=2}.
 smdebug's make_tensor_proto writes `tensor_content` (raw bytes), names each dimension
-"<tag>_<size>", tags float16 as DT_INT32, and turns scalars into shape-[1] arrays.
+"<tag>_<size>", tags float16 as DT_INT32, turns scalars into shape-[1] arrays, and writes
+string arrays as `string_val` with no dtype.
+
+`xgboost_trees` gives the `trees/<column>` tensors SageMaker's XGBoost hook saved at a
+boosting round, read here from the booster's text dump (not from trainprof).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -96,6 +101,64 @@ def event(tag: str, value, step: int, mode: str = "train", wall_time: float = 1.
     return _key(1, 1) + struct.pack("<d", wall_time + step) + _int(2, step) + _bytes(5, summary)
 
 
+_DUMP_LINE = re.compile(r"^\s*(\d+):(?:\[([^\]]*)\] (\S*)|leaf=(\S*))$")
+
+
+def xgboost_trees(booster, iteration: int) -> dict[str, np.ndarray]:
+    """The `trees/<column>` tensors the XGBoost hook saved at round `iteration`: the rows of
+    `trees_to_dataframe` for the tree numbered `iteration` only (the hook's choice; one
+    tree per round for a single-output booster), sorted by node, as its arrays: Tree/Node
+    int, Split/Gain/Cover float, the others strings ("nan" for a leaf's Yes/No/Missing).
+    """
+    rows = []
+    dump = booster.get_dump(with_stats=True)
+    for line in dump[iteration].splitlines() if iteration < len(dump) else ():
+        match = _DUMP_LINE.match(line)
+        if not match:
+            continue
+        node, condition, stats, leaf = match.groups()
+        ref = f"{iteration}-{{}}".format
+        if condition is None:  # "<node>:leaf=<value>,cover=<cover>"
+            value, cover = (part.split("=")[-1] for part in leaf.split(","))
+            row = ("Leaf", "nan", "nan", "nan", "nan", value, cover, "nan")
+        else:
+            fields = dict(part.split("=") for part in stats.split(","))
+            feature, less, split = condition.partition("<")
+            category = "nan"
+            if not less:  # a categorical split "<feature>:{a,b}"
+                feature, _, category = condition.partition(":")
+                split = "nan"
+            row = (
+                feature,
+                split,
+                ref(fields["yes"]),
+                ref(fields["no"]),
+                ref(fields["missing"]),
+                fields["gain"],
+                fields["cover"],
+                category,
+            )
+        rows.append((int(node), row))
+    rows.sort(key=lambda r: r[0])
+    nodes = [n for n, _ in rows]
+    columns = list(zip(*(r for _, r in rows))) or [()] * 8
+    feature, split, yes, no, missing, gain, cover, category = columns
+    named = {
+        "Tree": np.full(len(nodes), iteration, dtype=np.int64),
+        "Node": np.array(nodes, dtype=np.int64),
+        "ID": np.array([f"{iteration}-{n}" for n in nodes], dtype=str),
+        "Feature": np.array(feature, dtype=str),
+        "Split": np.array(split, dtype=np.float64),
+        "Yes": np.array(yes, dtype=str),
+        "No": np.array(no, dtype=str),
+        "Missing": np.array(missing, dtype=str),
+        "Gain": np.array(gain, dtype=np.float64),
+        "Cover": np.array(cover, dtype=np.float64),
+        "Category": np.array(category, dtype=str),
+    }
+    return {f"trees/{name}": values for name, values in named.items()}
+
+
 def write_trial(
     root: Path,
     steps: dict[int, dict[str, object]],
@@ -104,8 +167,10 @@ def write_trial(
     worker: str = "worker_0",
     ended: bool = True,
     wall_times: dict[int, float] | None = None,
+    regexes: dict[str, list[str]] | None = None,
 ) -> Path:
-    """A trial at `root`: per step, tensor name -> value; `collections` name -> tensor names;
+    """A trial at `root`: per step, tensor name -> value; `collections` name -> tensor names,
+    `regexes` name -> include_regex (as the XGBoost hook's `trees`: ["^trees/.*"]);
     `wall_times`: step -> the Unix time its events carry (else 1.7e9 + step)."""
     modes = modes or {}
     for step, tensors in steps.items():
@@ -122,14 +187,19 @@ def write_trial(
         (index / f"{step:012d}_{worker}.json").write_text(
             json.dumps({"meta": {"mode": "TRAIN", "mode_step": step}, "tensor_payload": []})
         )
-    if collections:
+    if collections or regexes:
+        collections, regexes = collections or {}, regexes or {}
         folder = root / "collections" / "000000000"
         folder.mkdir(parents=True, exist_ok=True)
         body = {
             "meta": {"num_workers": 1, "worker_name": worker},
             "collections": {
-                name: {"name": name, "include_regex": [], "tensor_names": names}
-                for name, names in collections.items()
+                name: {
+                    "name": name,
+                    "include_regex": regexes.get(name, []),
+                    "tensor_names": collections.get(name, []),
+                }
+                for name in {**collections, **regexes}
             },
         }
         (folder / f"{worker}_collections.json").write_text(json.dumps(body))

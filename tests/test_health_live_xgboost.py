@@ -3,8 +3,9 @@ condition (a label leaked by one feature: the importance piles on it and the tre
 after one split) and into health (a label spread over all features, trees as deep as
 max_depth). The live series go through the compiled rules in promtool after every round;
 the same run written as an smdebug trial (SageMaker's XGBoost hook saved
-`feature_importance/weight/<feature>`) replays to the same FeatureImportanceOverweight
-verdict. TreeDepth is live only: replay reads no `trees` collection."""
+`feature_importance/weight/<feature>` and its `trees` collection, the `trees/<column>`
+rows of each round's tree) replays to the same FeatureImportanceOverweight and TreeDepth
+verdicts, with the same tree depth at every saved round."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import numpy as np
 import pytest
 
 import trainprof
+from trainprof.replay.smdebug import fold, read_trial
 from trainprof.replay.tensors import Save, evaluate_saves, replay_trial
 from trainprof.rules.config import load_config
 
-from smdebug_writer import write_trial
+from smdebug_writer import write_trial, xgboost_trees
 
 xgboost = pytest.importorskip("xgboost")
 
@@ -35,12 +37,13 @@ def fresh_session():
 
 
 class Recorder(xgboost.callback.TrainingCallback):
-    """After trainprof's callback: the session's families (live) and the importance shares
-    smdebug's hook would have saved (the trial), each round."""
+    """After trainprof's callback: the session's families and tree depth (live), and the
+    importance shares and trees smdebug's hook would have saved (the trial), each round."""
 
     def __init__(self):
         super().__init__()
         self.saves: list[Save] = []
+        self.depths: list[float] = []
         self.trial: dict[int, dict] = {}
 
     def after_iteration(self, model, epoch, evals_log):
@@ -49,8 +52,9 @@ class Recorder(xgboost.callback.TrainingCallback):
         self.trial[epoch] = {
             f"feature_importance/weight/{name}": np.float64(value / total)
             for name, value in scores.items()
-        }
+        } | xgboost_trees(model, epoch)
         self.saves.append(Save(epoch, time.time(), list(trainprof.current().families())))
+        self.depths.append(trainprof.current().value("trainprof_xgboost_tree_depth"))
         return False
 
 
@@ -74,12 +78,12 @@ def boost(condition, tmp_path):
         ],
     )
     live = {n for n, v in evaluate_saves(recorder.saves, CONFIG).rules.items() if v.fired}
-    trial = write_trial(tmp_path / condition, recorder.trial)
+    trial = write_trial(tmp_path / condition, recorder.trial, regexes={"trees": ["^trees/.*"]})
+    assert [s.state.tree_depth for s in fold(read_trial(trial))] == recorder.depths
     replayed = replay_trial(str(trial), CONFIG)
-    assert ("FeatureImportanceOverweight" in live) == replayed.rules[
-        "FeatureImportanceOverweight"
-    ].fired
-    assert not replayed.rules["TreeDepth"].fired  # nothing in the trial to judge it on
+    for rule in ("FeatureImportanceOverweight", "TreeDepth"):
+        assert (rule in live) == replayed.rules[rule].fired, rule
+    assert not [n for n in replayed.notes if "trees" in n]
     return live
 
 

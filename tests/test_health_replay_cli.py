@@ -83,3 +83,26 @@ def test_a_folder_without_events_is_not_a_trial(tmp_path):
     done = run("replay", str(tmp_path))
     assert done.returncode == 2
     assert "no .tfevents files" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_damaged_trees_collection_is_named_and_the_rest_replayed(promtool, tmp_path):
+    from smdebug_writer import xgboost_trees
+
+    xgboost = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3))
+    booster = xgboost.train(
+        {"max_depth": 2, "nthread": 1},
+        xgboost.DMatrix(x, label=(x[:, 0] > 0).astype(float)),
+        num_boost_round=2,
+    )
+    steps = {i: xgboost_trees(booster, i) for i in range(2)}
+    steps[0]["trees/Yes"] = steps[0]["trees/Yes"][:-1]
+    root = write_trial(tmp_path / "xgb", steps, regexes={"trees": ["^trees/.*"]})
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - rule: TreeDepth\n")
+    done = run("replay", str(root), "--rules", str(rules), "--json", "-")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "trees collection is damaged (columns of different lengths: Yes " in done.stderr
+    assert "events/000000000000" in done.stderr and "events/000000000001" not in done.stderr
+    assert json.loads(done.stdout)["rules"]["TreeDepth"]["first_fired_step"] == 1

@@ -29,6 +29,8 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "add_rule_config_arguments",
+    "add_source_argument",
+    "source_setting",
     "duration",
     "label",
     "positive_int",
@@ -46,6 +48,25 @@ def duration(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0s")
     return seconds
+
+
+def source_setting(text: str) -> tuple[str, ...]:
+    """A `source` setting: `trainprof`, `dcgm`, `node_exporter` or a combination.
+
+    >>> source_setting("dcgm,node_exporter")
+    ('dcgm', 'node_exporter')
+    """
+    from trainprof.sources.options import parse_sources
+
+    try:
+        names = parse_sources(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if {"trainprof", "dcgm", "node_exporter"} <= set(names):
+        raise argparse.ArgumentTypeError(
+            "trainprof with both dcgm and node_exporter: trainprof's exporter would serve nothing"
+        )
+    return names
 
 
 def label(text: str) -> tuple[str, str]:
@@ -92,4 +113,16 @@ def add_rule_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="what one SageMaker datapoint lasts (default: the "
         "configuration's datapoint_interval, else 0.5s)",
+    )
+    add_source_argument(parser)
+
+
+def add_source_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--source",
+        type=source_setting,
+        metavar="SOURCES",
+        help="where the GPU and host signals come from: trainprof (its exporter), dcgm "
+        "(dcgm-exporter's GPU series), node_exporter (its host series), or a combination "
+        "such as dcgm,node_exporter (default: the configuration's source, else trainprof)",
     )

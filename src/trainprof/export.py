@@ -121,11 +121,11 @@ def run(args: argparse.Namespace) -> int:
     from trainprof.rules.config import ConfigError
 
     config = None
-    custom = args.config or args.scrape_interval or args.datapoint_interval
+    custom = args.config or args.scrape_interval or args.datapoint_interval or args.source
     if custom:
         try:
             config = rule_files.read_config(
-                args.config, args.scrape_interval, args.datapoint_interval
+                args.config, args.scrape_interval, args.datapoint_interval, args.source
             )
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)

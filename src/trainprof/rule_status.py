@@ -20,6 +20,7 @@ from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
 from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
 from trainprof.rules.promql import quote
+from trainprof.sources.gauges import gauges_for
 
 FIRED, QUIET, NO_DATA, NOT_APPLICABLE = "fired", "quiet", "no_data", "not_applicable"
 STATUSES = (FIRED, QUIET, NO_DATA, NOT_APPLICABLE)
@@ -114,14 +115,23 @@ def status_queries(
     if namespace is not None:
         matchers.append(f"namespace={quote(namespace)}")
     sel = "{" + ", ".join(matchers) + "}"
+    samples = f"sum(trainprof_samples_total{sel})"
+    gpus = f"trainprof_gpu_utilization_sampled_ratio_count{sel}"
+    gauges = gauges_for(compiled.config.source)
+    host = gauges.get("trainprof_cpu_utilization_sampled_ratio")
+    gpu = gauges.get("trainprof_gpu_utilization_sampled_ratio")
+    if host or gpu:
+        # A source adapter's datapoints are its scrapes of each node.
+        node = host or gauges["trainprof_node_gpu_utilization_sampled_ratio"]
+        span = builtins.get("__range", "1h")
+        samples = f"sum(count_over_time({node}{sel}[{span}]))"
+    if gpu:
+        gpus = f"{gpu}{sel}"
     out = {
-        "status.samples": (f"sum(trainprof_samples_total{sel})", False),
+        "status.samples": (samples, False),
         "status.steps": (f"sum(trainprof_training_steps_total{sel})", False),
         "status.ranks": (f"count(trainprof_training_start_timestamp_seconds{sel})", False),
-        "status.gpus_per_node": (
-            f"max(count by (node) (trainprof_gpu_utilization_sampled_ratio_count{sel}))",
-            False,
-        ),
+        "status.gpus_per_node": (f"max(count by (node) ({gpus}))", False),
     }
     for instance in compiled.alerting:
         for i, signal in enumerate(_signals(compiled, instance.spec.name)):

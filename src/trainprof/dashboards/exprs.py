@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from trainprof.dashboards.queries import RANGE, RATE_INTERVAL, Scope
 from trainprof.rules.compiler import Compiled
+from trainprof.sources.gauges import gauges_for
 
 # OverallSystemUsage's histograms, as the report's table names them.
 SYSTEM_USAGE_NAMES = {
@@ -25,8 +26,20 @@ STEP_QUANTILES = ("0.5", "0.9", "0.99")
 GPU_LEGEND = "{{node}} GPU {{gpu}}"
 
 
+def gauge(scope: Scope, histogram: str) -> str | None:
+    """The per-job gauge a source adapter serves `histogram`'s signal as (the configuration's
+    `source`), narrowed by the scope; None when trainprof's exporter serves the histogram."""
+    name = gauges_for(scope.config.source).get(histogram)
+    return scope.sel(name) if name else None
+
+
 def mean(scope: Scope, histogram: str, by: str = "", over: str = RATE_INTERVAL) -> str:
-    """Mean of a sampled-ratio histogram over `over`: every sample counts."""
+    """Mean of a sampled-ratio histogram over `over`: every sample counts (every scrape, for
+    a source adapter's gauge)."""
+    g = gauge(scope, histogram)
+    if g is not None:
+        avg = f"avg_over_time({g}[{over}])"
+        return f"avg by ({by}) ({avg})" if by else avg
     total = f"rate({scope.sel(histogram + '_sum')}[{over}])"
     count = f"rate({scope.sel(histogram + '_count')}[{over}])"
     if by:
@@ -80,7 +93,8 @@ def node_count(scope: Scope) -> str:
 
 
 def gpu_count(scope: Scope) -> str:
-    return f"count({scope.sel('trainprof_gpu_utilization_sampled_ratio_count')})"
+    g = gauge(scope, "trainprof_gpu_utilization_sampled_ratio")
+    return f"count({g or scope.sel('trainprof_gpu_utilization_sampled_ratio_count')})"
 
 
 def rank_count(scope: Scope) -> str:
@@ -110,6 +124,9 @@ def system_usage_quantile(scope: Scope, compiled: Compiled, q: str) -> str:
 def gpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
     """Seconds a kernel ran on each GPU: utilization summed over the samples x interval."""
     s = scope.sel
+    g = gauge(scope, "trainprof_gpu_utilization_sampled_ratio")
+    if g is not None:
+        return f"sum_over_time({g}[{over}]) * {scope.config.scrape_interval:g}"
     return (
         f"increase({s('trainprof_gpu_utilization_sampled_ratio_sum')}[{over}])\n"
         f"* ignoring (gpu, uuid) group_left\n{s('trainprof_sampler_interval_seconds')}"
@@ -119,6 +136,12 @@ def gpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
 def cpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
     """Core-seconds the CPUs were busy."""
     s = scope.sel
+    g = gauge(scope, "trainprof_cpu_utilization_sampled_ratio")
+    if g is not None:
+        return (
+            f"sum_over_time({g}[{over}]) * {scope.config.scrape_interval:g}\n"
+            "* on (node) group_left\ncount by (node) (cpu:trainprof_cpu_utilization:ratio)"
+        )
     # The three series come from one exporter with the same labels: plain one-to-one `*`.
     return (
         f"increase({s('trainprof_cpu_utilization_sampled_ratio_sum')}[{over}])\n"

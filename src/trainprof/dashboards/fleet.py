@@ -6,9 +6,11 @@ from __future__ import annotations
 from grafanalib import core
 
 from trainprof import metrics as contract
+from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import FLEET_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
+from trainprof.durations import format_duration
 from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
@@ -44,6 +46,17 @@ def _job_link(field: str = "training_job") -> list[dict]:
     ]
 
 
+def _job_mean(scope: Scope, by_job: str, over: str = RATE_INTERVAL) -> str:
+    """Each job's mean GPU utilization over `over`, every sample counted."""
+    if x.gauge(scope, _UTIL) is not None:
+        return f"avg {by_job} ({x.mean(scope, _UTIL, over=over)})"
+    s = scope.sel
+    return (
+        f"sum {by_job} (rate({s(_UTIL + '_sum')}[{over}]))\n/\n"
+        f"sum {by_job} (rate({s(_UTIL + '_count')}[{over}]))"
+    )
+
+
 def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
     """The fleet dashboard; `compiled` is `config` compiled, if the caller has it already."""
     scope = Scope(config, FLEET_VARIABLES)
@@ -51,17 +64,25 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
     jl = ", ".join(config.job_labels)
     by_job = f"by ({jl})"
     bound = idle_bound(compiled or compile_rules(config))
-    interval = s("trainprof_sampler_interval_seconds")
-    idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
-    idle_hours = (
-        f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
-        f"  * ignoring (gpu, uuid, le) group_left\n  {interval}\n) / 3600"
-    )
-    gpus = f"count {by_job} ({s(_UTIL + '_count')})"
-    util = (
-        f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RANGE}]))\n/\n"
-        f"sum {by_job} (rate({s(_UTIL + '_count')}[{RANGE}]))"
-    )
+    g = x.gauge(scope, _UTIL)
+    if g is None:
+        interval = s("trainprof_sampler_interval_seconds")
+        idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
+        idle_hours = (
+            f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
+            f"  * ignoring (gpu, uuid, le) group_left\n  {interval}\n) / 3600"
+        )
+        gpu_series = s(_UTIL + "_count")
+    else:
+        # dcgm-exporter's gauges: each scrape at or below the bound is a scrape interval idle.
+        step = format_duration(config.scrape_interval)
+        idle_hours = (
+            f"sum {by_job} (\n  sum_over_time(({g} <= bool {bound:g})[{RANGE}:{step}])\n) "
+            f"* {config.scrape_interval:g} / 3600"
+        )
+        gpu_series = g
+    gpus = f"count {by_job} ({gpu_series})"
+    util = _job_mean(scope, by_job, RANGE)
     steps = s("trainprof_training_steps_total")
     step_rate = f"sum {by_job} (rate({steps}[{RATE_INTERVAL}]))"
     firing = s("ALERTS", alertstate="firing")
@@ -94,7 +115,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
                     w=6,
                     description="Jobs with an exporter or a training process scraped now.",
                 ),
-                ui.stat("GPUs", [target(f"count({s(_UTIL + '_count')})")], w=6),
+                ui.stat("GPUs", [target(f"count({gpu_series})")], w=6),
                 ui.stat(
                     "Alerts firing", [target(f"count({firing}) or vector(0)")], threshold=1, w=6
                 ),
@@ -194,8 +215,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
                     "GPU utilization per job",
                     [
                         target(
-                            f"sum {by_job} (rate({s(_UTIL + '_sum')}[{RATE_INTERVAL}]))\n/\n"
-                            f"sum {by_job} (rate({s(_UTIL + '_count')}[{RATE_INTERVAL}]))",
+                            _job_mean(scope, by_job),
                             "{{training_job}}",
                         )
                     ],
@@ -211,7 +231,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
         ui.datasource_variable(),
         ui.query_variable(
             "namespace",
-            f"label_values({presence()}, namespace)",
+            f"label_values({presence(config.source)}, namespace)",
             label="Namespace",
             multi=True,
             include_all=True,

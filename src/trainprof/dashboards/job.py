@@ -474,7 +474,7 @@ def variables(config: RulesConfig | None = None) -> list[core.Template]:
     """The job dashboard's variables. With a node-wide exporter (`gpu_attribution:
     assignment`) its series carry no job: "All" nodes then means the job's nodes (not `.*`,
     every node of the cluster), and the GPUs are the ones the job's ranks hold."""
-    job = presence()
+    job = presence(config.source if config is not None else ("trainprof",))
     in_job = 'training_job="$training_job", namespace=~"$namespace"'
     node_wide = config is not None and config.gpu_attribution == "assignment"
     gpus = (

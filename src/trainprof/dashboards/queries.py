@@ -22,6 +22,7 @@ from trainprof import metrics as contract
 from trainprof.rules.config import RulesConfig, default_config  # noqa: F401 (doctest)
 from trainprof.rules.model import RECORD_NAME
 from trainprof.rules.promql import Matcher, selector
+from trainprof.sources.gauges import gauges_for
 
 JOB_VARIABLES = ("namespace", "training_job", "node", "gpu", "rank")
 FLEET_VARIABLES = ("namespace",)
@@ -37,9 +38,28 @@ RATE_INTERVAL = "$__rate_interval"
 RANGE = "$__range"
 
 
-def presence() -> str:
+def presence_names(source: tuple[str, ...] = ("trainprof",)) -> tuple[str, ...]:
+    """The series whose presence says a job ran: trainprof's, plus the per-job gauges of the
+    source adapters a `source` setting names (a cluster without trainprof's exporter).
+
+    >>> presence_names(("node_exporter",))[-1]
+    'node_job:trainprof_cpu_utilization:ratio'
+    """
+    adapters = gauges_for(source)
+    extra = [
+        adapters[h]
+        for h in (
+            "trainprof_gpu_utilization_sampled_ratio",
+            "trainprof_cpu_utilization_sampled_ratio",
+        )
+        if h in adapters
+    ]
+    return PRESENCE + tuple(extra)
+
+
+def presence(source: tuple[str, ...] = ("trainprof",)) -> str:
     """A selector of any series of a job, for the variables' queries."""
-    return f'{{__name__=~"{"|".join(PRESENCE)}"}}'
+    return f'{{__name__=~"{"|".join(presence_names(source))}"}}'
 
 
 def series_labels(
@@ -65,7 +85,12 @@ def series_labels(
             ("training_job", set()),
         ):
             if level == prefix or level.startswith(prefix + "_"):
-                if not exporter_has_job and prefix in ("gpu", "node"):
+                # `gpu_job:`/`node_job:` gauges carry their job whatever the exporter serves.
+                if (
+                    not exporter_has_job
+                    and prefix in ("gpu", "node")
+                    and not level.endswith("_job")
+                ):
                     return frozenset(extra)
                 return job | extra
         raise ValueError(

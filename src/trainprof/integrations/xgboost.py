@@ -12,7 +12,8 @@ Every `save_interval` boosting rounds (rounds 0, save_interval, ...) the callbac
   (`trainprof_xgboost_feature_importance_top_ratio{top}`, importance type "weight" as
   SageMaker's `feature_importance/weight` by default) for FeatureImportanceOverweight;
 - the depth of the deepest tree so far (`trainprof_xgboost_tree_depth`, root at 0) for
-  TreeDepth, measured on the trees' JSON dump;
+  TreeDepth, measured on the trees' JSON dump by `trainprof.health.trees.tree_depth`
+  (replay measures a trial's `trees` collection with the same function);
 - the last value of the first evaluation metric of each evaluation set as a loss (the set
   named "train" in mode train, the others in mode eval) at the round number, for
   LossNotDecreasing, Overfit and Overtraining.
@@ -26,6 +27,7 @@ from typing import Any
 import xgboost
 
 from trainprof import session as api
+from trainprof.health.trees import tree_depth
 from trainprof.integrations._callbacks import ensure_started
 
 
@@ -71,21 +73,6 @@ class TrainprofCallback(xgboost.callback.TrainingCallback):
         except Exception:
             session._error()
         return False  # never stop training
-
-
-def tree_depth(node: dict) -> int:
-    """Depth of a tree of XGBoost's JSON dump: 0 for a single leaf.
-
-    >>> leaf = {"leaf": 0.1}
-    >>> tree_depth({"children": [leaf, {"children": [leaf, leaf]}]})
-    2
-    """
-    depth, stack = 0, [(node, 0)]
-    while stack:
-        current, d = stack.pop()
-        depth = max(depth, d)
-        stack.extend((child, d + 1) for child in current.get("children") or ())
-    return depth
 
 
 def _last(history: Any) -> float:

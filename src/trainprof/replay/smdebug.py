@@ -25,11 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from trainprof.health.state import HealthState
+from trainprof.health.trees import DamagedTrees, tree_depth, trees_from_columns
+from trainprof.replay.damage import Damage
 from trainprof.replay.tfrecord import TensorEvent, decode_event, read_records
 
 _EVENT_FILE = re.compile(r"^(\d+)_(.+)\.tfevents$")
 # Fallbacks when a tensor is in no collection file: smdebug's default naming.
 _NAME_RULES = (
+    (re.compile(r"^trees/"), "trees"),  # the XGBoost hook's trees_to_dataframe columns
     (re.compile(r"^gradients?/"), "gradients"),
     (re.compile(r"(^|[._/])loss|_loss_output|Loss_output"), "losses"),
     (re.compile(r"relu[^/]*_output", re.I), "relu_output"),
@@ -155,7 +158,10 @@ def fold(
     include_regex: str | None = None,
     state: HealthState | None = None,
 ) -> Iterator[Snapshot]:
-    """Feed the trial's saved steps, in order, through the reductions into a HealthState."""
+    """Feed the trial's saved steps, in order, through the reductions into a HealthState.
+
+    A step whose `trees` collection is damaged is left out of the tree depth and reported
+    in `trial.problems` once the fold ends."""
     import torch
 
     from trainprof import metrics as contract
@@ -164,12 +170,19 @@ def fold(
     state = state or HealthState()
     include = re.compile(include_regex) if include_regex else None
     previous: dict[tuple[str, str], torch.Tensor] = {}
+    damage = Damage()
+    deepest: int | None = None
     for step, events in trial.steps.items():
         labels, predictions = {}, {}
+        tree_columns: dict[str, list[np.ndarray]] = {}
         wall_time = max((e.wall_time for e in events), default=0.0)
         tensors_seen = False
         for e in events:
             collection = trial.collection_of(e.name)
+            if collection == "trees":
+                column = e.name.rsplit("/", 1)[-1]
+                tree_columns.setdefault(column, []).append(e.value.reshape(-1))
+                continue
             if e.value.dtype.kind in "US":
                 continue
             t = torch.from_numpy(np.array(e.value))  # a writable copy
@@ -229,6 +242,10 @@ def fold(
         ]
         if importances:
             state.observe_feature_importance(importances)
+        depth = _deepest_tree(tree_columns, f"{trial.root}/events/{step:012d}", damage)
+        if depth is not None:
+            deepest = depth if deepest is None else max(deepest, depth)
+            state.observe_tree_depth(deepest)
         for pair in _pairs(labels, predictions):
             lab, pred = pair
             if pred.dim() > lab.dim():
@@ -239,6 +256,24 @@ def fold(
         if tensors_seen:
             state.observe_save(step, wall_time)
         yield Snapshot(step, wall_time, state)
+    trial.problems.extend(damage.notes())
+
+
+def _deepest_tree(columns: dict[str, list[np.ndarray]], where: str, damage: Damage) -> int | None:
+    """Depth of the deepest tree the `trees` columns of one step hold (the XGBoost hook
+    saves the tree of the step's boosting round), None without a readable one. A column
+    saved twice at a step (two workers) is read as two tables, in the order saved."""
+    deepest = None
+    for k in range(max((len(arrays) for arrays in columns.values()), default=0)):
+        table = {name: arrays[k] for name, arrays in columns.items() if k < len(arrays)}
+        try:
+            roots = trees_from_columns(table)
+        except DamagedTrees as e:
+            damage.skip(f"step(s) whose trees collection is damaged ({e})", where)
+            continue
+        for root in roots.values():
+            deepest = max(deepest or 0, tree_depth(root))
+    return deepest
 
 
 def _pairs(labels: dict, predictions: dict):

@@ -138,7 +138,7 @@ def replay_trial(
         )
 
     runs = [(folded(trial, state), identity)]
-    config, other_problems = _other_trial(config, job, folded, runs)
+    config, other_trials = _other_trial(config, job, folded, runs)
     saves = _merged_saves(runs)
     stalled = [i for i in config.rules if i.spec.name == "StalledTrainingRule"]
     others = dataclasses.replace(
@@ -151,11 +151,15 @@ def replay_trial(
             saves, end, dataclasses.replace(config, rules=tuple(stalled)), identity, promtool
         )
     result.source, result.training_job = source, job
+    # after the fold: it adds what it skipped (a damaged trees collection) to the problems
+    other_problems = [f"{path}: {p}" for path, other in other_trials for p in other.problems]
     result.notes[:0] = trial.problems + other_problems
     return result
 
 
-def _other_trial(config: Any, job: str, folded, runs: list) -> tuple[Any, list[str]]:
+def _other_trial(
+    config: Any, job: str, folded, runs: list
+) -> tuple[Any, list[tuple[str, smdebug.Trial]]]:
     """SimilarAcrossRuns in replay: its other_trials names the other trial's folder, which
     is folded beside this one as another training_job; the rule compares the two."""
     instance = next((i for i in config.rules if i.spec.name == "SimilarAcrossRuns"), None)
@@ -171,7 +175,7 @@ def _other_trial(config: Any, job: str, folded, runs: list) -> tuple[Any, list[s
     rules = tuple(
         dataclasses.replace(i, values=values) if i is instance else i for i in config.rules
     )
-    return dataclasses.replace(config, rules=rules), [f"{path}: {p}" for p in other.problems]
+    return dataclasses.replace(config, rules=rules), [(path, other)]
 
 
 def _merged_saves(runs: list) -> list[Save]:

@@ -269,10 +269,8 @@ def sizing_advice(rules: list[RuleRow], n: _Numbers) -> list[str]:
             "consider an instance type with more CPU cores per GPU."
         )
     highest: dict[str, float] = {}
-    for (_, _, resource), buckets in usage.group(n.series("usage.node_buckets")).items():
-        found = usage.stats(buckets)
-        if found is not None:
-            highest[resource] = max(highest.get(resource, 0.0), found["p99"])
+    for (_, _, resource), found in usage.summaries(n.series("usage.node_buckets")).items():
+        highest[resource] = max(highest.get(resource, 0.0), found["p99"])
     for resource in ("Host memory", "GPU memory"):
         if highest.get(resource, 0.0) >= MEMORY_NEARLY_FULL:
             advice.append(
@@ -386,8 +384,8 @@ def _usage_table(n: _Numbers, order: list[str]) -> Table | None:
     columns = ("min",) + usage.QUANTILES + ("max",)
     rows = []
     for query, per_gpu in (("usage.node_buckets", False), ("usage.gpu_buckets", True)):
-        grouped = usage.group(n.series(query))
-        for (node, gpu, resource), buckets in sorted(
+        grouped = usage.summaries(n.series(query))
+        for (node, gpu, resource), found in sorted(
             grouped.items(),
             key=lambda kv: (
                 kv[0][0],
@@ -395,9 +393,6 @@ def _usage_table(n: _Numbers, order: list[str]) -> Table | None:
                 int(kv[0][1]) if kv[0][1].isdigit() else kv[0][1],
             ),
         ):
-            found = usage.stats(buckets)
-            if found is None:
-                continue
             label = f"GPU {gpu} {resource.removeprefix('GPU ')}" if per_gpu else resource
             rows.append([node, label] + [fmt.value(found[c], "percentunit") for c in columns])
     if not rows:

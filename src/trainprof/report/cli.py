@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_source_argument, duration
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -80,6 +80,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         help="scrape interval (replay: to replay at, default 15s; "
         "Prometheus: the server's, default the configuration's)",
     )
+    add_source_argument(report)
     auth = report.add_argument_group(
         "access to a Prometheus that asks who is calling (with --prometheus)"
     )
@@ -246,7 +247,7 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         key_file=args.key_file,
         insecure_skip_verify=args.insecure_skip_verify,
     )
-    config = read_config(args.rules, scrape_interval=args.scrape_interval)
+    config = read_config(args.rules, scrape_interval=args.scrape_interval, source=args.source)
     return from_prometheus(
         args.prometheus,
         args.job,

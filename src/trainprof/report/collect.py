@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from trainprof.dashboards.queries import PRESENCE
+from trainprof.dashboards.queries import presence, presence_names
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rule_status import RuleStatus, decide, status_queries
@@ -365,14 +365,14 @@ def parse_time(text: str, now: float) -> float:
     return stamp.timestamp()
 
 
-def _presence(job: str, namespace: str | None) -> list[str]:
+def _presence(job: str, namespace: str | None, source: tuple[str, ...]) -> list[str]:
     """Selectors of the series that say the job existed (one per metric name, so functions
     that drop the name cannot collide)."""
     matchers = {"training_job": job}
     if namespace is not None:
         matchers["namespace"] = namespace
     inner = ", ".join(f"{k}={quote(v)}" for k, v in matchers.items())
-    return [f"{name}{{{inner}}}" for name in PRESENCE]
+    return [f"{name}{{{inner}}}" for name in presence_names(source)]
 
 
 def _extreme(
@@ -422,14 +422,16 @@ def from_prometheus(
 
     api = Prometheus(url, access=access)
     now = now if now is not None else time.time()
-    presence = _presence(training_job, namespace)
+    presence = _presence(training_job, namespace, config.source)
     asked_start, asked_end = start, end
     if end is None or start is None:
         week = 7 * 86400
         first = _extreme(api, "min", presence, week, now)
         last = _extreme(api, "max", presence, week, now)
         if first is None or last is None:
-            raise ReportError(_no_such_job(api, training_job, namespace, "in the last week"))
+            raise ReportError(
+                _no_such_job(api, training_job, namespace, "in the last week", config.source)
+            )
         start = start if start is not None else first
         end = end if end is not None else min(last + 15, now)
     notes: list[str] = []
@@ -457,7 +459,9 @@ def from_prometheus(
         raise ReportError(f"--to ({end:.0f}) must be after --from ({start:.0f})")
     step = max(float(math.ceil((end - start) / POINTS)), config.scrape_interval, 1.0)
     if _extreme(api, "max", presence, end - start, end) is None:
-        raise ReportError(_no_such_job(api, training_job, namespace, "in that time range"))
+        raise ReportError(
+            _no_such_job(api, training_job, namespace, "in that time range", config.source)
+        )
 
     compiled = compile_rules(config)
     queries = resolved(compiled, training_job, namespace, end - start, step)
@@ -546,10 +550,12 @@ def _utc(t: float) -> str:
     )
 
 
-def _no_such_job(api: Prometheus, job: str, namespace: str | None, where: str) -> str:
+def _no_such_job(
+    api: Prometheus, job: str, namespace: str | None, where: str, source: tuple[str, ...]
+) -> str:
     import difflib
 
-    known = api.label_values("training_job", f'{{__name__=~"{"|".join(PRESENCE)}"}}')
+    known = api.label_values("training_job", presence(source))
     close = difflib.get_close_matches(job, known, n=3)
     message = f"no trainprof series with training_job={job!r}"
     if namespace is not None:

@@ -16,6 +16,7 @@ import math
 
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import RANGE, Scope
+from trainprof.sources.gauges import gauges_for
 
 QUANTILES = ("p50", "p90", "p95", "p99")
 GPU_HISTOGRAMS = (
@@ -30,10 +31,39 @@ TOTALS = {
 }
 
 
+# A source adapter's per-node gauge of a resource the table pools per node.
+_NODE_GAUGE = {
+    "trainprof_gpu_utilization_sampled_ratio": "trainprof_node_gpu_utilization_sampled_ratio",
+    "trainprof_gpu_memory_used_sampled_ratio": "trainprof_node_gpu_memory_used_sampled_ratio",
+}
+_STATS = {
+    "min": "min_over_time({g}[{r}])",
+    "max": "max_over_time({g}[{r}])",
+    **{q: f"quantile_over_time({int(q[1:]) / 100:g}, {{g}}[{{r}}])" for q in QUANTILES},
+}
+
+
+def _scraped(gauge: str, by: str, resource: str) -> list[str]:
+    """Every statistic of a source adapter's gauge over the report's range, labelled
+    `stat`: its scrapes are the samples (no histogram to read)."""
+    return [
+        f"label_replace(label_replace(max by ({by}) ({expr.format(g=gauge, r=RANGE)}), "
+        f'"resource", "{resource}", "", ""), "stat", "{stat}", "", "")'
+        for stat, expr in _STATS.items()
+    ]
+
+
 def queries(scope: Scope) -> dict[str, str]:
     """name -> PromQL, each one instant query at the report's end."""
     node_parts, gpu_parts, totals = [], [], []
+    adapters = gauges_for(scope.config.source)
     for histogram, name in SYSTEM_USAGE_NAMES.items():
+        if histogram in adapters:
+            node_gauge = adapters[_NODE_GAUGE.get(histogram, histogram)]
+            node_parts += _scraped(scope.sel(node_gauge), "node", name)
+            if histogram in GPU_HISTOGRAMS:
+                gpu_parts += _scraped(scope.sel(adapters[histogram]), "node, gpu", name)
+            continue
         bucket = scope.sel(histogram + "_bucket")
         node_parts.append(
             f'label_replace(sum by (node, le) ({bucket}), "resource", "{name}", "", "")'
@@ -56,6 +86,19 @@ def queries(scope: Scope) -> dict[str, str]:
         "phases.first_step": f"min({scope.sel('trainprof_training_first_step_timestamp_seconds')})",
         "phases.last_step": f"max({scope.sel('trainprof_training_last_step_timestamp_seconds')})",
     }
+
+
+def summaries(series) -> dict[tuple[str, ...], dict[str, float]]:
+    """{(node, gpu, resource): min, p50, ..., max} of the usage queries' results: computed
+    from bucket series (label `le`), or read from a source adapter's (label `stat`)."""
+    out = {key: found for key, b in group(series).items() if (found := stats(b)) is not None}
+    read: dict[tuple[str, ...], dict[str, float]] = {}
+    for labels, points in series:
+        if "stat" in labels and points and not math.isnan(points[-1][1]):
+            key = (labels.get("node", ""), labels.get("gpu", ""), labels.get("resource", ""))
+            read.setdefault(key, {})[labels["stat"]] = points[-1][1]
+    out.update({key: found for key, found in read.items() if set(_STATS) <= set(found)})
+    return out
 
 
 def stats(buckets: list[tuple[float, float]]) -> dict[str, float] | None:

@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     from trainprof.rules.compiler import compile_rules
 
     try:
-        config = files.read_config(args.config, args.scrape_interval, args.datapoint_interval)
+        config = files.read_config(
+            args.config, args.scrape_interval, args.datapoint_interval, args.source
+        )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

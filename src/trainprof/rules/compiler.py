@@ -25,6 +25,7 @@ import dataclasses
 import re
 from typing import Any
 
+from trainprof import sources
 from trainprof.durations import format_duration
 from trainprof.names import (
     HEALTH_GROUP,
@@ -47,6 +48,7 @@ from trainprof.rules.model import (
     Selects,
     Signal,
 )
+from trainprof.sources.gauges import gauges_for
 
 # Kept importable from here: older code and tests name them through the compiler.
 __all__ = ["HEALTH_RULE", "STATE_RULE", "alert_name", "compile_rules", "required_inputs"]
@@ -164,13 +166,16 @@ class Compiled:
 
 def compile_rules(config: RulesConfig) -> Compiled:
     warnings = list(config.warnings)
+    config = _applicable(config, warnings)
     groups: list[dict[str, Any]] = []
     seen: dict[tuple, str] = {}
     compiled: list[CompiledRule] = []
+    every_scrape: list[dict[str, Any]] = []
     for instance in config.rules:
         build = _build_context(config, instance, warnings)
         output = instance.spec.build(build)
-        rules, elsewhere = [], {}
+        rules: list[dict[str, Any]] = []
+        elsewhere: dict[str, str] = {}
         for rec in output.recordings:
             key = (rec.record, tuple(sorted(rec.labels.items())))
             if key in seen:
@@ -179,7 +184,7 @@ def compile_rules(config: RulesConfig) -> Compiled:
                 elsewhere[rec.record] = rec.expr
                 continue
             seen[key] = rec.expr
-            rules.append(_recording(rec))
+            (every_scrape if rec.every_scrape else rules).append(_recording(rec))
         for alert in output.alerts:
             # Groups are evaluated independently, so reading another group's recording
             # could lag one interval behind: spell its expression out instead.
@@ -192,6 +197,9 @@ def compile_rules(config: RulesConfig) -> Compiled:
         }
         groups.append(group)
         compiled.append(CompiledRule(instance, build, output, group))
+    adapters = _sources_group(config, every_scrape)
+    if adapters:
+        groups.insert(0, adapters)
     state = _state_rules(compiled)
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)
@@ -200,6 +208,42 @@ def compile_rules(config: RulesConfig) -> Compiled:
     if health:
         groups.append({"name": HEALTH_GROUP, "interval": "1m", "rules": health})
     return Compiled(groups, tuple(warnings), config, tuple(compiled))
+
+
+def _applicable(config: RulesConfig, warnings: list[str]) -> RulesConfig:
+    """The configuration without the rules its `source` cannot serve, each named."""
+    gpu, _ = sources.signal_sources(config.source)
+    kept = []
+    for instance in config.rules:
+        if gpu in instance.spec.gpu_sources:
+            kept.append(instance)
+        else:
+            warnings.append(
+                f"{instance.where.split('.parameters.')[0]}: {instance.spec.name} "
+                f"needs its GPU signals from {' or '.join(instance.spec.gpu_sources)}, not "
+                f"{gpu}; left out"
+            )
+    if len(kept) == len(config.rules):
+        return config
+    return dataclasses.replace(config, rules=tuple(kept))
+
+
+def _sources_group(config: RulesConfig, every_scrape: list[dict[str, Any]]) -> dict | None:
+    """`trainprof.sources` for a `source` setting naming dcgm or node_exporter: the
+    adapters' normalisation, then the rules' per-scrape recordings, then the alerts naming
+    a missing input."""
+    options = dataclasses.replace(
+        config.source_options,
+        job_labels=config.job_labels,
+        scrape_interval=config.scrape_interval,
+    )
+    group = sources.normalisation_group(config.source, options)
+    if group is None:
+        return None
+    rules = group["rules"]
+    first_alert = next((i for i, r in enumerate(rules) if "alert" in r), len(rules))
+    rules[first_alert:first_alert] = every_scrape
+    return group
 
 
 def _state_rules(compiled: list[CompiledRule]) -> list[dict[str, Any]]:
@@ -237,6 +281,7 @@ def _inline(expr: str, recordings: dict[str, str]) -> str:
 
 
 def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) -> Build:
+    gpu, host = sources.signal_sources(config.source)
     return Build(
         rule=instance.spec,
         p=instance.spec.values(instance.values),
@@ -248,6 +293,9 @@ def _build_context(config: RulesConfig, instance: RuleInstance, warnings: list) 
         where=instance.where,
         warnings=warnings,
         given=instance.given,
+        gauges=gauges_for(config.source),
+        gpu_source=gpu,
+        host_source=host,
     )
 
 
@@ -267,7 +315,9 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
         "&var-namespace={{ $labels.namespace | urlquery }}"
     )
     expr = alert.expr
-    if alert.per_gpu and attributes_by_assignment(config):
+    # A source adapter's gauges carry the job already (trainprof.sources.gauges).
+    from_adapter = sources.signal_sources(config.source)[0] != "trainprof"
+    if alert.per_gpu and attributes_by_assignment(config) and not from_adapter:
         expr = attribution.attribute(expr, config.job_labels, config.job_selector)
     out: dict[str, Any] = {"alert": alert_name(spec.name), "expr": expr}
     if alert.for_seconds:

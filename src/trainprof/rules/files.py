@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -20,12 +21,25 @@ OUTPUT_NAMES = {
 
 
 def read_config(
-    path: str | None, scrape_interval: float | None = None, datapoint_interval: str | None = None
+    path: str | None,
+    scrape_interval: float | None = None,
+    datapoint_interval: str | None = None,
+    source: tuple[str, ...] | None = None,
 ) -> RulesConfig:
-    """Load a configuration file (YAML, JSON, or Python with SageMaker SDK calls).
+    """Load a configuration file (YAML, JSON, or Python with SageMaker SDK calls); `source`
+    (a parsed `--source`) replaces the configuration's.
 
     No path means SageMaker's default: ProfilerReport with every default. Raises ConfigError.
     """
+    config = _read_config(path, scrape_interval, datapoint_interval)
+    if source is not None:
+        config = dataclasses.replace(config, source=source)
+    return config
+
+
+def _read_config(
+    path: str | None, scrape_interval: float | None, datapoint_interval: str | None
+) -> RulesConfig:
     if path is None:
         data: Any = {"rules": [{"rule": "ProfilerReport"}]}
         source = "defaults"

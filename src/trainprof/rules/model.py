@@ -48,6 +48,10 @@ class Recording:
     operation: str  # what was done to it: ratio, quantile, p95_rate4m10s, ...
     expr: str
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Recorded at every scrape (in the `trainprof.sources` group), not at the rule's scan
+    # interval: a per-scrape condition on a source adapter's gauges that the rule then
+    # counts over a range.
+    every_scrape: bool = False
 
     def __post_init__(self):
         record_name(self.level, self.metric, self.operation)  # raises on a malformed part
@@ -210,6 +214,9 @@ class RuleSpec(Generic[P]):
     datapoints: str = "samples"
     # A rule comparing GPUs within a node does not apply to a node with fewer.
     min_gpus_per_node: int = 0
+    # The `source` settings it can read its GPU signals from (trainprof.sources); with any
+    # other the compiler leaves it out and says so.
+    gpu_sources: tuple[str, ...] = ("trainprof", "dcgm")
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -266,6 +273,11 @@ class Build(Generic[P]):
     where: str  # config path template of a parameter, {param}
     warnings: list[str]
     given: frozenset[str] = frozenset()  # parameters the configuration set
+    # Sampled histograms whose signal a source adapter serves instead, as the per-job gauge
+    # recorded at each scrape (trainprof.sources.gauges); empty with trainprof's exporter.
+    gauges: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    gpu_source: str = "trainprof"  # trainprof | dcgm
+    host_source: str = "trainprof"  # trainprof | node_exporter
 
     def path(self, param: str) -> str:
         return self.where.format(param=param)
@@ -275,6 +287,8 @@ class Build(Generic[P]):
     def sel(self, series: str, **equal: str) -> str:
         """A selector of a contract series (`_bucket`/`_sum`/`_count` allowed) with the
         job selector applied."""
+        if series in self.gauges.values():
+            return promql.selector(series, self.matchers, **equal)
         base = re.sub(r"_(bucket|sum|count)$", "", series)
         known = contract.BY_NAME.get(series) or contract.BY_NAME.get(base)
         if known is None or series not in contract.series_names(known):
@@ -282,6 +296,24 @@ class Build(Generic[P]):
                 f"rule {self.rule.name} selects {series}, which is not in the metric contract"
             )
         return promql.selector(series, self.matchers, **equal)
+
+    def gauge(self, histogram: str) -> str | None:
+        """The selector of the per-scrape gauge a source adapter serves `histogram`'s signal
+        as, or None when trainprof's exporter serves the histogram itself."""
+        name = self.gauges.get(histogram)
+        return promql.selector(name, self.matchers) if name else None
+
+    def seen(self, histogram: str, datapoints: int) -> str:
+        """What `patience`'s warm-up guard compares with `datapoints`: the samples of
+        `histogram` so far (its `_count`), or for a gauge its scrapes over the last
+        `datapoints` datapoints and one scrape more, counted in datapoints, which exceeds
+        `datapoints` once the signal covers that long."""
+        gauge = self.gauge(histogram)
+        if gauge is None:
+            return self.sel(histogram + "_count")
+        span = format_duration(datapoints * self.datapoint_interval + self.scrape_interval)
+        per_scrape = self.scrape_interval / self.datapoint_interval
+        return f"count_over_time({gauge}[{span}]) * {per_scrape:g}"
 
     @property
     def by_job(self) -> str:

@@ -15,10 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from trainprof.durations import format_duration
-from trainprof.sources import dcgm, node_exporter
+from trainprof.sources import dcgm, gauges, node_exporter
 from trainprof.sources.options import SOURCES, SourceOptions, parse_sources
 
-__all__ = ["SOURCES", "SourceOptions", "normalisation_group", "parse_sources"]
+__all__ = [
+    "SOURCES",
+    "SourceOptions",
+    "normalisation_group",
+    "parse_sources",
+    "signal_sources",
+]
 
 GROUP = "trainprof.sources"
 HEALTH_RULE = "TrainprofHealth"
@@ -29,6 +35,7 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
     rules: list[dict[str, Any]] = []
     if "dcgm" in sources:
         rules += dcgm.recordings(options) + dcgm.job_recordings(options)
+        rules += gauges.gpu_recordings(options)
     elif "node_exporter" in sources:
         jl = ", ".join(options.job_labels)
         rules.append(
@@ -38,11 +45,24 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
             }
         )
     if "node_exporter" in sources:
-        rules += node_exporter.recordings(options)
+        rules += node_exporter.recordings(options) + gauges.host_recordings(options)
     if not rules:
         return None
     rules += _missing_inputs(sources, options)
     return {"name": GROUP, "interval": format_duration(options.scrape_interval), "rules": rules}
+
+
+def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
+    """Which source serves the GPU signals and which the host's, of a `source` setting.
+
+    >>> signal_sources(("dcgm",))
+    ('dcgm', 'trainprof')
+    >>> signal_sources(("trainprof", "node_exporter"))
+    ('trainprof', 'node_exporter')
+    """
+    gpu = "dcgm" if "dcgm" in names else "trainprof"
+    host = "node_exporter" if "node_exporter" in names else "trainprof"
+    return gpu, host
 
 
 def default_rules_text(generator: str) -> str:

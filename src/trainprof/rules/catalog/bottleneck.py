@@ -29,6 +29,7 @@ from trainprof.rules.params import (
     scan_interval_param,
 )
 from trainprof.rules.promql import selector
+from trainprof.sources.gauges import BUSIEST_CORE, GPU_GAUGES
 
 
 def _window_param() -> Any:
@@ -100,9 +101,13 @@ def _bottleneck(
 ) -> RuleOutput:
     p = b.p
     busy_percent = getattr(p, busy_param)
+    grid = {busy_label: ratio(busy_percent), "gpu_below": ratio(p.gpu_threshold)}
+    if _scraped(b):
+        return _scraped_bottleneck(
+            b, counter=counter, grid=grid, summary=summary, busy_text=busy_text
+        )
     _warn_off_grid(b, busy_param, busy_percent, contract.BUSY_THRESHOLDS)
     _warn_off_grid(b, "gpu_threshold", p.gpu_threshold, contract.GPU_IDLE_THRESHOLDS)
-    grid = {busy_label: ratio(busy_percent), "gpu_below": ratio(p.gpu_threshold)}
     hits = b.sel(counter, **grid)
     samples = b.sel("trainprof_samples_total")
     if p.window is None:
@@ -139,6 +144,87 @@ def _bottleneck(
     return RuleOutput((recording,), (alert,))
 
 
+def _scraped(b: Build[Any]) -> bool:
+    """Whether a source adapter serves the GPU or the host signal, so no exporter counts
+    the joint samples."""
+    return b.gpu_source != "trainprof" or b.host_source != "trainprof"
+
+
+# How far back "since the job started" reaches when the samples are a source adapter's
+# scrapes (no exporter counts them): a range long enough for most jobs, short enough that
+# re-reading it per evaluation stays cheap (one series per job).
+SINCE_START = "7d"
+
+
+def _scraped_bottleneck(
+    b: Build[Bottleneck], *, counter: str, grid: dict[str, str], summary: str, busy_text: str
+) -> RuleOutput:
+    """The bottleneck share when dcgm-exporter or node_exporter serves the GPU or host
+    signal: each scrape of a node is one sample, a bottleneck when its busiest core is above
+    the busy threshold while its least busy GPU of the job is below the idle one."""
+    p = b.p
+    busy_label = contract.metric(counter).labels[0]
+    jl = ", ".join(b.job_labels)
+    kind = "cpu" if busy_label == "cpu_above" else "iowait"
+    if b.host_source == "node_exporter":
+        busiest = selector(BUSIEST_CORE[kind], b.matchers)
+    else:
+        core = (
+            "trainprof_cpu_core_utilization_ratio"
+            if kind == "cpu"
+            else "trainprof_cpu_core_iowait_ratio"
+        )
+        busiest = b.sel(core)
+    if b.gpu_source == "dcgm":
+        gpus = selector(GPU_GAUGES["trainprof_gpu_utilization_sampled_ratio"], b.matchers)
+    else:
+        gpus = b.sel("trainprof_gpu_utilization_ratio")
+    base = counter.removesuffix("_total")
+    scraped = Recording(
+        "node",
+        base,
+        "scraped",
+        (
+            f"(max by (node, {jl}) ({busiest}) > bool {grid[busy_label]})\n"
+            f"* on (node, {jl})\n"
+            f"(min by (node, {jl}) ({gpus}) < bool {grid['gpu_below']})"
+        ),
+        grid,
+        every_scrape=True,
+    )
+    indicator = selector(scraped.record, b.matchers, **grid)
+    if p.window is None:
+        span, since = SINCE_START, "since the job started"
+    else:
+        span = b.span(p.window, "window")
+        since = f"over the last {span}"
+    recording = Recording(
+        "training_job",
+        base,
+        f"ratio_over_time{span}",
+        (
+            f"sum by ({jl}, {busy_label}, gpu_below) (sum_over_time({indicator}[{span}]))\n"
+            f"/ ignoring ({busy_label}, gpu_below) group_left\n"
+            f"sum {b.by_job} (count_over_time({indicator}[{span}]))"
+        ),
+    )
+    per_scrape = b.scrape_interval / b.datapoint_interval
+    samples = f"sum {b.by_job} (count_over_time({indicator}[{span}])) * {per_scrape:g}"
+    condition = f"{selector(recording.record, (), **grid)} > {ratio(p.threshold)}"
+    expr, for_seconds = b.patience(condition, p.patience, samples, matching=b.on_job)
+    alert = Alert(
+        expr=expr,
+        for_seconds=for_seconds,
+        summary=summary,
+        description=(
+            f"Job {JOB}: {PCT} of the scrapes {since} had {busy_text} above "
+            f"{float(grid[busy_label]) * 100:g}% while a GPU was below "
+            f"{p.gpu_threshold:g}% busy (the rule fires above {p.threshold:g}%)."
+        ),
+    )
+    return RuleOutput((scraped, recording), (alert,))
+
+
 def _warn_off_grid(
     b: Build[Bottleneck], param: str, percent: float, grid: tuple[float, ...]
 ) -> None:
@@ -170,7 +256,7 @@ def _signals(counter: str, busy_param: str, busy_text: str):
             Signal(
                 f"Samples with {busy_text} above {getattr(p, busy_param):g}% while a GPU is "
                 f"below {p.gpu_threshold:g}%",
-                scope.sel(out.recordings[0].record, **_grid(b, counter, busy_param)),
+                scope.sel(out.recordings[-1].record, **_grid(b, counter, busy_param)),
                 "{{training_job}}",
                 RATIO_UNIT,
                 percent_threshold("threshold", p.threshold, "above"),
@@ -183,6 +269,8 @@ def _signals(counter: str, busy_param: str, busy_text: str):
 def _health(name: str, counter: str, busy_param: str):
     def health(b: Build[Bottleneck]) -> tuple[HealthCheck, ...]:
         """The exporters count samples only at the thresholds they were told of."""
+        if _scraped(b):
+            return ()  # counted from the adapters' scrapes, at any threshold
         jl = ", ".join(b.job_labels)
         busy_label = contract.metric(counter).labels[0]
         grid = _grid(b, counter, busy_param)
@@ -248,7 +336,11 @@ _SHARED_DIFFERENCES = (
     "(the default for this rule) the ratio must stay above `threshold` for `patience` "
     "datapoints before the alert fires; `warmup` checks it as soon as `patience` datapoints "
     "exist, as SageMaker did. The original's verdict was sticky; this alert resolves when the "
-    "ratio falls back below the threshold."
+    "ratio falls back below the threshold. With `source: dcgm` or `node_exporter` no exporter "
+    "counts joint samples: each scrape of a node is a datapoint (its busiest core from "
+    "node_exporter's per-scrape rates, or trainprof's core gauges, against its least busy GPU "
+    "from dcgm, or trainprof's GPU gauge), recorded every scrape in `trainprof.sources`, and "
+    '"since the job started" reaches back at most 7 days.'
 )
 
 CPU_BOTTLENECK = RuleSpec(

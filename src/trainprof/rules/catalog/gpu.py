@@ -116,6 +116,23 @@ class QuantileTest:
         cls, b: Build[Any], level: str, histogram: str, q: float, percent: float, span: str
     ) -> QuantileTest:
         threshold = percent / 100
+        gauge = b.gauge(histogram)
+        if gauge is not None:
+            # One sample per scrape from a source adapter: the exact quantile of those; a
+            # sample on the threshold counts as below it, as with the bucket test.
+            rec = Recording(
+                level,
+                histogram,
+                f"p{q * 100:g}_over_time{span}",
+                f"quantile_over_time({q:g}, {gauge}[{span}])",
+            )
+            return cls(
+                rec,
+                f"{rec.record} <= {ratio(percent)}",
+                f"{rec.record} > {ratio(percent)}",
+                f"the {_ordinal(q)} percentile of the scraped values was {PCT}, at or below "
+                f"{percent:g}%",
+            )
         if threshold in contract.UTILIZATION_BUCKETS and 0 < threshold < 1:
             share = b.sel(histogram + "_bucket", le=contract.bucket_label(threshold))
             count = b.sel(histogram + "_count")
@@ -157,7 +174,7 @@ def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
     span = b.span(p.window, "window")
     p95 = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.threshold_p95, span)
     p5 = QuantileTest.of(b, "gpu", _UTIL, 0.05, p.threshold_p5, span)
-    count = b.sel(_UTIL + "_count")
+    count = b.seen(_UTIL, p.patience)
     under, under_for = b.patience(p95.below, p.patience, count)
     fluct, fluct_for = b.patience(f"{p5.below}\nand\n{p95.above}", p.patience, count)
     return RuleOutput(
@@ -194,10 +211,13 @@ def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
 _GPU_LEGEND = "{{node}} GPU {{gpu}}"
 
 
-def _quantile(scope: Selects, histogram: str, q: float, span: str) -> str:
+def _quantile(b: Build[Any], scope: Selects, histogram: str, q: float, span: str) -> str:
     """The q-quantile over `span` of the panel's selection, computed when the panel loads:
     the rules decide on the share of samples below the threshold (cheap at fleet scale),
     the dashboard shows the percentile itself for the few series on screen."""
+    gauge = b.gauges.get(histogram)
+    if gauge:
+        return f"quantile_over_time({q:g}, {scope.sel(gauge)}[{span}])"
     return f"histogram_quantile({q:g}, rate({scope.sel(histogram + '_bucket')}[{span}]))"
 
 
@@ -209,14 +229,14 @@ def _low_gpu_signals(
     return (
         Signal(
             f"95th percentile GPU utilization over {span}",
-            _quantile(scope, _UTIL, 0.95, span),
+            _quantile(b, scope, _UTIL, 0.95, span),
             _GPU_LEGEND,
             RATIO_UNIT,
             percent_threshold("threshold_p95", p.threshold_p95, "below"),
         ),
         Signal(
             f"5th percentile GPU utilization over {span}",
-            _quantile(scope, _UTIL, 0.05, span),
+            _quantile(b, scope, _UTIL, 0.05, span),
             _GPU_LEGEND,
             RATIO_UNIT,
             percent_threshold("threshold_p5", p.threshold_p5, "below"),
@@ -256,7 +276,9 @@ LOW_GPU_UTILIZATION = RuleSpec(
         "it. Other thresholds compare `histogram_quantile`, interpolated within a bucket. "
         "The two cases are one alert with a `reason` "
         "label (`underutilized`, `fluctuating`). The original's verdict was sticky; this "
-        "alert resolves when the GPU recovers."
+        "alert resolves when the GPU recovers. With `source: dcgm` the percentiles are "
+        "`quantile_over_time` of dcgm-exporter's scraped values (one per scrape, each the "
+        "value dcgm collected last), a value on the threshold counting as below it."
     ),
 )
 
@@ -267,12 +289,18 @@ def _batch_size(b: Build[BatchSizeParams]) -> RuleOutput:
     gpu = QuantileTest.of(b, "gpu", _UTIL, 0.95, p.gpu_threshold_p95, span)
     memory = QuantileTest.of(b, "gpu", _MEMORY, 0.95, p.gpu_memory_threshold_p95, span)
     cpu = QuantileTest.of(b, "node", _CPU, 0.95, p.cpu_threshold_p95, span)
-    condition = f"{gpu.below}\nand\n{memory.below}\nand ignoring (gpu, uuid)\n{cpu.below}"
+    # The GPU and the host series match on everything but the GPU's labels when one
+    # exporter serves both; series of two exporters share only the node and the job.
+    if (b.gpu_source == "trainprof") == (b.host_source == "trainprof"):
+        matching = "ignoring (gpu, uuid)"
+    else:
+        matching = f"on (node, {', '.join(b.job_labels)})"
+    condition = f"{gpu.below}\nand\n{memory.below}\nand {matching}\n{cpu.below}"
     expr, for_seconds = b.patience(
         condition,
         max(p.patience, p.window),
-        b.sel(_CPU + "_count"),
-        matching="ignoring (gpu, uuid)",
+        b.seen(_CPU, max(p.patience, p.window)),
+        matching=matching,
     )
     return RuleOutput(
         (gpu.recording, memory.recording, cpu.recording),
@@ -301,7 +329,7 @@ def _batch_size_signals(
     return tuple(
         Signal(
             f"95th percentile {what} over {span}",
-            _quantile(scope, metric, 0.95, span),
+            _quantile(b, scope, metric, 0.95, span),
             legend,
             RATIO_UNIT,
             percent_threshold(param, getattr(p, param), "below"),
@@ -339,7 +367,8 @@ BATCH_SIZE = RuleSpec(
         "sample, as in the original. The original skipped a node until it had more than "
         "`window` and `patience` CPU datapoints; the warm-up guard and `for:` use the larger "
         "of the two. The AWS documentation page gives `patience` a default of 100; the SDK "
-        "and the rule code use 1000."
+        "and the rule code use 1000. With `source: dcgm` or `node_exporter` each signal "
+        "from an adapter is the percentile of its scraped values (see LowGPUUtilization)."
     ),
 )
 
@@ -347,16 +376,14 @@ BATCH_SIZE = RuleSpec(
 def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
     p = b.p
     span = b.span(p.window, "window")
-    total, count = b.sel(_MEMORY + "_sum"), b.sel(_MEMORY + "_count")
     # The earlier window ends one scrape interval before the later one starts: a jump falls
     # between two scrapes, so at some evaluation step it lies in that gap and both windows
     # hold only samples from one side of it; without the gap a window split by the jump
     # would hide up to half of it.
     gap = format_duration(parse_duration(span) + b.scrape_interval)
-    mean = f"rate({total}[{span}]) / rate({count}[{span}])"
-    before = f"rate({total}[{span}] offset {gap}) / rate({count}[{span}] offset {gap})"
-    mean_record = Recording("gpu", _MEMORY, f"mean_rate{span}", mean)
-    rise, for_seconds = b.patience(f"{mean}\n-\n{before}", p.patience, count)
+    mean, before, operation = _memory_means(b, b, span, gap)
+    mean_record = Recording("gpu", _MEMORY, operation, mean)
+    rise, for_seconds = b.patience(f"{mean}\n-\n{before}", p.patience, b.seen(_MEMORY, p.patience))
     # Evaluated once per scan interval, but a jump shows for about one window only: look
     # back over the whole scan interval at scrape resolution so none is missed.
     scan = format_duration(p.scan_interval_us / 1e6)
@@ -379,14 +406,34 @@ def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
     )
 
 
+def _memory_means(
+    b: Build[Any], scope: Selects | Build[Any], span: str, gap: str
+) -> tuple[str, str, str]:
+    """The mean GPU memory use over the last `span` and over the `span` ending `gap` ago,
+    and the recording operation naming the first: from the histogram's `_sum`/`_count`
+    (every sample), or a source adapter's scraped gauge."""
+    gauge = b.gauges.get(_MEMORY)
+    if gauge:
+        g = scope.sel(gauge)
+        return (
+            f"avg_over_time({g}[{span}])",
+            f"avg_over_time({g}[{span}] offset {gap})",
+            f"mean_over_time{span}",
+        )
+    total, count = scope.sel(_MEMORY + "_sum"), scope.sel(_MEMORY + "_count")
+    return (
+        f"rate({total}[{span}]) / rate({count}[{span}])",
+        f"rate({total}[{span}] offset {gap}) / rate({count}[{span}] offset {gap})",
+        f"mean_rate{span}",
+    )
+
+
 def _memory_increase_signals(
     b: Build[GPUMemoryIncreaseParams], out: RuleOutput, scope: Selects, _: Recordings
 ) -> tuple[Signal, ...]:
     p = b.p
     span = b.span(p.window, "window")
-    total, count = scope.sel(_MEMORY + "_sum"), scope.sel(_MEMORY + "_count")
-    mean = f"rate({total}[{span}]) / rate({count}[{span}])"
-    before = f"rate({total}[{span}] offset {span}) / rate({count}[{span}] offset {span})"
+    mean, before = _memory_means(b, scope, span, span)[:2]
     return (
         Signal(
             f"Mean GPU memory over the last {span} minus the mean over the {span} before",
@@ -433,7 +480,8 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "even in `patience_mode: auto`: the windowed increase lasts only about "
         "one window, so a patience-long `for:` could never be met. The AWS documentation "
         "page gives `increase` 10, `patience` 100 and `window` 500; the SDK and the rule "
-        "code use 5, 1000 and 10."
+        "code use 5, 1000 and 10. With `source: dcgm` the means are `avg_over_time` of "
+        "dcgm-exporter's scraped framebuffer use over the same ranges."
     ),
 )
 
@@ -489,6 +537,9 @@ def _load_balancing_signals(
 LOAD_BALANCING = RuleSpec(
     name="LoadBalancing",
     min_gpus_per_node=2,
+    # The distance between two GPUs' whole utilization distributions needs every 0.5 s
+    # sample: dcgm-exporter's one value per scrape cannot make those histograms.
+    gpu_sources=("trainprof",),
     summary="GPUs of a host carry unequal load",
     detects=(
         "For every pair of GPUs on a host, the Jensen-Shannon distance between their "
@@ -513,6 +564,8 @@ LOAD_BALANCING = RuleSpec(
         "100] % (the original dropped samples above 98 %, so a GPU pinned at 100 % had no "
         "histogram at all). Pairs of GPUs on different hosts are not compared. The default "
         "threshold is the SDK's 0.5 (the rule code said 0.2); the AWS documentation page "
-        "gives `patience` a default of 10, the SDK and code 1000."
+        "gives `patience` a default of 10, the SDK and code 1000. Not available with "
+        "`source: dcgm`: one scraped value per interval cannot make the distributions, so "
+        "the compiler leaves the rule out and says so."
     ),
 )

@@ -1395,7 +1395,9 @@ TREE_DEPTH = RuleSpec(
     differences=(
         "Depth is measured on the trees themselves (root at 0), not as log2 of the largest "
         "node id. The direction is undocumented; trainprof fires when trees stay shallower "
-        "than `depth`."
+        "than `depth`. Replaying a trial reads the XGBoost hook's `trees` collection, which "
+        "holds one tree per saved round (tree number = round): the depth is that of the deepest "
+        "saved tree so far (live, the callback measures every tree)."
     ),
 )
 

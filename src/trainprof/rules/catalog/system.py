@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainprof.durations import format_duration
 from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
 from trainprof.rules.params import SummaryParams
+from trainprof.rules.promql import selector
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -20,9 +21,28 @@ _HISTOGRAMS = (
 )
 
 
+# The range a source adapter's gauges are summarised over: their samples are not
+# accumulated since the job started, and re-reading days of them per node each round would
+# cost more than the rules that alert.
+SCRAPED_RANGE = "1h"
+
+
 def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
     recordings = []
     for histogram, signal in _HISTOGRAMS:
+        gauge = b.gauge(histogram)
+        if gauge is not None:
+            recordings += [
+                Recording(
+                    "node",
+                    signal,
+                    "quantile",
+                    f"quantile_over_time({q:g}, {gauge}[{SCRAPED_RANGE}])",
+                    {"quantile": f"{q:g}"},
+                )
+                for q in QUANTILES
+            ]
+            continue
         buckets = b.sel(histogram + "_bucket")
         for q in QUANTILES:
             # Cumulative buckets without rate(): the distribution since the exporter started.
@@ -38,13 +58,14 @@ def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
     span = format_duration(max(60.0, 4 * b.scrape_interval))
     for direction in ("receive", "transmit"):
         counter = f"trainprof_network_{direction}_bytes_total"
-        recordings.append(
-            Recording(
-                "node",
-                f"trainprof_network_{direction}_bytes",
-                f"rate{span}",
-                f"sum without (device) (rate({b.sel(counter)}[{span}]))",
+        rate = f"sum without (device) (rate({b.sel(counter)}[{span}]))"
+        if b.host_source == "node_exporter":
+            rate = (
+                f"{selector('node:trainprof_node_job:info', b.matchers)}\n* on (node) group_left\n"
+                f"node:trainprof_network_{direction}_bytes:rate"
             )
+        recordings.append(
+            Recording("node", f"trainprof_network_{direction}_bytes", f"rate{span}", rate)
         )
     return RuleOutput(tuple(recordings), ())
 
@@ -73,6 +94,8 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
         "sample values. GPU percentiles pool every sample of every GPU of the node; the "
         "original took the percentiles of the per-sample average over GPUs. Network is a "
         "rate in bytes per second, not the percentiles of per-sample values; minimum and "
-        "maximum are not recorded."
+        "maximum are not recorded. With dcgm-exporter or node_exporter as the source, the "
+        "percentiles are those of the scraped values over the last hour, and the node's GPU "
+        "series is the mean over its GPUs at each scrape, as in the original."
     ),
 )

@@ -1,0 +1,102 @@
+"""Per-job gauges the rules read when a source adapter, not trainprof's exporter, serves a
+signal: one sample per scrape instead of trainprof's 0.5 s samples.
+
+Each is the normalised device or host recording joined to the jobs using it, so it carries
+`node` (and `gpu`, `uuid`) plus the job labels, like trainprof's own series. Their names are
+what `GAUGES` maps each of trainprof's sampled histograms to:
+
+>>> GAUGES["trainprof_gpu_utilization_sampled_ratio"]
+'gpu_job:trainprof_gpu_utilization:ratio'
+"""
+
+from __future__ import annotations
+
+from trainprof.sources.options import SourceOptions
+
+# trainprof's sampled histogram -> (the source serving it, its per-job gauge)
+GPU_GAUGES = {
+    "trainprof_gpu_utilization_sampled_ratio": "gpu_job:trainprof_gpu_utilization:ratio",
+    "trainprof_gpu_memory_used_sampled_ratio": "gpu_job:trainprof_gpu_memory_used:ratio",
+    # SageMaker's node-level GPU series: the mean over the node's GPUs at each sample.
+    "trainprof_node_gpu_utilization_sampled_ratio": "node_job:trainprof_gpu_utilization:ratio",
+    "trainprof_node_gpu_memory_used_sampled_ratio": "node_job:trainprof_gpu_memory_used:ratio",
+}
+HOST_GAUGES = {
+    "trainprof_cpu_utilization_sampled_ratio": "node_job:trainprof_cpu_utilization:ratio",
+    "trainprof_cpu_iowait_sampled_ratio": "node_job:trainprof_cpu_iowait:ratio",
+    "trainprof_memory_used_sampled_ratio": "node_job:trainprof_memory_used:ratio",
+}
+GAUGES = {**GPU_GAUGES, **HOST_GAUGES}
+# The busiest core of a node at each scrape (the bottleneck rules' "a core above").
+BUSIEST_CORE = {
+    "cpu": "node_job:trainprof_cpu_core_utilization:max",
+    "iowait": "node_job:trainprof_cpu_core_iowait:max",
+}
+
+
+def gauges_for(source: tuple[str, ...]) -> dict[str, str]:
+    """The sampled histograms a `source` setting serves as per-job gauges, with their names.
+
+    >>> sorted(gauges_for(("node_exporter",)).values())[:1]
+    ['node_job:trainprof_cpu_iowait:ratio']
+    >>> gauges_for(("trainprof",))
+    {}
+    """
+    return {
+        **(GPU_GAUGES if "dcgm" in source else {}),
+        **(HOST_GAUGES if "node_exporter" in source else {}),
+    }
+
+
+def gpu_recordings(options: SourceOptions) -> list[dict[str, str]]:
+    """dcgm's device ratios per job (after `dcgm.job_recordings`)."""
+    jl = ", ".join(options.job_labels)
+    rules = []
+    for metric in ("utilization", "memory_used"):
+        device = f"gpu:trainprof_gpu_{metric}:ratio"
+        rules.append(
+            {
+                "record": f"gpu_job:trainprof_gpu_{metric}:ratio",
+                "expr": (
+                    f"max by (node, gpu, uuid, {jl}) (\n"
+                    f"  {device}\n"
+                    f"  * on (uuid) group_left ({jl})\n"
+                    "  gpu:trainprof_gpu_job:info\n)"
+                ),
+            }
+        )
+    for metric in ("utilization", "memory_used"):
+        rules.append(
+            {
+                "record": f"node_job:trainprof_gpu_{metric}:ratio",
+                "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
+            }
+        )
+    return rules
+
+
+def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
+    """node_exporter's host ratios per job on the node (after `node:trainprof_node_job:info`),
+    which carries the job labels."""
+
+    def per_job(record: str, host: str) -> dict[str, str]:
+        return {
+            "record": record,
+            "expr": f"node:trainprof_node_job:info\n* on (node) group_left\n{host}",
+        }
+
+    return [
+        per_job(
+            HOST_GAUGES["trainprof_cpu_utilization_sampled_ratio"],
+            "node:trainprof_cpu_utilization:ratio",
+        ),
+        per_job(
+            HOST_GAUGES["trainprof_cpu_iowait_sampled_ratio"],
+            "avg by (node) (cpu:trainprof_cpu_iowait:ratio)",
+        ),
+        per_job(
+            HOST_GAUGES["trainprof_memory_used_sampled_ratio"], "node:trainprof_memory_used:ratio"
+        ),
+        per_job(BUSIEST_CORE["cpu"], "max by (node) (cpu:trainprof_cpu_utilization:ratio)"),
+        per_job(BUSIEST_CORE["iowait"], "max by (node) (cpu:trainprof_cpu_iowait:ratio)"),
+    ]
