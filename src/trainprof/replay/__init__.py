@@ -26,7 +26,7 @@ from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.exporters import Exporters, check_sources
 from trainprof.replay.timeline import PhaseTotals, Step, Timeline, scrape
-from trainprof.rule_status import RuleStatus, decide, status_queries
+from trainprof.rule_status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
@@ -458,6 +458,7 @@ def replay(
     }
 
     verdicts = {i.spec.name: Verdict() for i in config.rules}
+    source_names = "source " + ",".join(config.source)
     health: list[FiredAlert] = []
     for labels, fired_at in _rising_edges(firing, evaluation, scraped.end):
         labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
@@ -468,6 +469,13 @@ def replay(
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
     for name, verdict in verdicts.items():
+        if compiled.config.rule(name) is None:
+            # Left out by the compiler (LoadBalancing on dcgm: one value per scrape cannot
+            # give a GPU's utilization distribution); its warning is among the notes.
+            verdict.status = RuleStatus(
+                NOT_APPLICABLE, None, None, f"not compiled for {source_names}"
+            )
+            continue
         verdict.status = decide(compiled, name, verdict.fired, answers)
         if verdict.status.reason:
             notes.append(
