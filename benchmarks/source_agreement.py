@@ -171,10 +171,13 @@ def write_synthetic(out: Path) -> dict[str, str]:
 
 def verdicts(source: str, scrape: float, sources: tuple[str, ...], collect: float | None):
     result = replay(source, None, scrape_interval=scrape, sources=sources, collect_interval=collect)
-    return {
-        name: (v.status.status if v.status else "-", v.first_fired_at)
-        for name, v in result.rules.items()
-    }
+    out = {}
+    for name, v in result.rules.items():
+        status = v.status.status if v.status else "-"
+        if v.status and v.status.reason.startswith("not compiled"):
+            status = "left out"  # the compiler has no such rule for this source
+        out[name] = (status, v.first_fired_at)
+    return out
 
 
 def main() -> int:
@@ -244,6 +247,8 @@ def print_table(rows: list[dict], collects: list[float], scrape: float) -> None:
             agree = [r for r in decided if (r["trainprof"] == "fired") == (r["dcgm"] == "fired")]
             shifts = [r["shift"] for r in mine if r["shift"] is not None]
             cell = f"{len(agree)}/{len(decided)}" if decided else "-"
+            if mine and all(r["dcgm"] == "left out" for r in mine):
+                cell = "left out for dcgm"
             if shifts:
                 cell += (
                     f"; {statistics.median(shifts):+.0f}s ({min(shifts):+.0f}..{max(shifts):+.0f})"
@@ -253,8 +258,10 @@ def print_table(rows: list[dict], collects: list[float], scrape: float) -> None:
     print()
     print("Disagreements (timeline, collect: trainprof -> dcgm,node_exporter):")
     for r in rows:
-        if (_applies(r["trainprof"]) or _applies(r["dcgm"])) and (
-            (r["trainprof"] == "fired") != (r["dcgm"] == "fired")
+        if (
+            r["dcgm"] != "left out"
+            and (_applies(r["trainprof"]) or _applies(r["dcgm"]))
+            and ((r["trainprof"] == "fired") != (r["dcgm"] == "fired"))
         ):
             where = f"{r['timeline']}, {r['collect']:g}s"
             print(f"- {r['rule']}: {where}: {r['trainprof']} -> {r['dcgm']}")

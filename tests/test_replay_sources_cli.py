@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from trainprof.replay import replay
 from trainprof.replay.synthetic import write_system
 
 START = 1_700_000_000
@@ -95,7 +96,8 @@ def test_dcgm_and_node_exporter_replay_keeps_the_json_contract_and_names_the_sou
     assert table.returncode == 0, table.stderr
     assert (
         "sources: dcgm-exporter (collecting every 30s), node_exporter "
-        "(their series synthesised from the recording)" in table.stdout
+        "(their series synthesised from the recording); alerts evaluated at their groups' "
+        "own interval" in table.stdout
     )
 
 
@@ -105,3 +107,42 @@ def test_source_trainprof_prints_what_replay_printed_without_it(job, promtool):
     assert plain.stdout == named.stdout
     table = _replay(job, "--source", "trainprof")
     assert "sources:" not in table.stdout
+
+
+STARVED = {
+    "algo-1": {
+        "cores": 4,
+        "gpus": 2,
+        "timeline": [{"gpu_util": [0.03, 0.9], "cpu": [0.97, 0.3, 0.3, 0.3]}],
+    }
+}
+
+
+@pytest.mark.parametrize("collect", [None, 30.0])
+def test_a_starved_gpu_gets_the_same_verdicts_from_dcgm_and_node_exporter(
+    tmp_path, promtool, collect
+):
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=START, duration=16 * 60, interval=0.5, hosts=STARVED)
+    source = str(tmp_path / "job")
+    own = replay(source, None, scrape_interval=15, sources=("trainprof",))
+    adapters = replay(
+        source,
+        None,
+        scrape_interval=15,
+        sources=("dcgm", "node_exporter"),
+        collect_interval=collect,
+    )
+    fired = {n for n, v in own.rules.items() if v.fired}
+    assert {"CPUBottleneck", "LowGPUUtilization", "LoadBalancing"} <= fired
+    # LoadBalancing needs each GPU's utilization distribution: not compiled for dcgm.
+    assert {n for n, v in adapters.rules.items() if v.fired} == fired - {"LoadBalancing"}
+    balance = adapters.rules["LoadBalancing"].status
+    assert balance is not None and balance.status == "not_applicable"
+    for name in ("CPUBottleneck", "LowGPUUtilization", "BatchSize"):
+        # alerts evaluated every minute, as their groups are live, not every 15 s
+        assert adapters.rules[name].first_fired_at == own.rules[name].first_fired_at, name
+    low = adapters.rules["LowGPUUtilization"].alerts
+    assert [(a.labels["node"], a.labels["gpu"], a.labels["training_job"]) for a in low] == [
+        ("algo-1", "0", "job")
+    ]

@@ -22,6 +22,7 @@ from pathlib import Path
 from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
+from trainprof.replay.cadence import SlowAlerts
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.exporters import Exporters, check_sources
@@ -38,6 +39,7 @@ SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
 # Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
 MAX_INSTANTS = 1_000_000
 STATUS_POINTS = 30
+ACTIVE = "alerts.active"  # the query of active alerts, for groups slower than the fastest
 
 
 class ReplayError(ValueError):
@@ -438,6 +440,11 @@ def replay(
                 for name, q in queries(compiled, timeline.training_job, scraped.end).items()
             }
         )
+    # Only with an adapter source: trainprof's own replay stays as it was.
+    slow = SlowAlerts(compiled.groups if exporters else [], evaluation)
+    if slow:
+        steps = int(round(scraped.end / evaluation))
+        asked[ACTIVE] = ("ALERTS", [k * evaluation for k in range(1, steps + 1)])
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
             compiled.groups,
@@ -451,6 +458,15 @@ def replay(
         )
     scraped.series.close()
     firing = run.firing
+    if slow:
+        # Alerts of groups slower than `evaluation` (the alert groups beside a 15 s
+        # trainprof.sources group) as their own interval evaluates them.
+        active = {t: [lb for lb, _ in got] for t, got in run.queries.pop(ACTIVE, {}).items()}
+        slow_firing = slow.firing(active, scraped.end)
+        firing = {
+            t: [lb for lb in firing.get(t, []) if slow.rule_of(lb) is None] + slow_firing.get(t, [])
+            for t in sorted(set(firing) | set(slow_firing))
+        }
     answers = {
         name: _grouped(by_time)
         for name, by_time in run.queries.items()

@@ -203,7 +203,12 @@ def _sources_line(result: ReplayResult) -> str:
         else s
         for s in sources
     ]
-    return "\n  sources: " + ", ".join(named) + " (their series synthesised from the recording)"
+    return (
+        "\n  sources: "
+        + ", ".join(named)
+        + " (their series synthesised from the recording); alerts evaluated at their "
+        "groups' own interval"
+    )
 
 
 def _run_trial(args: argparse.Namespace) -> int:
