@@ -146,3 +146,34 @@ def test_a_starved_gpu_gets_the_same_verdicts_from_dcgm_and_node_exporter(
     assert [(a.labels["node"], a.labels["gpu"], a.labels["training_job"]) for a in low] == [
         ("algo-1", "0", "job")
     ]
+
+
+def test_an_adapter_replay_gives_the_same_verdicts_every_time(tmp_path, promtool):
+    # The alert groups read trainprof.sources' recordings of the same instant: promtool
+    # evaluates groups in a random order unless told, which moved this job's first
+    # LowGPUUtilization alert by a minute from one run to the next.
+    hosts = {
+        "algo-1": {
+            "cores": 4,
+            "gpus": 1,
+            "timeline": [
+                {
+                    "gpu_util": {"cycle": [0.02] * 60 + [0.95] * 60},
+                    "cpu": {"cycle": [0.97] * 60 + [0.4] * 60},
+                }
+            ],
+        }
+    }
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=START, duration=20 * 60, interval=0.5, hosts=hosts)
+    runs = [
+        replay(
+            str(tmp_path / "job"),
+            None,
+            scrape_interval=15,
+            sources=("dcgm", "node_exporter"),
+            collect_interval=1.0,
+        ).as_json()
+        for _ in range(4)
+    ]
+    assert all(run == runs[0] for run in runs[1:])

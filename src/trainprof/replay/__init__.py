@@ -455,6 +455,8 @@ def replay(
             Path(tmp),
             promtool,
             queries=asked,
+            # trainprof.sources' recordings are read by the later groups: first, always.
+            ordered=exporters is not None,
         )
     scraped.series.close()
     firing = run.firing
