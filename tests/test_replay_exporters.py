@@ -11,6 +11,7 @@ MiB) or labels (`Hostname`, `UUID`, the node label) break these equalities.
 
 from __future__ import annotations
 
+import doctest
 import math
 import re
 
@@ -18,6 +19,8 @@ import pytest
 
 from real_exporters import DCGM, NODE, read_capture
 from trainprof.promtool import run_rules
+from trainprof.replay import cadence
+from trainprof.replay import exporters as exporters_module
 from trainprof.replay.exporters import Exporters
 from trainprof.replay.timeline import Timeline, scrape
 from trainprof.sampling import GpuSample, HostSample
@@ -257,3 +260,32 @@ def test_synthesised_series_carry_the_real_exporters_label_names_and_units():
     # dcgm and node_exporter replace trainprof's exporter entirely
     assert not [n for n in served if n.startswith(("trainprof_cpu", "trainprof_gpu_util"))]
     assert served["trainprof_gpu_assignment_info"]
+
+
+@pytest.mark.parametrize("module", [exporters_module, cadence])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module)
+    assert result.attempted and result.failed == 0
+
+
+def test_a_slow_groups_alert_restarts_its_for_when_its_condition_stops_holding():
+    groups = [
+        {"name": "fast", "interval": "15s", "rules": [{"alert": "Fast", "expr": "x"}]},
+        {
+            "name": "slow",
+            "interval": "1m",
+            "rules": [{"alert": "Low", "expr": "x < 1", "for": "2m", "labels": {"rule": "L"}}],
+        },
+    ]
+    low = {"alertname": "Low", "rule": "L", "gpu": "0"}
+    # active from 15 s on, except at 120 s (a 1 m evaluation) and 135 s (between them)
+    active = {t: [low] for t in range(15, 601, 15) if t not in (120, 135)}
+    active[135] = []
+    slow = cadence.SlowAlerts(groups, evaluation=15)
+    assert slow.rule_of({"alertname": "Fast"}) is None
+    assert slow.rule_of({"alertname": "Low", "rule": "other"}) is None
+    firing = slow.firing(active, end=600)
+    first = min(t for t, alerts in firing.items() if alerts)
+    # pending again at 180 (120 found it resolved; 135 is no evaluation of the slow group)
+    assert first == 300
+    assert firing[315] == [{**low, "alertstate": "firing"}]  # held between evaluations
