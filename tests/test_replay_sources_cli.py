@@ -41,7 +41,7 @@ def _replay(*args: str) -> subprocess.CompletedProcess:
         (["--source", ","], "no source named"),
         (
             ["--source", "trainprof,dcgm,node_exporter"],
-            "--source trainprof with both dcgm and node_exporter",
+            "trainprof with both dcgm and node_exporter",
         ),
         (["--collect-interval", "30s"], "--collect-interval is dcgm-exporter's collection period"),
         (
@@ -177,3 +177,36 @@ def test_an_adapter_replay_gives_the_same_verdicts_every_time(tmp_path, promtool
         for _ in range(4)
     ]
     assert all(run == runs[0] for run in runs[1:])
+
+
+def test_the_report_replays_through_the_same_sources(tmp_path, promtool):
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=START, duration=16 * 60, interval=0.5, hosts=STARVED)
+    summaries = {}
+    for source in ("trainprof", "dcgm,node_exporter"):
+        html = tmp_path / f"{source}.html"
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainprof.cli",
+                "report",
+                "--replay",
+                str(tmp_path / "job"),
+                "--source",
+                source,
+                "-o",
+                str(html),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        wrote = [line for line in (run.stdout + run.stderr).splitlines() if "wrote" in line]
+        summaries[source] = wrote[-1].rsplit(": ", 1)[-1]
+    # LoadBalancing fires on trainprof's exporter and is not compiled for dcgm
+    assert summaries == {
+        "trainprof": "job, 4 of 12 rules fired",
+        "dcgm,node_exporter": "job, 3 of 11 rules fired",
+    }

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import IO, TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, source_setting
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -66,7 +66,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     replay.add_argument(
         "--source",
         dest="sources",
-        type=source_list,
+        type=source_setting,
         metavar="SOURCES",
         help="the exporters the rules read: trainprof, dcgm, node_exporter, or a "
         "comma-separated combination (default: the rule configuration's source, trainprof); "
@@ -83,16 +83,6 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         "--json", metavar="FILE", help="write the verdicts as JSON to FILE, or - for stdout"
     )
     return replay
-
-
-def source_list(text: str) -> tuple[str, ...]:
-    """A --source argument: `dcgm,node_exporter` -> ('dcgm', 'node_exporter')."""
-    from trainprof.sources import parse_sources
-
-    try:
-        return parse_sources(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def run(args: argparse.Namespace) -> int:
