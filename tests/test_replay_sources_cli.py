@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from trainprof.replay import replay
-from trainprof.replay.synthetic import write_system
+from trainprof.replay.synthetic import write_steps, write_system
 
 START = 1_700_000_000
 HOSTS = {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.03, "cpu": 0.97}]}}
@@ -210,3 +210,27 @@ def test_the_report_replays_through_the_same_sources(tmp_path, promtool):
         "trainprof": "job, 4 of 12 rules fired",
         "dcgm,node_exporter": "job, 3 of 11 rules fired",
     }
+
+
+@pytest.mark.parametrize(
+    "sources, ranks", [(("dcgm",), False), (("dcgm",), True), (("node_exporter",), True)]
+)
+def test_one_adapter_beside_trainprofs_exporter_gets_the_same_verdicts(
+    tmp_path, promtool, sources, ranks
+):
+    # With ranks, their training API serves the GPU assignment that joins node_exporter's
+    # nodes (and dcgm's GPUs) to the job; without, dcgm's GPUs join through their pods, and
+    # trainprof's exporter carries the same namespace.
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=START, duration=16 * 60, interval=0.5, hosts=STARVED)
+    for rank in (0, 1) if ranks else ():
+        steps = [("train", START + 30 + 2 * i, START + 31.5 + 2 * i) for i in range(400)]
+        write_steps(str(out), "algo-1", rank, steps)
+    source = str(tmp_path / "job")
+    own = replay(source, None, scrape_interval=15, sources=("trainprof",))
+    mixed = replay(source, None, scrape_interval=15, sources=sources)
+    expected = {n: v.first_fired_at for n, v in own.rules.items() if v.fired}
+    assert {"CPUBottleneck", "LowGPUUtilization", "BatchSize"} <= set(expected)
+    if "dcgm" in sources:
+        del expected["LoadBalancing"]
+    assert {n: v.first_fired_at for n, v in mixed.rules.items() if v.fired} == expected

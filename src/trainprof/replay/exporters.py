@@ -223,27 +223,33 @@ class Exporters:
         return not (self.dcgm and self.node_exporter)
 
     def gpus(self, timeline) -> dict[str, dict[int, str]]:
-        """{node: {GPU index: UUID}} of every GPU the timeline's samples show."""
+        """{node: {GPU index: UUID}} of every GPU the timeline's samples show: dcgm's (made
+        up where the recording has no NVML UUID), else the one trainprof's exporter serves."""
         out: dict[str, dict[int, str]] = {}
         for node, samples in timeline.hosts.items():
             recorded: dict[int, str] = {}
-            for index in _gpu_indices(samples):
-                recorded.setdefault(index, "")
-            if not hasattr(samples, "gpu_indices"):
+            if hasattr(samples, "gpu_indices"):  # CompactSamples names its GPUs gpuN
+                recorded = {i: f"gpu{i}" for i in samples.gpu_indices()}
+            else:
                 for s in samples:
                     for g in s.gpus:
                         if not recorded.get(g.index):
                             recorded[g.index] = g.uuid
             out[node] = {
-                i: gpu_uuid(timeline.training_job, node, i, u) for i, u in sorted(recorded.items())
+                i: gpu_uuid(timeline.training_job, node, i, u) if self.dcgm else u
+                for i, u in sorted(recorded.items())
             }
         return out
 
     def assignments(self, timeline) -> dict[tuple[str, int], list[tuple[str, str]]]:
         """What each rank's training API serves as `trainprof_gpu_assignment_info`."""
-        if not self.dcgm:
-            return {}
         return gpu_assignments(timeline.ranks, self.gpus(timeline))
+
+    def by_pods(self, timeline) -> bool:
+        """Whether GPUs join the job through their pods (no rank is known to serve its GPU
+        assignment); the replayed cluster is then Kubernetes, with the job's namespace on
+        trainprof's exporter too."""
+        return self.dcgm and not timeline.ranks and bool(self.options.pod_job_label)
 
     def scrape(
         self,
@@ -265,7 +271,7 @@ class Exporters:
         for node, samples in sorted(timeline.hosts.items()):
             host = _Host(self, node, pods[node], uuids.get(node, {}), store)
             host.scrape(samples, timeline.datapoint_interval, t0, count, scrape_interval, advance)
-        if self.dcgm and not timeline.ranks and self.options.pod_job_label:
+        if self.by_pods(timeline):
             ksm = _Ids(store, KSM_TARGET)
             for node in sorted(timeline.hosts):
                 labels = {
@@ -276,12 +282,6 @@ class Exporters:
                 }
                 for k in range(count):
                     ksm.put((node,), "kube_pod_labels", functools.partial(dict, labels), k, 1)
-
-
-def _gpu_indices(samples) -> set[int]:
-    if hasattr(samples, "gpu_indices"):
-        return samples.gpu_indices()
-    return {g.index for s in samples for g in s.gpus}
 
 
 class _Host:

@@ -17,7 +17,7 @@ import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
-from trainprof.replay.exporters import Exporters
+from trainprof.replay.exporters import NAMESPACE, Exporters
 from trainprof.replay.series_store import SeriesStore
 from trainprof.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
 from trainprof.training_state import TrainingState
@@ -105,11 +105,12 @@ class Scraped:
     scrapes: int
 
 
-def host_identity(node: str, training_job: str) -> dict[str, str]:
+def host_identity(node: str, training_job: str, namespace: str = "") -> dict[str, str]:
     return {
         "job": EXPORTER_JOB,
         "instance": f"{node}:{EXPORTER_PORT}",
         "node": node,
+        **({"namespace": namespace} if namespace else {}),
         "training_job": training_job,
     }
 
@@ -152,12 +153,13 @@ def scrape(
     )
     bar = _Progress(total, progress, stream)
     own_exporter = exporters is None or exporters.trainprof
+    namespace = NAMESPACE if exporters is not None and exporters.by_pods(timeline) else ""
     for node, samples in sorted(timeline.hosts.items()):
         if not own_exporter:
             break
         acc = SampleAccumulator(
             timeline.datapoint_interval,
-            identity=host_identity(node, timeline.training_job),
+            identity=host_identity(node, timeline.training_job, namespace),
             grid=grid,
         )
         times = getattr(samples, "times", None) or [s.timestamp for s in samples]
