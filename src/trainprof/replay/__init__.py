@@ -443,8 +443,7 @@ def replay(
     # Only with an adapter source: trainprof's own replay stays as it was.
     slow = SlowAlerts(compiled.groups if exporters else [], evaluation)
     if slow:
-        steps = int(round(scraped.end / evaluation))
-        asked[ACTIVE] = ("ALERTS", [k * evaluation for k in range(1, steps + 1)])
+        asked[ACTIVE] = ("ALERTS", slow.times(scraped.end))
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
             compiled.groups,

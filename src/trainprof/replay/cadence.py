@@ -52,6 +52,22 @@ class SlowAlerts:
     def __bool__(self) -> bool:
         return bool(self.rules)
 
+    def times(self, end: float) -> list[float]:
+        """When the slower groups evaluate, up to `end`: the only times their alerts'
+        states are needed.
+
+        >>> SlowAlerts([{"name": "g", "interval": "1m", "rules": [{"alert": "A", "expr": "1"}]}],
+        ...            evaluation=15).times(150)
+        [60, 120]
+        """
+        steps = int(round(end / self.evaluation))
+        out = []
+        for k in range(1, steps + 1):
+            t = round(k * self.evaluation, 6)
+            if any(_on_grid(t, interval) for _, _, interval, _ in self.rules):
+                out.append(t)
+        return out
+
     def rule_of(self, labels: Mapping[str, str]) -> tuple[float, float] | None:
         """(interval, for) of the slower rule an alert's labels belong to, else None."""
         for name, static, interval, hold in self.rules:
