@@ -1,6 +1,7 @@
 """Seconds of replay per job-hour at 1 s and 15 s scrapes, for 1, 2 and 4 hour jobs.
 
     python benchmarks/replay_scale.py [--hours 1 2 4] [--scrape 1s 15s] [--keep DIR]
+        [--source dcgm,node_exporter [--collect 30s]]
 
 The job is replay_4h.py's (2 nodes x 8 GPUs x 16 cores, SageMaker layout, 0.5 s samples).
 Each replay runs in its own process, so its peak RSS is its own; CPU seconds (replay's
@@ -24,7 +25,10 @@ import json, resource, sys, time
 from trainprof.replay import replay
 from trainprof.durations import parse_duration
 t = time.perf_counter()
-result = replay(sys.argv[1], None, scrape_interval=parse_duration(sys.argv[2]))
+sources = tuple(sys.argv[3].split(",")) if sys.argv[3] else None
+collect = parse_duration(sys.argv[4]) if sys.argv[4] else None
+result = replay(sys.argv[1], None, scrape_interval=parse_duration(sys.argv[2]),
+                sources=sources, collect_interval=collect)
 wall = time.perf_counter() - t
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({
@@ -63,6 +67,8 @@ def main() -> None:
     parser.add_argument("--hours", type=float, nargs="+", default=[1, 2, 4])
     parser.add_argument("--scrape", nargs="+", default=["15s", "1s"])
     parser.add_argument("--keep")
+    parser.add_argument("--source", default="", help="replay --source (default: trainprof)")
+    parser.add_argument("--collect", default="", help="replay --collect-interval")
     args = parser.parse_args()
     base = args.keep or tempfile.mkdtemp(prefix="replay-scale-")
     print(
@@ -76,7 +82,7 @@ def main() -> None:
             job(out, hours)
         for scrape in args.scrape:
             run = subprocess.run(
-                [sys.executable, "-c", CHILD, out, scrape],
+                [sys.executable, "-c", CHILD, out, scrape, args.source, args.collect],
                 capture_output=True,
                 text=True,
                 check=True,

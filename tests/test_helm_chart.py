@@ -81,10 +81,40 @@ def _case_values(case: str, user_values: Path) -> list[str]:
         return []
     if case == "user-config":
         return [str(user_values)]
+    if case == "sources":
+        return [str(user_values.parent / "sources" / "trainprof.values.yaml")]
     return [str(VALUES / f"{case}.yaml")]
 
 
-CASES = ["default", "no-operator", "actions", "rules-off", "user-config"]
+@pytest.fixture(scope="module", autouse=True)
+def sources_values(user_values) -> Path:
+    """The same configuration compiled for a cluster with only dcgm-exporter and
+    node_exporter, trainprof's exporter off."""
+    out = user_values.parent / "sources"
+    code = cli(
+        [
+            "rules",
+            "compile",
+            "-c",
+            str(user_values.parent / "rules.yaml"),
+            "--source",
+            "dcgm,node_exporter",
+            "--format",
+            "helm-values",
+            "-o",
+            str(out),
+            "-q",
+        ]
+    )
+    assert code == 0
+    path = out / "trainprof.values.yaml"
+    values = yaml.safe_load(path.read_text())
+    values["exporter"] = {"enabled": False}
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+CASES = ["default", "no-operator", "actions", "rules-off", "user-config", "sources"]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +151,7 @@ def _golden_text(text: str) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=10_000) for d in docs)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c != "user-config"])
+@pytest.mark.parametrize("case", [c for c in CASES if c not in ("user-config", "sources")])
 def test_render_matches_golden(case, rendered, update_golden):
     path = GOLDEN / f"{case}.yaml"
     text = _golden_text(rendered[case])
@@ -196,7 +226,7 @@ def test_strict_crd_check_catches_a_misspelled_key(rendered, crd_validators):
     assert not _operator_errors(crd_validators["ServiceMonitor"], monitor)
 
 
-@pytest.mark.parametrize("case", ["default", "rules-off", "user-config"])
+@pytest.mark.parametrize("case", ["default", "rules-off", "user-config", "sources"])
 def test_prometheusrule_spec_passes_promtool(case, rendered, promtool, tmp_path):
     (rule,) = by_kind(objects(rendered[case]), "PrometheusRule")
     path = tmp_path / "spec.yaml"
@@ -660,3 +690,19 @@ def test_bad_values_name_the_key(setting, where, helm, helm_home):
     assert result.returncode != 0
     assert where in result.stderr, result.stderr
     assert "panic" not in result.stderr and "goroutine" not in result.stderr
+
+
+def test_a_cluster_with_only_dcgm_and_node_exporter_gets_the_sources_group(rendered):
+    """`rules compile --source dcgm,node_exporter --format helm-values`: the PrometheusRule
+    starts with the normalisation group and holds each configured rule once; no exporter
+    DaemonSet is deployed."""
+    docs = objects(rendered["sources"])
+    (rule,) = by_kind(docs, "PrometheusRule")
+    names = [g["name"] for g in rule["spec"]["groups"]]
+    assert names[0] == "trainprof.sources"
+    assert names.count("trainprof.LowGPUUtilization") == 1
+    assert names.count("trainprof.CPUBottleneck") == 1
+    rules_text = yaml.safe_dump(rule["spec"])
+    assert "DCGM_FI_DEV_GPU_UTIL" in rules_text and "node_cpu_seconds_total" in rules_text
+    assert "gpu_job:trainprof_gpu_utilization:ratio" in rules_text
+    assert not by_kind(docs, "DaemonSet")

@@ -13,13 +13,16 @@ import contextlib
 import json
 
 from real_exporters import ScriptedExporters, gpu_labels, serve, variant
+from trainprof.dashboards import fleet, job, panel_queries
+from trainprof.dashboards.panels import grafanalib_json, modernize
+from trainprof.dashboards.queries import interpolate
 from trainprof.localstack import prometheus, victoria_metrics, vmalert
 from trainprof.render import to_yaml
 from trainprof.report import build, from_prometheus
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 
-from servers import query, wait_for, wait_for_firing, webhook_sink
+from servers import query, try_query, wait_for, wait_for_firing, webhook_sink
 
 CONFIG = {
     "scrape_interval": "1s",
@@ -38,6 +41,7 @@ CONFIG = {
     ],
 }
 PODS = {"h1": "bert-worker-0", "h2": "bert-worker-1"}
+BUILTINS = {"__rate_interval": "4s", "__range": "1m", "__interval": "1s"}
 
 
 def _exporters() -> ScriptedExporters:
@@ -121,6 +125,29 @@ def test_prometheus_fires_the_rules_compiled_for_dcgm_and_node_exporter(promethe
             # h1's GPU: every scrape at 5 %, h2's at 90 % (min column)
             assert rows[("h1", "GPU utilization")][0].startswith("5")
             assert rows[("h2", "GPU utilization")][0].startswith("90")
+            # The dashboards draw every rule of ProfilerReport; those loaded here show data.
+            report_config = load_config({**CONFIG, "rules": [{"rule": "ProfilerReport"}]})
+            _dashboards_read_the_adapters(base, report_config)
+
+
+def _dashboards_read_the_adapters(base: str, config) -> None:
+    """Every panel query of both dashboards compiled for the source is valid PromQL, and
+    the panels drawing the GPU and host signals show the job's data (the training API's
+    panels stay empty: no rank runs here)."""
+    values = {"namespace": None, "training_job": "bert", "node": None, "gpu": None, "rank": None}
+    returned = {}
+    for module in (job, fleet):
+        for title, ref, expr in panel_queries(modernize(grafanalib_json(module.dashboard(config)))):
+            result, error = try_query(base, interpolate(expr, values, BUILTINS))
+            assert error is None, f"{title} [{ref}]: {error}\n{expr}"
+            returned[title] = returned.get(title, False) or bool(result)
+    drawn = [
+        t
+        for t in returned
+        if "GPU utilization" in t or "CPU core" in t or t in ("GPUs", "Running jobs")
+    ]
+    assert len(drawn) >= 5, sorted(returned)
+    assert all(returned[t] for t in drawn), sorted(t for t in drawn if not returned[t])
 
 
 def test_vmalert_fires_the_same_alerts(victoria_metrics_bin, vmalert_bin, tmp_path):

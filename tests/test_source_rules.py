@@ -402,3 +402,47 @@ def test_the_trainprof_source_compiles_exactly_as_without_the_setting():
     )
     assert plain.groups == named.groups
     assert "trainprof.sources" not in [g["name"] for g in plain.groups]
+
+
+@pytest.mark.parametrize("ranks", [False, True])
+def test_node_exporter_alone_says_when_no_rank_joins_the_nodes_to_jobs(tmp_path, promtool, ranks):
+    """With node_exporter and no dcgm, only the ranks' GPU assignment ties nodes to jobs."""
+    series = _node(_constant(0.95), IDLE_CORES) + (_jobs("assignment") if ranks else [])
+    groups = compile_rules(
+        load_config({"source": "node_exporter", "rules": [{"rule": "CPUBottleneck"}]})
+    ).groups
+    missing = {
+        "alertname": "TrainprofRuleInputMissing",
+        "rule": "TrainprofHealth",
+        "severity": "warning",
+        "affects": "sources",
+        "trainprof_rule_version": "1",
+        "input": "trainprof_gpu_assignment_info",
+        "scope": "cluster",
+    }
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "10m",
+                        "alertname": "TrainprofRuleInputMissing",
+                        "exp_alerts": [] if ranks else [{"exp_labels": missing}],
+                    }
+                ],
+            }
+        ],
+    }
+    for group in groups:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(to_yaml({"groups": groups}))
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -91,10 +91,13 @@ def write_alerts_test(
     evaluation_interval: float,
     end: float,
     queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
+    group_order: Sequence[str] = (),
 ) -> int:
     """Write a promtool test reporting the firing alerts at every evaluation up to `end`,
     and the result of each of `queries` (name -> (PromQL, evaluation times)); return the
-    number of evaluations. Written by hand, not through PyYAML: a replay holds
+    number of evaluations. `group_order`: the groups' evaluation order at each time
+    (promtool's is random otherwise, which matters once a group reads another's
+    recordings). Written by hand, not through PyYAML: a replay holds
     millions of values and the YAML emitter would take minutes."""
     times = []
     t = evaluation_interval
@@ -104,6 +107,9 @@ def write_alerts_test(
     with open(path, "w", encoding="utf-8") as f:
         f.write("rule_files: [rules.yaml]\n")
         f.write(f"evaluation_interval: {format_duration(evaluation_interval)}\n")
+        if group_order:
+            f.write("group_eval_order:\n")
+            f.writelines(f"- {json.dumps(name)}\n" for name in group_order)
         f.write("tests:\n")
         f.write(f"- interval: {format_duration(interval)}\n  input_series:\n")
         for key, values in series.items():
@@ -264,9 +270,11 @@ def run_rules(
     promtool: str | None = None,
     timeout: float = 3600,
     queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
+    ordered: bool = False,
 ) -> RuleRun:
     """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
-    evaluation times)) over the same series and rules."""
+    evaluation times)) over the same series and rules; `ordered`: groups evaluated in the
+    order given at each time, as chained groups need."""
     from trainprof.render import to_yaml
 
     promtool = promtool or shutil.which("promtool")
@@ -275,7 +283,15 @@ def run_rules(
             "promtool is not installed (apt-get install prometheus, or scripts/install-tools.sh)"
         )
     (workdir / "rules.yaml").write_text(to_yaml({"groups": strip_annotations(groups)}))
-    write_alerts_test(workdir / "test.yaml", series, interval, evaluation_interval, end, queries)
+    write_alerts_test(
+        workdir / "test.yaml",
+        series,
+        interval,
+        evaluation_interval,
+        end,
+        queries,
+        group_order=[g["name"] for g in groups] if ordered else (),
+    )
     result = subprocess.run(
         [promtool, "test", "rules", "test.yaml"],
         cwd=workdir,

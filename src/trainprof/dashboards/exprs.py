@@ -84,12 +84,25 @@ def firing_alerts(scope: Scope) -> str:
     return scope.sel("ALERTS", alertstate="firing")
 
 
-def node_count(scope: Scope) -> str:
+def node_series(scope: Scope, training_api: bool = True) -> str:
+    """Series each node of a job serves while it runs: trainprof's exporter's, the source
+    adapters' per-job gauges, and (with `training_api`) the training API's."""
     s = scope.sel
-    return (
-        f"count(count by (node) ({s('trainprof_samples_total')} or "
-        f"{s('trainprof_training_steps_total')}))"
-    )
+    parts = [s("trainprof_samples_total")]
+    adapters = gauges_for(scope.config.source)
+    for histogram in (
+        "trainprof_cpu_utilization_sampled_ratio",
+        "trainprof_node_gpu_utilization_sampled_ratio",
+    ):
+        if histogram in adapters:
+            parts.append(s(adapters[histogram]))
+    if training_api:
+        parts.append(s("trainprof_training_steps_total"))
+    return " or ".join(parts)
+
+
+def node_count(scope: Scope) -> str:
+    return f"count(count by (node) ({node_series(scope)}))"
 
 
 def gpu_count(scope: Scope) -> str:

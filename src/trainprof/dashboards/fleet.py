@@ -88,7 +88,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
     firing = s("ALERTS", alertstate="firing")
     alerts_by_job = f"count {by_job} ({firing})"
     ranks = f"count {by_job} (count by ({jl}, rank) ({steps}))"
-    nodes = f"count {by_job} (count by ({jl}, node) ({s('trainprof_samples_total')}))"
+    nodes = f"count {by_job} (count by ({jl}, node) ({x.node_series(scope, training_api=False)}))"
     durations = s("trainprof_training_step_duration_seconds_sum")
     counts = s("trainprof_training_step_duration_seconds_count")
     mean_step = f"rate({durations}[{RANGE}]) / rate({counts}[{RANGE}])"
@@ -111,7 +111,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
             [
                 ui.stat(
                     "Running jobs",
-                    [target(f"count(count {by_job} ({s('trainprof_samples_total')} or {steps}))")],
+                    [target(f"count(count {by_job} ({x.node_series(scope)}))")],
                     w=6,
                     description="Jobs with an exporter or a training process scraped now.",
                 ),

@@ -22,10 +22,12 @@ from pathlib import Path
 from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
 from trainprof.replay import recorded, sagemaker
+from trainprof.replay.cadence import SlowAlerts
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
+from trainprof.replay.exporters import Exporters, check_sources
 from trainprof.replay.timeline import PhaseTotals, Step, Timeline, scrape
-from trainprof.rule_status import RuleStatus, decide, status_queries
+from trainprof.rule_status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
@@ -37,6 +39,7 @@ SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
 # Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
 MAX_INSTANTS = 1_000_000
 STATUS_POINTS = 30
+ACTIVE = "alerts.active"  # the query of active alerts, for groups slower than the fastest
 
 
 class ReplayError(ValueError):
@@ -100,6 +103,8 @@ class ReplayResult:
     notes: list[str]
     compiled: Compiled  # the rules as replayed
     training_job: str = ""
+    # dcgm-exporter's collection period, when the rules read dcgm (None: every scrape).
+    collect_interval: float | None = None
     # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
 
@@ -374,10 +379,17 @@ def replay(
     workdir: str | None = None,
     queries: QueryBuilder | None = None,
     query_points: int = 200,
+    sources: tuple[str, ...] | None = None,
+    collect_interval: float | None = None,
 ) -> ReplayResult:
     """Replay `source` through the compiled rules. `queries`, given the compiled rules, the
     job's name and the seconds replayed, names extra PromQL to evaluate
-    over the same series and rules: at the end, or at about `query_points` times."""
+    over the same series and rules: at the end, or at about `query_points` times.
+
+    `sources` (default: the configuration's `source`) names the exporters the rules read:
+    for dcgm and node_exporter their series are synthesised from the timeline
+    (trainprof.replay.exporters), dcgm-exporter collecting every `collect_interval`
+    (default: every scrape), and the rules are compiled for them."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
         timeline.datapoint_interval = datapoint_interval
@@ -391,6 +403,7 @@ def replay(
         )
     )
     _check_scrape_interval(timeline, config.scrape_interval)
+    config, exporters = _with_sources(config, sources, collect_interval)
     compiled = compile_rules(config)
     notes += list(compiled.warnings)
 
@@ -407,6 +420,7 @@ def replay(
         progress,
         stddevs=needed["step_outlier_stddevs"],
         workdir=workdir,
+        exporters=exporters,
     )
     evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
     times = _query_times(scraped.end, config.scrape_interval, query_points)
@@ -426,6 +440,10 @@ def replay(
                 for name, q in queries(compiled, timeline.training_job, scraped.end).items()
             }
         )
+    # Only with an adapter source: trainprof's own replay stays as it was.
+    slow = SlowAlerts(compiled.groups if exporters else [], evaluation)
+    if slow:
+        asked[ACTIVE] = ("ALERTS", slow.times(scraped.end))
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
             compiled.groups,
@@ -436,9 +454,20 @@ def replay(
             Path(tmp),
             promtool,
             queries=asked,
+            # trainprof.sources' recordings are read by the later groups: first, always.
+            ordered=exporters is not None,
         )
     scraped.series.close()
     firing = run.firing
+    if slow:
+        # Alerts of groups slower than `evaluation` (the alert groups beside a 15 s
+        # trainprof.sources group) as their own interval evaluates them.
+        active = {t: [lb for lb, _ in got] for t, got in run.queries.pop(ACTIVE, {}).items()}
+        slow_firing = slow.firing(active, scraped.end)
+        firing = {
+            t: [lb for lb in firing.get(t, []) if slow.rule_of(lb) is None] + slow_firing.get(t, [])
+            for t in sorted(set(firing) | set(slow_firing))
+        }
     answers = {
         name: _grouped(by_time)
         for name, by_time in run.queries.items()
@@ -446,6 +475,7 @@ def replay(
     }
 
     verdicts = {i.spec.name: Verdict() for i in config.rules}
+    source_names = "source " + ",".join(config.source)
     health: list[FiredAlert] = []
     for labels, fired_at in _rising_edges(firing, evaluation, scraped.end):
         labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
@@ -456,6 +486,13 @@ def replay(
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
     for name, verdict in verdicts.items():
+        if compiled.config.rule(name) is None:
+            # Left out by the compiler (LoadBalancing on dcgm: one value per scrape cannot
+            # give a GPU's utilization distribution); its warning is among the notes.
+            verdict.status = RuleStatus(
+                NOT_APPLICABLE, None, None, f"not compiled for {source_names}"
+            )
+            continue
         verdict.status = decide(compiled, name, verdict.fired, answers)
         if verdict.status.reason:
             notes.append(
@@ -484,11 +521,32 @@ def replay(
         notes=notes,
         training_job=timeline.training_job,
         compiled=compiled,
+        collect_interval=exporters.collect_interval if exporters else None,
         queries={
             name: {scraped.start + t: samples for t, samples in by_time.items()}
             for name, by_time in run.queries.items()
         },
     )
+
+
+def _with_sources(
+    config: RulesConfig, sources: tuple[str, ...] | None, collect_interval: float | None
+) -> tuple[RulesConfig, Exporters | None]:
+    """The configuration compiled for `sources` (its own when None), and the exporters
+    whose series replay synthesises for them (None: trainprof's exporter alone, as ever)."""
+    if sources is not None:
+        config = dataclasses.replace(config, source=tuple(sources))
+    try:
+        check_sources(config.source, config.scrape_interval, collect_interval)
+    except ValueError as e:
+        raise ReplayError(str(e)) from None
+    if config.source == ("trainprof",):
+        return config, None
+    options = dataclasses.replace(
+        config.source_options, job_labels=config.job_labels, scrape_interval=config.scrape_interval
+    )
+    config = dataclasses.replace(config, source_options=options)
+    return config, Exporters(config.source, options, collect_interval)
 
 
 def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:

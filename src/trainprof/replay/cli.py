@@ -11,7 +11,7 @@ import json
 import sys
 from typing import IO, TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration
+from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, source_setting
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -64,6 +64,22 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         help="training_job label of the replayed series (default: the SageMaker job folder's name)",
     )
     replay.add_argument(
+        "--source",
+        dest="sources",
+        type=source_setting,
+        metavar="SOURCES",
+        help="the exporters the rules read: trainprof, dcgm, node_exporter, or a "
+        "comma-separated combination (default: the rule configuration's source, trainprof); "
+        "dcgm-exporter's and node_exporter's series are synthesised from the recording",
+    )
+    replay.add_argument(
+        "--collect-interval",
+        type=duration,
+        metavar="DURATION",
+        help="dcgm-exporter's collection period, a multiple or divisor of the scrape interval "
+        "(default: the scrape interval; 30s in common GPU Operator setups)",
+    )
+    replay.add_argument(
         "--json", metavar="FILE", help="write the verdicts as JSON to FILE, or - for stdout"
     )
     return replay
@@ -75,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
     from trainprof.rules.config import ConfigError
 
     if smdebug.looks_like_trial(args.source):
+        if args.sources not in (None, ("trainprof",)) or args.collect_interval is not None:
+            print(
+                f"error: {args.source} is a tensor trial: its rules read the saved tensors, "
+                "not an exporter, so --source and --collect-interval do not apply",
+                file=sys.stderr,
+            )
+            return EXIT_BAD_INPUT
         return _run_trial(args)
     try:
         result = replay(
@@ -85,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
             fmt=args.format,
             training_job=args.job,
             progress=args.json != "-",
+            sources=args.sources,
+            collect_interval=args.collect_interval,
         )
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -132,7 +157,7 @@ def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
         f"{_when(result.start)} UTC; "
         f"datapoint {result.datapoint_interval:g}s, scraped every "
         f"{result.scrape_interval:g}s, rules evaluated every "
-        f"{result.evaluation_interval:g}s\n",
+        f"{result.evaluation_interval:g}s" + _sources_line(result) + "\n",
         file=out,
     )
     print(
@@ -155,6 +180,25 @@ def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
             f"at {_when(alert.fired_at)}",
             file=out,
         )
+
+
+def _sources_line(result: ReplayResult) -> str:
+    """The exporters replayed, when not trainprof's alone (whose header stays as it was)."""
+    sources = result.config.source
+    if sources == ("trainprof",):
+        return ""
+    named = [
+        f"dcgm-exporter (collecting every {result.collect_interval or result.scrape_interval:g}s)"
+        if s == "dcgm"
+        else s
+        for s in sources
+    ]
+    return (
+        "\n  sources: "
+        + ", ".join(named)
+        + " (their series synthesised from the recording); alerts evaluated at their "
+        "groups' own interval"
+    )
 
 
 def _run_trial(args: argparse.Namespace) -> int:

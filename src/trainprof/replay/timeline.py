@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from trainprof.replay.exporters import NAMESPACE, Exporters
 from trainprof.replay.series_store import SeriesStore
 from trainprof.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
 from trainprof.training_state import TrainingState
@@ -104,11 +105,12 @@ class Scraped:
     scrapes: int
 
 
-def host_identity(node: str, training_job: str) -> dict[str, str]:
+def host_identity(node: str, training_job: str, namespace: str = "") -> dict[str, str]:
     return {
         "job": EXPORTER_JOB,
         "instance": f"{node}:{EXPORTER_PORT}",
         "node": node,
+        **({"namespace": namespace} if namespace else {}),
         "training_job": training_job,
     }
 
@@ -134,10 +136,12 @@ def scrape(
     relative: Iterable[str] = TIMESTAMP_SERIES,
     workdir: str | None = None,
     stream=None,
+    exporters: Exporters | None = None,
 ) -> Scraped:
     """Every series at every scrape instant, in time linear in the samples and steps times
     the instants. Series named in `relative` hold Unix times and are made relative to t0,
-    as promtool's clock starts at 0."""
+    as promtool's clock starts at 0. `exporters`: dcgm-exporter's and node_exporter's series
+    too (or instead of trainprof's exporter), and the ranks' GPU assignment they join on."""
     if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
         raise ValueError("the timeline holds no samples and no steps")
     t0 = timeline.start
@@ -148,10 +152,14 @@ def scrape(
         sum(len(s) for s in timeline.hosts.values()) + len(timeline.steps) + len(timeline.phases)
     )
     bar = _Progress(total, progress, stream)
+    own_exporter = exporters is None or exporters.trainprof
+    namespace = NAMESPACE if exporters is not None and exporters.by_pods(timeline) else ""
     for node, samples in sorted(timeline.hosts.items()):
+        if not own_exporter:
+            break
         acc = SampleAccumulator(
             timeline.datapoint_interval,
-            identity=host_identity(node, timeline.training_job),
+            identity=host_identity(node, timeline.training_job, namespace),
             grid=grid,
         )
         times = getattr(samples, "times", None) or [s.timestamp for s in samples]
@@ -166,7 +174,13 @@ def scrape(
             if acc.samples == 0:
                 continue  # the exporter was not up yet
             _put(store, k, samples_of(acc.families()), None, shifted, t0)
-    _scrape_ranks(timeline, count, scrape_interval, t0, tuple(stddevs), store, shifted, bar)
+    gpus = {}
+    if exporters is not None:
+        exporters.scrape(
+            timeline, store, count, scrape_interval, None if own_exporter else bar.advance
+        )
+        gpus = exporters.assignments(timeline)
+    _scrape_ranks(timeline, count, scrape_interval, t0, tuple(stddevs), store, shifted, bar, gpus)
     bar.close()
     return Scraped(store, t0, (count - 1) * scrape_interval, count)
 
@@ -189,9 +203,11 @@ def _scrape_ranks(
     store: SeriesStore,
     shifted: frozenset,
     bar: _Progress,
+    gpus: Mapping[tuple[str, int], list[tuple[str, str]]] | None = None,
 ) -> None:
     """Every rank's training series: its steps, observed as they end, and its phase totals,
-    observed as recorded, read at each instant."""
+    observed as recorded, read at each instant; `gpus`, the (index, UUID) pairs a rank's
+    training API serves as its GPU assignment."""
     by_rank: dict[tuple[str, int], list[Step]] = {r: [] for r in timeline.ranks}
     for step in timeline.steps:
         by_rank.setdefault((step.node, step.rank), []).append(step)
@@ -207,6 +223,8 @@ def _scrape_ranks(
         state = TrainingState(
             labels, stddevs=stddevs, start_time=timeline.rank_starts.get((node, rank), t0)
         )
+        if gpus and (node, rank) in gpus:
+            state.set_gpus(gpus[(node, rank)])
         steps.sort(key=lambda s: s.end)
         phases = sorted(phases_by_rank.get((node, rank), []), key=lambda p: p.t)
         observed: dict[str, float] = {}

@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
                 args.rules,
                 scrape_interval=args.scrape_interval or 15.0,
                 training_job=args.job,
+                sources=args.source,
             )
         else:
             collected = _from_prometheus(args)

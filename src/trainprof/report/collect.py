@@ -74,9 +74,11 @@ def from_replay(
     scrape_interval: float = 15.0,
     training_job: str | None = None,
     promtool: str | None = None,
+    sources: tuple[str, ...] | None = None,
 ) -> Collected:
     """Replay `source` (SageMaker profiler output or a trainprof recording) through the
-    rules and evaluate the report's queries over it with promtool."""
+    rules and evaluate the report's queries over it with promtool; `sources` as `trainprof
+    replay --source`."""
     asked: dict[str, ReportQuery] = {}
 
     def build(compiled: Compiled, job: str, seconds: float) -> dict[str, Query]:
@@ -92,6 +94,7 @@ def from_replay(
         promtool=promtool,
         queries=build,
         query_points=POINTS,
+        sources=sources,
     )
     results: dict[str, Series] = {}
     for name, by_time in result.queries.items():

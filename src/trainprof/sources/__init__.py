@@ -114,6 +114,18 @@ def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[di
                 scope="gpu",
             ),
         ]
+    if "node_exporter" in sources and "dcgm" not in sources:
+        # Without dcgm the nodes join their jobs only through the ranks' GPU assignment.
+        alerts.append(
+            _missing(
+                "trainprof_gpu_assignment_info",
+                "absent(trainprof_gpu_assignment_info)",
+                "No rank serves trainprof_gpu_assignment_info, so no node joins a training "
+                "job and no host rule can fire on node_exporter's series. Run the training "
+                "API on the ranks (trainprof.start), or add dcgm to the source.",
+                scope="cluster",
+            )
+        )
     if "node_exporter" in sources:
         alerts += [
             _missing(

@@ -35,7 +35,7 @@ CPU_SECONDS = "cpu:trainprof_cpu_seconds:irate"
 def cpu_seconds(options: SourceOptions) -> str:
     """Per core: the seconds per second in `idle`, in `iowait`, and in all modes (`all`).
 
-    The node label is set after `irate`, which needs the series as scraped.
+    The node label is set on the rates, not the selectors: a range needs a bare selector.
     """
     w = format_duration(3 * options.scrape_interval)
     modes = on_node(f'irate(node_cpu_seconds_total{{mode=~"idle|iowait"}}[{w}])', options)
@@ -61,9 +61,8 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
     available = f"({n('node_memory_MemAvailable_bytes')} or {estimate})"
     idle = per_core('=~"idle|iowait"')
     iowait = per_core('="iowait"')
-    received = 'node_network_receive_bytes_total{device!="lo"}'
-    sent = 'node_network_transmit_bytes_total{device!="lo"}'
-    rate = lambda metric: n(f"rate({metric}[{w}])")  # noqa: E731 - relabel after rate
+    received = n(f'rate(node_network_receive_bytes_total{{device!="lo"}}[{w}])')
+    sent = n(f'rate(node_network_transmit_bytes_total{{device!="lo"}}[{w}])')
     return [
         {"record": CPU_SECONDS, "expr": cpu_seconds(options)},
         {
@@ -88,24 +87,22 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
         },
         {
             "record": "node:trainprof_disk_read_bytes:rate",
-            "expr": f"sum by (node) ({rate('node_disk_read_bytes_total')})",
+            "expr": f"sum by (node) ({n(f'rate(node_disk_read_bytes_total[{w}])')})",
         },
         {
             "record": "node:trainprof_disk_written_bytes:rate",
-            "expr": f"sum by (node) ({rate('node_disk_written_bytes_total')})",
+            "expr": f"sum by (node) ({n(f'rate(node_disk_written_bytes_total[{w}])')})",
         },
         {
             "record": "node:trainprof_network_receive_bytes:rate",
-            "expr": f"sum by (node) ({rate(received)})",
+            "expr": f"sum by (node) ({received})",
         },
         {
             "record": "node:trainprof_network_transmit_bytes:rate",
-            "expr": f"sum by (node) ({rate(sent)})",
+            "expr": f"sum by (node) ({sent})",
         },
         {
             "record": "node:trainprof_io_pressure_waiting:ratio",
-            "expr": "max by (node) ("
-            + n(f"irate(node_pressure_io_waiting_seconds_total[{w}])")
-            + ")",
+            "expr": f"max by (node) ({n(f'irate(node_pressure_io_waiting_seconds_total[{w}])')})",
         },
     ]

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, Protocol, TypeVar
 
 from trainprof import metrics as contract
+from trainprof.durations import format_duration
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
     RATIO_UNIT,
@@ -151,9 +152,20 @@ def _scraped(b: Build[Any]) -> bool:
 
 
 # How far back "since the job started" reaches when the samples are a source adapter's
-# scrapes (no exporter counts them): a range long enough for most jobs, short enough that
-# re-reading it per evaluation stays cheap (one series per job).
-SINCE_START = "7d"
+# scrapes (no exporter counts them): 7 days, or fewer at short scrape intervals, so that
+# re-reading a job's per-scrape counts stays far under a query's 50 M-sample limit
+# (Prometheus' --query.max-samples) for hundreds of jobs.
+SINCE_START_DAYS = 7
+SINCE_START_SCRAPES = 100_000
+
+
+def since_start(scrape_interval: float) -> str:
+    """The range standing for "since the job started" at `scrape_interval`.
+
+    >>> since_start(15), since_start(1)
+    ('1w', '1d3h46m40s')
+    """
+    return format_duration(min(SINCE_START_DAYS * 86400, SINCE_START_SCRAPES * scrape_interval))
 
 
 def _scraped_bottleneck(
@@ -192,24 +204,36 @@ def _scraped_bottleneck(
         grid,
         every_scrape=True,
     )
-    indicator = selector(scraped.record, b.matchers, **grid)
+    # Each scrape's bottlenecked nodes and nodes of a job, per job: the ranges below then
+    # read one series per job, not one per node.
+    indicator = selector(scraped.record, (), **grid)
+    keep = f"{jl}, {busy_label}, gpu_below"
+    hits = Recording(
+        "training_job", base, "scraped", f"sum by ({keep}) ({indicator})", grid, every_scrape=True
+    )
+    nodes = Recording(
+        "training_job",
+        base,
+        "scraped_nodes",
+        f"count by ({keep}) ({indicator})",
+        grid,
+        every_scrape=True,
+    )
     if p.window is None:
-        span, since = SINCE_START, "since the job started"
+        span, since = since_start(b.scrape_interval), "since the job started"
     else:
         span = b.span(p.window, "window")
         since = f"over the last {span}"
+    hit_sel = selector(hits.record, b.matchers, **grid)
+    node_sel = selector(nodes.record, b.matchers, **grid)
     recording = Recording(
         "training_job",
         base,
         f"ratio_over_time{span}",
-        (
-            f"sum by ({jl}, {busy_label}, gpu_below) (sum_over_time({indicator}[{span}]))\n"
-            f"/ ignoring ({busy_label}, gpu_below) group_left\n"
-            f"sum {b.by_job} (count_over_time({indicator}[{span}]))"
-        ),
+        f"sum_over_time({hit_sel}[{span}])\n/\nsum_over_time({node_sel}[{span}])",
     )
     per_scrape = b.scrape_interval / b.datapoint_interval
-    samples = f"sum {b.by_job} (count_over_time({indicator}[{span}])) * {per_scrape:g}"
+    samples = f"sum {b.by_job} (sum_over_time({node_sel}[{span}])) * {per_scrape:g}"
     condition = f"{selector(recording.record, (), **grid)} > {ratio(p.threshold)}"
     expr, for_seconds = b.patience(condition, p.patience, samples, matching=b.on_job)
     alert = Alert(
@@ -222,7 +246,7 @@ def _scraped_bottleneck(
             f"{p.gpu_threshold:g}% busy (the rule fires above {p.threshold:g}%)."
         ),
     )
-    return RuleOutput((scraped, recording), (alert,))
+    return RuleOutput((scraped, hits, nodes, recording), (alert,))
 
 
 def _warn_off_grid(
@@ -336,7 +360,12 @@ _SHARED_DIFFERENCES = (
     "(the default for this rule) the ratio must stay above `threshold` for `patience` "
     "datapoints before the alert fires; `warmup` checks it as soon as `patience` datapoints "
     "exist, as SageMaker did. The original's verdict was sticky; this alert resolves when the "
-    "ratio falls back below the threshold."
+    "ratio falls back below the threshold. With `source: dcgm` or `node_exporter` no exporter "
+    "counts joint samples: each scrape of a node is a datapoint (its busiest core from "
+    "node_exporter's per-scrape rates, or trainprof's core gauges, against its least busy GPU "
+    "from dcgm, or trainprof's GPU gauge), recorded every scrape in `trainprof.sources`, and "
+    '"since the job started" reaches back at most 7 days (and at most 100,000 scrapes, 27.8 '
+    "hours at a 1 s scrape, so a query stays under Prometheus' 50 M-sample limit)."
 )
 
 CPU_BOTTLENECK = RuleSpec(

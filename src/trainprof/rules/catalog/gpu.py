@@ -276,7 +276,9 @@ LOW_GPU_UTILIZATION = RuleSpec(
         "it. Other thresholds compare `histogram_quantile`, interpolated within a bucket. "
         "The two cases are one alert with a `reason` "
         "label (`underutilized`, `fluctuating`). The original's verdict was sticky; this "
-        "alert resolves when the GPU recovers."
+        "alert resolves when the GPU recovers. With `source: dcgm` the percentiles are "
+        "`quantile_over_time` of dcgm-exporter's scraped values (one per scrape, each the "
+        "value dcgm collected last), a value on the threshold counting as below it."
     ),
 )
 
@@ -365,7 +367,8 @@ BATCH_SIZE = RuleSpec(
         "sample, as in the original. The original skipped a node until it had more than "
         "`window` and `patience` CPU datapoints; the warm-up guard and `for:` use the larger "
         "of the two. The AWS documentation page gives `patience` a default of 100; the SDK "
-        "and the rule code use 1000."
+        "and the rule code use 1000. With `source: dcgm` or `node_exporter` each signal "
+        "from an adapter is the percentile of its scraped values (see LowGPUUtilization)."
     ),
 )
 
@@ -477,7 +480,8 @@ GPU_MEMORY_INCREASE = RuleSpec(
         "even in `patience_mode: auto`: the windowed increase lasts only about "
         "one window, so a patience-long `for:` could never be met. The AWS documentation "
         "page gives `increase` 10, `patience` 100 and `window` 500; the SDK and the rule "
-        "code use 5, 1000 and 10."
+        "code use 5, 1000 and 10. With `source: dcgm` the means are `avg_over_time` of "
+        "dcgm-exporter's scraped framebuffer use over the same ranges."
     ),
 )
 
@@ -560,6 +564,8 @@ LOAD_BALANCING = RuleSpec(
         "100] % (the original dropped samples above 98 %, so a GPU pinned at 100 % had no "
         "histogram at all). Pairs of GPUs on different hosts are not compared. The default "
         "threshold is the SDK's 0.5 (the rule code said 0.2); the AWS documentation page "
-        "gives `patience` a default of 10, the SDK and code 1000."
+        "gives `patience` a default of 10, the SDK and code 1000. Not available with "
+        "`source: dcgm`: one scraped value per interval cannot make the distributions, so "
+        "the compiler leaves the rule out and says so."
     ),
 )
