@@ -85,8 +85,9 @@ def main() -> None:
                 [sys.executable, "-c", CHILD, out, scrape, args.source, args.collect],
                 capture_output=True,
                 text=True,
-                check=True,
             )
+            if run.returncode != 0:
+                sys.exit(f"replay of {out} at {scrape} failed:\n{run.stderr[-3000:]}")
             r = json.loads(run.stdout.strip().splitlines()[-1])
             cpu = r["cpu"] + r["promtool_cpu"]
             print(

@@ -152,18 +152,18 @@ def _scraped(b: Build[Any]) -> bool:
 
 
 # How far back "since the job started" reaches when the samples are a source adapter's
-# scrapes (no exporter counts them): 7 days, or fewer at short scrape intervals, so that
-# re-reading a job's per-scrape counts stays far under a query's 50 M-sample limit
-# (Prometheus' --query.max-samples) for hundreds of jobs.
+# scrapes (no exporter counts them): at most 9,000 scrapes (37.5 h at 15 s) and 7 days. A
+# range of more than 10,000 samples is refused by promtool's engine (replay and the rule
+# tests), and Prometheus' own limit (50 M samples per query) then holds for thousands of jobs.
 SINCE_START_DAYS = 7
-SINCE_START_SCRAPES = 100_000
+SINCE_START_SCRAPES = 9_000
 
 
 def since_start(scrape_interval: float) -> str:
     """The range standing for "since the job started" at `scrape_interval`.
 
     >>> since_start(15), since_start(1)
-    ('1w', '1d3h46m40s')
+    ('1d13h30m', '2h30m')
     """
     return format_duration(min(SINCE_START_DAYS * 86400, SINCE_START_SCRAPES * scrape_interval))
 
@@ -364,8 +364,9 @@ _SHARED_DIFFERENCES = (
     "counts joint samples: each scrape of a node is a datapoint (its busiest core from "
     "node_exporter's per-scrape rates, or trainprof's core gauges, against its least busy GPU "
     "from dcgm, or trainprof's GPU gauge), recorded every scrape in `trainprof.sources`, and "
-    '"since the job started" reaches back at most 7 days (and at most 100,000 scrapes, 27.8 '
-    "hours at a 1 s scrape, so a query stays under Prometheus' 50 M-sample limit)."
+    '"since the job started" reaches back at most 9,000 scrapes (37.5 hours at a 15 s '
+    "scrape, 2.5 hours at 1 s; promtool's engine refuses ranges of more than 10,000 "
+    "samples) and 7 days."
 )
 
 CPU_BOTTLENECK = RuleSpec(
