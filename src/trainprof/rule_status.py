@@ -17,10 +17,14 @@ import dataclasses
 import math
 
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
+from trainprof.durations import format_duration, parse_duration
 from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
 from trainprof.rules.promql import quote
-from trainprof.sources.gauges import gauges_for
+from trainprof.sources.gauges import NODE_SCRAPES, gauges_for
+
+# Scrapes a status query reads of one series at most (promtool refuses more than 10,000).
+PIECE_SCRAPES = 9_000
 
 FIRED, QUIET, NO_DATA, NOT_APPLICABLE = "fired", "quiet", "no_data", "not_applicable"
 STATUSES = (FIRED, QUIET, NO_DATA, NOT_APPLICABLE)
@@ -120,15 +124,20 @@ def status_queries(
     gauges = gauges_for(compiled.config.source)
     host = gauges.get("trainprof_cpu_utilization_sampled_ratio")
     gpu = gauges.get("trainprof_gpu_utilization_sampled_ratio")
+    out: dict[str, tuple[str, bool]] = {"status.samples": (samples, False)}
     if host or gpu:
-        # A source adapter's datapoints are its scrapes of each node.
-        node = host or gauges["trainprof_node_gpu_utilization_sampled_ratio"]
-        span = builtins.get("__range", "1h")
-        samples = f"sum(count_over_time({node}{sel}[{span}]))"
+        # A source adapter's datapoints are its scrapes of each node, counted per job at
+        # each scrape; in pieces, as promtool refuses a range of more than 10,000 samples.
+        span = parse_duration(builtins.get("__range", "1h"))
+        piece = PIECE_SCRAPES * compiled.config.scrape_interval
+        for k in range(max(1, math.ceil(span / piece))):
+            length = format_duration(min(piece, span - k * piece))
+            offset = f" offset {format_duration(k * piece)}" if k else ""
+            counted = f"sum(sum_over_time({NODE_SCRAPES}{sel}[{length}]{offset}))"
+            out[f"status.samples.{k}" if k else "status.samples"] = (counted, False)
     if gpu:
         gpus = f"{gpu}{sel}"
-    out = {
-        "status.samples": (samples, False),
+    out |= {
         "status.steps": (f"sum(trainprof_training_steps_total{sel})", False),
         "status.ranks": (f"count(trainprof_training_start_timestamp_seconds{sel})", False),
         "status.gpus_per_node": (f"max(count by (node) ({gpus}))", False),
@@ -157,7 +166,9 @@ def _scalar(results: Results, name: str) -> float | None:
 
 def decide(compiled: Compiled, name: str, fired: bool, results: Results) -> RuleStatus:
     """The rule's status from `status_queries`' results (name -> [(labels, points)])."""
-    samples = _scalar(results, "status.samples")
+    pieces = [_scalar(results, n) for n in results if n.split(".")[:2] == ["status", "samples"]]
+    found = [p for p in pieces if p is not None]
+    samples = sum(found) if found else None
     steps = _scalar(results, "status.steps")
     ranks = _scalar(results, "status.ranks")
     gpus_per_node = _scalar(results, "status.gpus_per_node") or 0

@@ -48,6 +48,7 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
         rules += node_exporter.recordings(options) + gauges.host_recordings(options)
     if not rules:
         return None
+    rules.append(gauges.node_scrapes(sources, options))
     rules += _missing_inputs(sources, options)
     return {"name": GROUP, "interval": format_duration(options.scrape_interval), "rules": rules}
 

@@ -48,6 +48,28 @@ def gauges_for(source: tuple[str, ...]) -> dict[str, str]:
     }
 
 
+# Each job's nodes an adapter served at this scrape: summed over a range, a rule's datapoints.
+NODE_SCRAPES = "training_job:trainprof_node_scrapes:count"
+
+
+def node_scrapes(sources: tuple[str, ...], options: SourceOptions) -> dict[str, str]:
+    """`NODE_SCRAPES`: one series per job, so counting a long job's scrapes reads one
+    sample per scrape, not one per node and scrape."""
+    served = [
+        gauge
+        for source, gauge in (
+            ("node_exporter", HOST_GAUGES["trainprof_cpu_utilization_sampled_ratio"]),
+            ("dcgm", GPU_GAUGES["trainprof_node_gpu_utilization_sampled_ratio"]),
+        )
+        if source in sources
+    ]
+    union = "\n  or\n  ".join(served)
+    return {
+        "record": NODE_SCRAPES,
+        "expr": f"count by ({', '.join(options.job_labels)}) (\n  {union}\n)",
+    }
+
+
 def gpu_recordings(options: SourceOptions) -> list[dict[str, str]]:
     """dcgm's device ratios per job (after `dcgm.job_recordings`)."""
     jl = ", ".join(options.job_labels)
