@@ -103,20 +103,34 @@ def _jobs(by: str) -> list:
     ]
 
 
-def _run(tmp_path, promtool, rules: list[dict], source: str, series: list, checks: dict):
-    """Compile `rules` for `source`, run promtool over `series`; `checks` maps an eval time
-    to the alert names (with their `reason`, if any) expected firing then."""
-    config = load_config({"source": source, "rules": rules})
-    compiled = compile_rules(config)
-    groups = compiled.groups
+def _promtool(tmp_path, promtool, groups: list[dict], series: list, **tests: list) -> None:
+    """Check `groups` and run promtool over `series` with `tests` (alert_rule_test=...,
+    promql_expr_test=...); annotations are dropped (behaviour, not wording)."""
     for group in groups:
         for rule in group["rules"]:
-            rule.pop("annotations", None)  # behaviour, not wording
+            rule.pop("annotations", None)
     (tmp_path / "rules.yaml").write_text(to_yaml({"groups": groups}))
     checked = subprocess.run(
         [promtool, "check", "rules", "rules.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "15s",
+        "tests": [{"interval": "15s", "input_series": series, **tests}],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def _run(tmp_path, promtool, rules: list[dict], source: str, series: list, checks: dict):
+    """Compile `rules` for `source`, run promtool over `series`; `checks` maps an eval time
+    to the alert names (with their `reason`, if any) expected firing then."""
+    compiled = compile_rules(load_config({"source": source, "rules": rules}))
+    groups = compiled.groups
     names = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
     tests = []
     for eval_time, expected in checks.items():
@@ -129,16 +143,7 @@ def _run(tmp_path, promtool, rules: list[dict], source: str, series: list, check
                     "exp_alerts": [_expected_alert(compiled, *e) for e in fired],
                 }
             )
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "15s",
-        "tests": [{"interval": "15s", "input_series": series, "alert_rule_test": tests}],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run(
-        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    _promtool(tmp_path, promtool, groups, series, alert_rule_test=tests)
     return compiled
 
 
@@ -343,8 +348,6 @@ def test_overall_system_usage_records_percentiles_of_the_scraped_values(tmp_path
     config = load_config(
         {"source": "dcgm,node_exporter", "rules": [{"rule": "OverallSystemUsage"}]}
     )
-    groups = compile_rules(config).groups
-    (tmp_path / "rules.yaml").write_text(to_yaml({"groups": groups}))
     record = 'node:trainprof_{}_sampled_ratio:quantile{{quantile="0.5"}}'
     node = {"node": HOST, **JOB, "quantile": "0.5"}
     tests = [
@@ -353,36 +356,20 @@ def test_overall_system_usage_records_percentiles_of_the_scraped_values(tmp_path
         # 4 cores, core 0 fully busy
         ("cpu_utilization", 0.25),
     ]
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "15s",
-        "tests": [
-            {
-                "interval": "15s",
-                "input_series": series,
-                "promql_expr_test": [
-                    {
-                        "expr": record.format(name),
-                        "eval_time": "30m",
-                        "exp_samples": [
-                            {
-                                "labels": series_text(
-                                    f"node:trainprof_{name}_sampled_ratio:quantile", node
-                                ),
-                                "value": value,
-                            }
-                        ],
-                    }
-                    for name, value in tests
-                ],
-            }
-        ],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run(
-        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    expected = [
+        {
+            "expr": record.format(name),
+            "eval_time": "30m",
+            "exp_samples": [
+                {
+                    "labels": series_text(f"node:trainprof_{name}_sampled_ratio:quantile", node),
+                    "value": value,
+                }
+            ],
+        }
+        for name, value in tests
+    ]
+    _promtool(tmp_path, promtool, compile_rules(config).groups, series, promql_expr_test=expected)
 
 
 def test_load_balancing_is_left_out_with_gpus_from_dcgm_and_says_why():
@@ -420,29 +407,11 @@ def test_node_exporter_alone_says_when_no_rank_joins_the_nodes_to_jobs(tmp_path,
         "input": "trainprof_gpu_assignment_info",
         "scope": "cluster",
     }
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "15s",
-        "tests": [
-            {
-                "interval": "15s",
-                "input_series": series,
-                "alert_rule_test": [
-                    {
-                        "eval_time": "10m",
-                        "alertname": "TrainprofRuleInputMissing",
-                        "exp_alerts": [] if ranks else [{"exp_labels": missing}],
-                    }
-                ],
-            }
-        ],
-    }
-    for group in groups:
-        for rule in group["rules"]:
-            rule.pop("annotations", None)
-    (tmp_path / "rules.yaml").write_text(to_yaml({"groups": groups}))
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run(
-        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    alerts = [
+        {
+            "eval_time": "10m",
+            "alertname": "TrainprofRuleInputMissing",
+            "exp_alerts": [] if ranks else [{"exp_labels": missing}],
+        }
+    ]
+    _promtool(tmp_path, promtool, groups, series, alert_rule_test=alerts)

@@ -59,14 +59,9 @@ def source_setting(text: str) -> tuple[str, ...]:
     from trainprof.sources.options import parse_sources
 
     try:
-        names = parse_sources(text)
+        return parse_sources(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if {"trainprof", "dcgm", "node_exporter"} <= set(names):
-        raise argparse.ArgumentTypeError(
-            "trainprof with both dcgm and node_exporter: trainprof's exporter would serve nothing"
-        )
-    return names
 
 
 def label(text: str) -> tuple[str, str]:

@@ -20,6 +20,10 @@ from typing import Protocol
 
 from trainprof.durations import format_duration
 
+# promtool's unit-test engine refuses a query loading more than 10,000 samples: ranges the
+# rules and replay read over one series per scrape stay within this many scrapes.
+SAFE_SCRAPES = 9_000
+
 
 class SeriesValues(Protocol):
     """Series to feed promtool: (series text, its values, or them already in promtool's

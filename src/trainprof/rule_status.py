@@ -18,13 +18,11 @@ import math
 
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
 from trainprof.durations import format_duration, parse_duration
+from trainprof.promtool import SAFE_SCRAPES
 from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
 from trainprof.rules.promql import quote
 from trainprof.sources.gauges import NODE_SCRAPES, gauges_for
-
-# Scrapes a status query reads of one series at most (promtool refuses more than 10,000).
-PIECE_SCRAPES = 9_000
 
 FIRED, QUIET, NO_DATA, NOT_APPLICABLE = "fired", "quiet", "no_data", "not_applicable"
 STATUSES = (FIRED, QUIET, NO_DATA, NOT_APPLICABLE)
@@ -129,7 +127,7 @@ def status_queries(
         # A source adapter's datapoints are its scrapes of each node, counted per job at
         # each scrape; in pieces, as promtool refuses a range of more than 10,000 samples.
         span = parse_duration(builtins.get("__range", "1h"))
-        piece = PIECE_SCRAPES * compiled.config.scrape_interval
+        piece = SAFE_SCRAPES * compiled.config.scrape_interval
         for k in range(max(1, math.ceil(span / piece))):
             length = format_duration(min(piece, span - k * piece))
             offset = f" offset {format_duration(k * piece)}" if k else ""

@@ -32,6 +32,7 @@ from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
 from trainprof.sampling import BottleneckGrid, HostSample
+from trainprof.sources.options import parse_sources
 
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
@@ -534,9 +535,9 @@ def _with_sources(
 ) -> tuple[RulesConfig, Exporters | None]:
     """The configuration compiled for `sources` (its own when None), and the exporters
     whose series replay synthesises for them (None: trainprof's exporter alone, as ever)."""
-    if sources is not None:
-        config = dataclasses.replace(config, source=tuple(sources))
     try:
+        if sources is not None:
+            config = dataclasses.replace(config, source=parse_sources(",".join(sources)))
         check_sources(config.source, config.scrape_interval, collect_interval)
     except ValueError as e:
         raise ReplayError(str(e)) from None

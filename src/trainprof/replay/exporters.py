@@ -119,11 +119,6 @@ def check_sources(
     ...
     ValueError: --collect-interval 7s is neither a multiple nor a divisor of the scrape ...
     """
-    if "trainprof" in sources and "dcgm" in sources and "node_exporter" in sources:
-        raise ValueError(
-            "--source trainprof with both dcgm and node_exporter: dcgm serves the GPU signals "
-            "and node_exporter the host's, so trainprof's exporter would serve none"
-        )
     if collect_interval is None:
         return
     if "dcgm" not in sources:

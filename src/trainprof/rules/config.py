@@ -314,12 +314,6 @@ class _Loader(Problems):
         except ValueError as e:
             self.problem("source", str(e))
             return ("trainprof",)
-        if "dcgm" in names and "node_exporter" in names and "trainprof" in names:
-            self.problem(
-                "source",
-                "trainprof with both dcgm and node_exporter: dcgm serves the GPU signals and "
-                "node_exporter the host's, so trainprof's exporter would serve none",
-            )
         return names
 
     def source_options(self, value, job_labels: tuple[str, ...], scrape: float) -> SourceOptions:

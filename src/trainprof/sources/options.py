@@ -52,4 +52,9 @@ def parse_sources(text: str) -> tuple[str, ...]:
     for name in names:
         if name not in SOURCES:
             raise ValueError(f"unknown source {name!r} (known: {', '.join(SOURCES)})")
+    if set(SOURCES) <= set(names):
+        raise ValueError(
+            "trainprof with both dcgm and node_exporter: dcgm serves the GPU signals and "
+            "node_exporter the host's, so trainprof's exporter would serve none"
+        )
     return tuple(dict.fromkeys(names))

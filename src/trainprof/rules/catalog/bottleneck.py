@@ -7,6 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 from trainprof import metrics as contract
 from trainprof.durations import format_duration
+from trainprof.promtool import SAFE_SCRAPES
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
     RATIO_UNIT,
@@ -152,11 +153,10 @@ def _scraped(b: Build[Any]) -> bool:
 
 
 # How far back "since the job started" reaches when the samples are a source adapter's
-# scrapes (no exporter counts them): at most 9,000 scrapes (37.5 h at 15 s) and 7 days. A
-# range of more than 10,000 samples is refused by promtool's engine (replay and the rule
-# tests), and Prometheus' own limit (50 M samples per query) then holds for thousands of jobs.
+# scrapes (no exporter counts them): at most 7 days and promtool's SAFE_SCRAPES (37.5 h at
+# 15 s), so replay and the rule tests can evaluate it; Prometheus' own limit (50 M samples
+# per query) then holds for thousands of jobs.
 SINCE_START_DAYS = 7
-SINCE_START_SCRAPES = 9_000
 
 
 def since_start(scrape_interval: float) -> str:
@@ -165,7 +165,7 @@ def since_start(scrape_interval: float) -> str:
     >>> since_start(15), since_start(1)
     ('1d13h30m', '2h30m')
     """
-    return format_duration(min(SINCE_START_DAYS * 86400, SINCE_START_SCRAPES * scrape_interval))
+    return format_duration(min(SINCE_START_DAYS * 86400, SAFE_SCRAPES * scrape_interval))
 
 
 def _scraped_bottleneck(
