@@ -1,7 +1,7 @@
 """How long the compiled default rules take to evaluate for 1,000 nodes x 8 GPUs.
 
     python benchmarks/rules_at_scale.py [--nodes 1000] [--gpus 8] [--cores 64] [--jobs 100]
-        [--engine prometheus|victoriametrics] [--minutes 7]
+        [--engine prometheus|victoriametrics] [--minutes 7] [--scan 15s|60s]
         [--source trainprof|dcgm,node_exporter|dcgm|node_exporter] [--attribution pod|assignment]
 
 A fake exporter serves the series of `--nodes` hosts (the real SampleAccumulator's output for
@@ -55,10 +55,14 @@ from trainprof.rules.config import load_config
 from trainprof.sampling import GpuSample, HostSample, SampleAccumulator
 from trainprof.sources import parse_sources
 
-RULES = {
-    "scrape_interval": "15s",
-    "rules": [{"rule": "ProfilerReport", "parameters": {"scan_interval_us": 15_000_000}}],
-}
+
+def rules_config(scan: float) -> dict:
+    """ProfilerReport with every rule scanning every `scan` seconds (SageMaker's default: 60)."""
+    parameters = {"scan_interval_us": int(scan * 1e6)}
+    return {
+        "scrape_interval": "15s",
+        "rules": [{"rule": "ProfilerReport", "parameters": parameters}],
+    }
 
 
 class Fleet:
@@ -350,6 +354,13 @@ def main() -> None:
     parser.add_argument("--engine", choices=("prometheus", "victoriametrics"), default="prometheus")
     parser.add_argument("--minutes", type=float, default=7)
     parser.add_argument(
+        "--scan",
+        type=parse_duration,
+        default=15.0,
+        help="the rules' scan interval, how often the alerting groups run (default 15s; "
+        "the compiled default is SageMaker's 60s)",
+    )
+    parser.add_argument(
         "--source",
         type=_source,
         default=("trainprof",),
@@ -365,10 +376,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.source == ("trainprof",):
         fleet: Fleet | AdapterFleet = Fleet(args.nodes, args.gpus, args.cores, args.jobs)
-        rules = RULES
+        rules = rules_config(args.scan)
     else:
         fleet = AdapterFleet(args.source, args)
-        rules = {**RULES, "source": ",".join(args.source)}
+        rules = {**rules_config(args.scan), "source": ",".join(args.source)}
     server = serve(fleet)
     t = time.perf_counter()
     size = len(fleet.body())
@@ -452,7 +463,8 @@ def main() -> None:
             fastest = sum(q * 15 / every.get(name, 15) for name, q in quiet.items())
             print(
                 f"all groups, {args.nodes} nodes x {args.gpus} GPUs x {args.cores} cores, "
-                f"{args.jobs} jobs, source {','.join(args.source)}, on {args.engine}, "
+                f"{args.jobs} jobs, source {','.join(args.source)}, "
+                f"scan {format_duration(args.scan)}, on {args.engine}, "
                 f"per 15 s of wall time: {total:.2f} s of "
                 f"evaluation while ingesting; {fastest:.2f} s as the fastest of {TRIES} instant "
                 f"queries each ({100 * fastest / 15:.1f}% of one core); resident memory "
