@@ -96,15 +96,17 @@ def write_alerts_test(
     end: float,
     queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
     group_order: Sequence[str] = (),
+    alerts_from: float | None = None,
 ) -> int:
     """Write a promtool test reporting the firing alerts at every evaluation up to `end`,
     and the result of each of `queries` (name -> (PromQL, evaluation times)); return the
     number of evaluations. `group_order`: the groups' evaluation order at each time
     (promtool's is random otherwise, which matters once a group reads another's
-    recordings). Written by hand, not through PyYAML: a replay holds
+    recordings); `alerts_from`: the first evaluation to report alerts at (default: the
+    first). Written by hand, not through PyYAML: a replay holds
     millions of values and the YAML emitter would take minutes."""
     times = []
-    t = evaluation_interval
+    t = evaluation_interval if alerts_from is None else alerts_from
     while t <= end + 1e-9:
         times.append(t)
         t += evaluation_interval
@@ -275,6 +277,7 @@ def run_rules(
     timeout: float = 3600,
     queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
     ordered: bool = False,
+    alerts_from: float | None = None,
 ) -> RuleRun:
     """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
     evaluation times)) over the same series and rules; `ordered`: groups evaluated in the
@@ -295,6 +298,7 @@ def run_rules(
         end,
         queries,
         group_order=[g["name"] for g in groups] if ordered else (),
+        alerts_from=alerts_from,
     )
     result = subprocess.run(
         [promtool, "test", "rules", "test.yaml"],

@@ -21,12 +21,12 @@ from pathlib import Path
 
 from trainprof.names import HEALTH_RULE
 from trainprof.promtool import run_rules
-from trainprof.replay import recorded, sagemaker
+from trainprof.replay import chunks, recorded, sagemaker
 from trainprof.replay.cadence import SlowAlerts
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.exporters import Exporters, check_sources
-from trainprof.replay.timeline import PhaseTotals, Step, Timeline, scrape
+from trainprof.replay.timeline import PhaseTotals, Step, Timeline, instants, scrape
 from trainprof.rule_status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
@@ -108,6 +108,12 @@ class ReplayResult:
     collect_interval: float | None = None
     # name -> {Unix time: samples} of the queries asked for (replay(..., queries=)).
     queries: dict[str, dict[float, Samples]] = dataclasses.field(default_factory=dict)
+    # promtool runs the job was evaluated in (trainprof.replay.chunks), and when one, why.
+    chunks: int = 1
+    one_pass: str = ""
+    # Seconds after t0 where each chunk's own part starts, and the warm-up before it.
+    chunk_starts: tuple[float, ...] = (0.0,)
+    warmup: float = 0.0
 
     @property
     def config(self) -> RulesConfig:
@@ -382,6 +388,7 @@ def replay(
     query_points: int = 200,
     sources: tuple[str, ...] | None = None,
     collect_interval: float | None = None,
+    chunk_instants: int = chunks.CHUNK_INSTANTS,
 ) -> ReplayResult:
     """Replay `source` through the compiled rules. `queries`, given the compiled rules, the
     job's name and the seconds replayed, names extra PromQL to evaluate
@@ -390,7 +397,8 @@ def replay(
     `sources` (default: the configuration's `source`) names the exporters the rules read:
     for dcgm and node_exporter their series are synthesised from the timeline
     (trainprof.replay.exporters), dcgm-exporter collecting every `collect_interval`
-    (default: every scrape), and the rules are compiled for them."""
+    (default: every scrape), and the rules are compiled for them. `chunk_instants`: the
+    scrape instants each promtool run answers for (trainprof.replay.chunks)."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
         timeline.datapoint_interval = datapoint_interval
@@ -414,6 +422,36 @@ def replay(
     grid = BottleneckGrid.default().including(
         cpu=needed["cpu_bottleneck"], io=needed["io_bottleneck"]
     )
+    count = instants(timeline, config.scrape_interval)
+    end = (count - 1) * config.scrape_interval
+    evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
+    times = _query_times(end, config.scrape_interval, query_points)
+    # A rule's extreme over the job, for people: a few dozen points suffice and each
+    # point is one more query for promtool.
+    status_times = _query_times(end, config.scrape_interval, STATUS_POINTS)
+    asked = {
+        name: (expr, status_times if over_time else [end])
+        for name, (expr, over_time) in _status_queries(
+            compiled, timeline.training_job, end, STATUS_POINTS
+        ).items()
+    }
+    if queries is not None:
+        asked.update(
+            {
+                name: (q.expr, times if q.over_time else [end])
+                for name, q in queries(compiled, timeline.training_job, end).items()
+            }
+        )
+    # Only with an adapter source: trainprof's own replay stays as it was.
+    slow = SlowAlerts(compiled.groups if exporters else [], evaluation)
+    if slow:
+        asked[ACTIVE] = ("ALERTS", slow.times(end))
+    # A long job goes through promtool in time chunks (trainprof.replay.chunks); a short
+    # one, or one whose rules read back further than a chunk, in one pass.
+    plan, need, one_pass = chunks.plan(
+        compiled.groups, asked, count, config.scrape_interval, evaluation, chunk_instants
+    )
+    store = chunks.ChunkedStore(plan, count, need, spill_dir=workdir) if plan is not None else None
     scraped = scrape(
         timeline,
         config.scrape_interval,
@@ -422,42 +460,33 @@ def replay(
         stddevs=needed["step_outlier_stddevs"],
         workdir=workdir,
         exporters=exporters,
+        store=store,
     )
-    evaluation = min(_seconds(g["interval"]) for g in compiled.groups)
-    times = _query_times(scraped.end, config.scrape_interval, query_points)
-    # A rule's extreme over the job, for people: a few dozen points suffice and each
-    # point is one more query for promtool.
-    status_times = _query_times(scraped.end, config.scrape_interval, STATUS_POINTS)
-    asked = {
-        name: (expr, status_times if over_time else [scraped.end])
-        for name, (expr, over_time) in _status_queries(
-            compiled, timeline.training_job, scraped.end, STATUS_POINTS
-        ).items()
-    }
-    if queries is not None:
-        asked.update(
-            {
-                name: (q.expr, times if q.over_time else [scraped.end])
-                for name, q in queries(compiled, timeline.training_job, scraped.end).items()
-            }
-        )
-    # Only with an adapter source: trainprof's own replay stays as it was.
-    slow = SlowAlerts(compiled.groups if exporters else [], evaluation)
-    if slow:
-        asked[ACTIVE] = ("ALERTS", slow.times(scraped.end))
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        run = run_rules(
-            compiled.groups,
-            scraped.series,
-            config.scrape_interval,
-            evaluation,
-            scraped.end,
-            Path(tmp),
-            promtool,
-            queries=asked,
-            # trainprof.sources' recordings are read by the later groups: first, always.
-            ordered=exporters is not None,
-        )
+        if store is not None:
+            run = chunks.run_chunked(
+                store,
+                compiled.groups,
+                config.scrape_interval,
+                evaluation,
+                Path(tmp),
+                promtool,
+                asked,
+                ordered=exporters is not None,
+            )
+        else:
+            run = run_rules(
+                compiled.groups,
+                scraped.series,
+                config.scrape_interval,
+                evaluation,
+                scraped.end,
+                Path(tmp),
+                promtool,
+                queries=asked,
+                # trainprof.sources' recordings are read by the later groups: first, always.
+                ordered=exporters is not None,
+            )
     scraped.series.close()
     firing = run.firing
     if slow:
@@ -523,6 +552,12 @@ def replay(
         training_job=timeline.training_job,
         compiled=compiled,
         collect_interval=exporters.collect_interval if exporters else None,
+        chunks=len(plan.windows) if plan is not None else 1,
+        one_pass=one_pass,
+        chunk_starts=tuple(w.own_lo * config.scrape_interval for w in plan.windows)
+        if plan is not None
+        else (0.0,),
+        warmup=plan.overlap * config.scrape_interval if plan is not None else 0.0,
         queries={
             name: {scraped.start + t: samples for t, samples in by_time.items()}
             for name, by_time in run.queries.items()

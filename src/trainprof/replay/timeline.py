@@ -137,16 +137,16 @@ def scrape(
     workdir: str | None = None,
     stream=None,
     exporters: Exporters | None = None,
+    store: SeriesStore | None = None,
 ) -> Scraped:
     """Every series at every scrape instant, in time linear in the samples and steps times
     the instants. Series named in `relative` hold Unix times and are made relative to t0,
     as promtool's clock starts at 0. `exporters`: dcgm-exporter's and node_exporter's series
-    too (or instead of trainprof's exporter), and the ranks' GPU assignment they join on."""
-    if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
-        raise ValueError("the timeline holds no samples and no steps")
+    too (or instead of trainprof's exporter), and the ranks' GPU assignment they join on.
+    `store`: where the series go (default: a SeriesStore of the whole job)."""
     t0 = timeline.start
-    count = int(math.ceil((timeline.last - t0) / scrape_interval)) + 1
-    store = SeriesStore(count, spill_dir=workdir)
+    count = instants(timeline, scrape_interval)
+    store = SeriesStore(count, spill_dir=workdir) if store is None else store
     shifted = frozenset(relative)
     total = (
         sum(len(s) for s in timeline.hosts.values()) + len(timeline.steps) + len(timeline.phases)
@@ -183,6 +183,13 @@ def scrape(
     _scrape_ranks(timeline, count, scrape_interval, t0, tuple(stddevs), store, shifted, bar, gpus)
     bar.close()
     return Scraped(store, t0, (count - 1) * scrape_interval, count)
+
+
+def instants(timeline: Timeline, scrape_interval: float) -> int:
+    """The scrape instants t0, t0 + scrape_interval, ... up to the timeline's last sample."""
+    if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
+        raise ValueError("the timeline holds no samples and no steps")
+    return int(math.ceil((timeline.last - timeline.start) / scrape_interval)) + 1
 
 
 def _put(store: SeriesStore, k: int, samples, target, shifted: frozenset, t0: float) -> None:

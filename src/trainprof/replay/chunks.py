@@ -1,0 +1,363 @@
+"""Replay of a long job in time chunks, so promtool's memory is bounded by the series count.
+
+promtool's unit-test engine holds every sample it is given: a 4 h job scraped every second
+took 879 MB. Here the job is cut into chunks of `CHUNK_INSTANTS` scrapes, each evaluated
+by its own promtool run over its own part plus a warm-up before it long enough that every
+rule's state at the part's start is the one a single pass has (trainprof.replay.reach
+derives each input metric's warm-up from the compiled PromQL). A chunk answers only for its
+own part: the firing alerts and query results there are stitched into what one promtool
+run over the whole job reports, value for value.
+
+    >>> plan = Plan.of(count=1001, scrape=1.0, evaluation=60.0, overlap=300.0, own=300)
+    >>> [(w.lo, w.own_lo, w.hi) for w in plan.windows]
+    [(0, 0, 300), (0, 300, 600), (300, 600, 1000)]
+
+Each chunk's clock starts at its warm-up's start (promtool's starts at 0), so `time()` in
+its rules and queries reads `(time() + W)`, W its start in the job: integer seconds, exact.
+The samples promtool sees are the ones the single pass's input expands to (its `a+bxn`
+runs add b again and again), so a chunk begins a run where the single pass is mid-run with
+the very value promtool would have reached there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import re
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from trainprof.promtool import RuleRun, run_rules
+from trainprof.replay import reach
+from trainprof.replay.series_store import SeriesStore, _num, _Run
+
+# Scrape instants a chunk answers for (its warm-up comes on top): 1 h at a 1 s scrape.
+CHUNK_INSTANTS = 3600
+# A chunk's own part is at least this many times its warm-up, so the warm-ups, evaluated
+# twice, add little to promtool's work.
+OWN_PER_OVERLAP = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """Scrape instants lo..hi of one chunk, answering for own_lo < k <= hi (k >= 0 for the
+    first)."""
+
+    lo: int
+    own_lo: int
+    hi: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    windows: tuple[Window, ...]
+    own: int  # instants each chunk answers for (the last: up to twice)
+    overlap: int  # instants of warm-up
+    scrape: float
+
+    @classmethod
+    def of(cls, count: int, scrape: float, evaluation: float, overlap: float, own: int) -> Plan:
+        """Windows over instants 0..count-1, each own part `own` instants (a multiple of
+        the evaluation) and a warm-up of `overlap` seconds rounded up to evaluations."""
+        per_eval = max(1, round(evaluation / scrape))
+        warm = math.ceil(overlap / evaluation - 1e-9) * per_eval
+        own = max(own, OWN_PER_OVERLAP * warm)
+        own = math.ceil(own / per_eval) * per_eval
+        last = count - 1
+        windows = []
+        own_lo = 0
+        while True:
+            hi = own_lo + own
+            if hi + own // 2 >= last:  # no short last chunk: the last takes the rest
+                hi = last
+            windows.append(Window(max(0, own_lo - warm), own_lo, hi))
+            if hi >= last:
+                break
+            own_lo = hi
+        return cls(tuple(windows), own, warm, scrape)
+
+    def window_of(self, k: int) -> int:
+        """The chunk answering for instant k."""
+        return min(max(0, (k - 1) // self.own), len(self.windows) - 1)
+
+
+def plan(
+    groups: Sequence[Mapping],
+    queries: Mapping[str, tuple[str, Sequence[float]]],
+    count: int,
+    scrape: float,
+    evaluation: float,
+    chunk_instants: int = CHUNK_INSTANTS,
+) -> tuple[Plan | None, dict[str | None, float], str]:
+    """The chunks to replay `count` instants in (None: one pass, as before), each input
+    metric's warm-up, and why one pass when it is."""
+    exprs = [r["expr"] for g in groups for r in g["rules"]] + [e for e, _ in queries.values()]
+    if count - 1 <= chunk_instants + chunk_instants // 2:
+        return None, {}, "short enough for one chunk"
+    if not (_whole(scrape) and _whole(evaluation)) or evaluation % scrape:
+        return None, {}, "scrape or evaluation interval not whole seconds apart"
+    if any(_TIMESTAMP.search(e) for e in exprs):
+        return None, {}, "an expression reads timestamp()"
+    steps = reach.subquery_steps(exprs)
+    if any(not _whole(s) or evaluation % s for s in steps):
+        return None, {}, "a subquery step the evaluation grid does not keep"
+    need = reach.warmups(groups, [e for e, _ in queries.values()], evaluation, 0.0)
+    overlap = max(need.values(), default=0.0)
+    if not math.isfinite(overlap):
+        return None, need, "an expression reads further back than replay can bound"
+    chunked = Plan.of(count, scrape, evaluation, overlap, chunk_instants)
+    if len(chunked.windows) < 2:
+        return None, need, f"the rules read {overlap:g}s back: more than a chunk"
+    return chunked, need, ""
+
+
+_TIMESTAMP = re.compile(r"\btimestamp\s*\(")
+_TIME = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|\btime\(\s*\)')
+
+
+def _whole(seconds: float) -> bool:
+    return float(seconds).is_integer() and seconds > 0
+
+
+def shifted(expr: str, start: float) -> str:
+    """`expr` with `time()` as the job's clock when promtool's starts `start` s into it.
+
+    >>> shifted('time() - x{a="time()"}', 600)
+    '(time() + 600) - x{a="time()"}'
+    """
+    if not start:
+        return expr
+    return _TIME.sub(
+        lambda m: m.group(0) if m.group(0)[0] in "\"'" else f"(time() + {_num(start)})", expr
+    )
+
+
+class _Window:
+    """A series' text in one chunk: its tokens (and spilled pieces), and the chunk's next
+    instant (numbered from the chunk's start) they reach."""
+
+    __slots__ = ("tokens", "chunks", "next")
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self.chunks: list[tuple[int, int]] = []
+        self.next = 0
+
+
+def _token(start: float, step: float | None, n: int) -> str:
+    if n == 0 or step is None:
+        return _num(start)
+    if step == 0:
+        return f"{_num(start)}x{n}"
+    return f"{_num(start)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{n}"
+
+
+class ChunkedStore(SeriesStore):
+    """A SeriesStore that gives each chunk its own series text: `window_items(c)` is chunk
+    c's input for promtool, instants numbered from its window's start.
+
+    It runs the single pass's encoding (SeriesStore.put) and cuts its runs where a chunk
+    starts or ends, a cut run going on from the value promtool's expansion has reached
+    there; each piece goes to every chunk holding its instants (a series from its metric's
+    warm-up on). Memory: the open run per series plus the text up to the spill budget."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        count: int,
+        need: Mapping[str | None, float],
+        spill_dir: str | None = None,
+        budget: int | None = None,
+    ):
+        super().__init__(count, spill_dir=spill_dir, **({"budget": budget} if budget else {}))
+        self.plan = plan
+        self._need = need
+        self._acc: list[float] = []  # the value promtool expands the open run to, now
+        self._cut: list[int] = []  # the next instant the series' run is cut at
+        self._schedule: list[tuple[list[int], list[tuple[int, ...]]]] = []
+        self._schedules: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
+        self._windows: list[list[_Window | None]] = []
+        self._closed = False
+
+    def _schedule_for(self, back: int) -> tuple[list[int], list[tuple[int, ...]]]:
+        """(cut instants, the chunks holding each piece between them) of a series whose
+        metric needs `back` instants of warm-up."""
+        found = self._schedules.get(back)
+        if found is None:
+            windows = self.plan.windows
+            held = [0] + [max(w.lo, w.own_lo - back) for w in windows[1:]]
+            cuts = sorted({h for h in held[1:]} | {w.hi + 1 for w in windows[:-1]} - {0})
+            pieces = []
+            for start in [0, *cuts]:
+                pieces.append(tuple(c for c, w in enumerate(windows) if held[c] <= start <= w.hi))
+            found = self._schedules[back] = (cuts, pieces)
+        return found
+
+    def id_of(self, name: str, labels: dict[str, str]) -> int:
+        found = super().id_of(name, labels)
+        if found == len(self._acc):
+            back = max(self._need.get(name, 0.0), self._need.get(None, 0.0))
+            schedule = self._schedule_for(math.ceil(back / self.plan.scrape - 1e-9))
+            self._schedule.append(schedule)
+            self._cut.append(schedule[0][0] if schedule[0] else self.count)
+            self._acc.append(0.0)
+            self._windows.append([None] * len(self.plan.windows))
+        return found
+
+    def put(self, series: int, k: int, value: float) -> None:
+        run = self._runs[series]
+        following = run.next
+        if k < following:
+            raise ValueError(f"instant {k} of {self._texts[series]} after {following - 1}")
+        # SeriesStore.put's runs, and the value promtool's expansion of them reaches.
+        if run.start is not None:
+            if k > following:
+                self._emit(series, run, following - 1)
+            else:
+                d = value - run.last
+                if run.step is None:
+                    run.step, run.n = d, 1
+                    self._acc[series] += d
+                elif d == run.step:
+                    run.n += 1
+                    self._acc[series] += d
+                else:
+                    self._emit(series, run, following - 1)
+        if run.start is None:
+            run.start, run.step, run.n = value, None, 0
+            self._acc[series] = value
+        run.last = value
+        run.next = k + 1
+        if k >= self._cut[series]:
+            self._cut_at(series, run, k)
+        if self._bytes > self._budget:
+            self._spill_windows()
+
+    def _cut_at(self, series: int, run: _Run, k: int) -> None:
+        if run.n:
+            # The run so far, up to k - 1; it goes on from promtool's value at k.
+            run.n -= 1
+            self._emit(series, run, k - 1)
+            run.start, run.n = self._acc[series], 0
+        cuts = self._schedule[series][0]
+        self._cut[series] = next((c for c in cuts if c > k), self.count)
+
+    def _emit(self, series: int, run: _Run, last: int) -> None:
+        """Close the open run, which ends at instant `last`, into the chunks holding it."""
+        assert run.start is not None
+        first = last - run.n
+        token = _token(run.start, run.step, run.n)
+        run.start = None
+        cuts, pieces = self._schedule[series]
+        windows = self._windows[series]
+        plan = self.plan.windows
+        for c in pieces[bisect.bisect_right(cuts, first)]:
+            window = windows[c]
+            if window is None:
+                window = windows[c] = _Window()
+            lo = plan[c].lo
+            missing = first - lo - window.next
+            if missing > 0:
+                gap = "_" if missing == 1 else f"_x{missing}"
+                window.tokens.append(gap)
+                self._bytes += len(gap) + 1
+            window.tokens.append(token)
+            window.next = last - lo + 1
+            self._bytes += len(token) + 1
+
+    def _spill_windows(self) -> None:
+        if self._spill is None:
+            self._spill = tempfile.TemporaryFile(mode="w+b", dir=self._spill_dir)
+        spill = self._spill
+        for windows in self._windows:
+            for window in windows:
+                if window is not None and window.tokens:
+                    data = (" ".join(window.tokens) + " ").encode()
+                    offset = spill.seek(0, 2)
+                    spill.write(data)
+                    window.chunks.append((offset, len(data)))
+                    window.tokens = []
+        self._bytes = 0
+
+    def window_items(self, c: int) -> Iterator[tuple[str, str]]:
+        """Chunk c's series (those with a value in it) in promtool's notation."""
+        if not self._closed:
+            for series, run in enumerate(self._runs):
+                if run.start is not None:
+                    self._emit(series, run, run.next - 1)
+            self._closed = True
+        w = self.plan.windows[c]
+        count = w.hi - w.lo + 1
+        for text, windows in zip(self._texts, self._windows):
+            window = windows[c]
+            if window is None:
+                continue
+            if window.next < count:
+                missing = count - window.next
+                window.tokens.append("_" if missing == 1 else f"_x{missing}")
+            parts = []
+            for offset, length in window.chunks:
+                assert self._spill is not None
+                self._spill.seek(offset)
+                parts.append(self._spill.read(length).decode())
+            yield text, "".join(parts) + " ".join(window.tokens)
+            windows[c] = None  # the chunk is done with: its text goes
+
+
+class _Items:
+    def __init__(self, store: ChunkedStore, c: int):
+        self.store, self.c = store, c
+
+    def items(self) -> Iterator[tuple[str, str]]:
+        return self.store.window_items(self.c)
+
+
+def run_chunked(
+    store: ChunkedStore,
+    groups: list[dict],
+    scrape: float,
+    evaluation: float,
+    workdir: Path,
+    promtool: str | None,
+    queries: Mapping[str, tuple[str, Sequence[float]]],
+    ordered: bool,
+) -> RuleRun:
+    """What `run_rules` over the whole job reports, from one promtool run per chunk."""
+    plan = store.plan
+    firing: dict[float, list[dict[str, str]]] = {}
+    answers: dict[str, dict[float, list]] = {}
+    last = len(plan.windows) - 1
+    for c, w in enumerate(plan.windows):
+        start = w.lo * scrape
+        own_from = w.own_lo * scrape if c else -1.0
+        own_to = w.hi * scrape if c < last else math.inf
+        local_queries = {}
+        for name, (expr, times) in queries.items():
+            mine = [t - start for t in times if own_from < t <= own_to + 1e-9]
+            if mine:
+                local_queries[name] = (shifted(expr, start), mine)
+        local_groups = [
+            {**g, "rules": [{**r, "expr": shifted(r["expr"], start)} for r in g["rules"]]}
+            for g in groups
+        ]
+        run = run_rules(
+            local_groups,
+            _Items(store, c),
+            scrape,
+            evaluation,
+            (w.hi - w.lo) * scrape,
+            workdir,
+            promtool,
+            queries=local_queries,
+            ordered=ordered,
+            alerts_from=max(own_from - start, 0.0) + evaluation,
+        )
+        for t, alerts in run.firing.items():
+            firing[t + start] = alerts
+        for name, by_time in run.queries.items():
+            mine = answers.setdefault(name, {})
+            for t, samples in by_time.items():
+                mine[t + start] = samples
+    return RuleRun(firing, answers)
