@@ -56,7 +56,7 @@ def test_every_chunk_holds_the_values_the_single_pass_expands_to():
     for i in range(30):
         values: list[float | None] = []
         v = rng.choice([0.0, 0.3, 1e6])
-        for _ in range(count):
+        for k in range(count):
             kind = rng.random()
             if kind < 0.05:
                 values.append(None)
@@ -64,7 +64,7 @@ def test_every_chunk_holds_the_values_the_single_pass_expands_to():
             if kind < 0.1:
                 v = rng.random()
             else:
-                v = v + 0.1 if i % 2 else v
+                v = k * 0.1 if i % 2 else v  # steps of 0.1 give or take a last bit
             values.append(v)
         sequences[f"s{i}"] = values
     single = SeriesStore(count)
