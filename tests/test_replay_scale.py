@@ -7,6 +7,8 @@ import io
 import math
 import random
 
+import pytest
+
 from trainprof.promtool import encode, series_text
 from trainprof.replay import load_timeline, replay
 from trainprof.replay.series_store import SeriesStore
@@ -140,12 +142,14 @@ def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path, monkeypatch):
     assert piped.getvalue() == ""
 
 
-def test_compact_samples_give_back_what_sagemaker_output_holds(tmp_path):
-    """Replay holds SageMaker samples as arrays; each reads back as the sample it was."""
+@pytest.mark.parametrize("budget", [10**9, 1])  # in memory; in the file from the first
+def test_compact_samples_give_back_what_sagemaker_output_holds(tmp_path, budget):
+    """Replay holds SageMaker samples packed, in memory and past a budget in a temporary
+    file; each reads back as the sample it was."""
     from trainprof.replay.compact import CompactSamples
     from trainprof.sampling import GpuSample, HostSample
 
-    samples = CompactSamples()
+    samples = CompactSamples(budget)
     original = [
         HostSample(
             START + k,
@@ -168,3 +172,18 @@ def test_compact_samples_give_back_what_sagemaker_output_holds(tmp_path):
         list(ordered.select(START + 1, START + 2))
         == sorted(original, key=lambda s: s.timestamp)[1:]
     )
+
+
+def test_compact_samples_past_the_budget_keep_the_gpus_of_the_samples_kept():
+    from trainprof.replay.compact import CompactSamples
+    from trainprof.sampling import GpuSample, HostSample
+
+    samples = CompactSamples(budget=1)
+    for k in range(5):
+        samples.append(
+            HostSample(START + k, cpu_utilization=[0.5], gpus=[GpuSample(k, f"gpu{k}", 0.9)])
+        )
+    assert samples.gpu_indices() == {0, 1, 2, 3, 4}
+    kept = samples.select(START + 1, START + 2)
+    assert kept.gpu_indices() == {1, 2} and [s.gpus[0].index for s in kept] == [1, 2]
+    assert samples[-1].timestamp == START + 4

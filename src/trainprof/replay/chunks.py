@@ -17,6 +17,14 @@ its rules and queries reads `(time() + W)`, W its start in the job: integer seco
 The samples promtool sees are the ones the single pass's input expands to (its `a+bxn`
 runs add b again and again), so a chunk begins a run where the single pass is mid-run with
 the very value promtool would have reached there.
+
+What a chunk cannot reproduce is the order promtool first wrote a recording's series in,
+which decides the order `sum` adds them in: a query summing recorded series may differ
+from the single pass in its last bits (1e-16 relative); verdicts, firing times and the
+rounded measures replay reports are the same (tests/test_replay_chunks.py). A job whose
+rules read back further than a chunk (the adapter sources' "since the job started"
+bottleneck share, 2h30m at a 1 s scrape and 37.5 h at 15 s; their datapoint count over
+the whole job) is evaluated in one pass, as before: `ReplayResult.one_pass` says why.
 """
 
 from __future__ import annotations
@@ -35,8 +43,7 @@ from trainprof.replay.series_store import SeriesStore, _num, _Run
 
 # Scrape instants a chunk answers for (its warm-up comes on top): 1 h at a 1 s scrape.
 CHUNK_INSTANTS = 3600
-# A chunk's own part is at least this many times its warm-up, so the warm-ups, evaluated
-# twice, add little to promtool's work.
+# A chunk's own part is at least its warm-up: an instant is in at most two chunks' input.
 OWN_PER_OVERLAP = 1
 
 
@@ -357,7 +364,7 @@ def run_chunked(
         for t, alerts in run.firing.items():
             firing[t + start] = alerts
         for name, by_time in run.queries.items():
-            mine = answers.setdefault(name, {})
+            answered = answers.setdefault(name, {})
             for t, samples in by_time.items():
-                mine[t + start] = samples
+                answered[t + start] = samples
     return RuleRun(firing, answers)

@@ -1,9 +1,12 @@
-"""Host samples held compactly while replay works through them.
+"""Host samples held compactly while replay works through them, in memory bounded by a
+budget whatever the job's length.
 
 A SageMaker sample of a 16-core, 8-GPU host is 16 + 16 + 16 numbers; as `HostSample` and
-`GpuSample` objects it takes about 6 KB, as arrays of doubles about 0.7 KB. Replay keeps
-every sample of a job until it has scraped it, so `CompactSamples` holds them as arrays and
-builds each `HostSample` only when the scrape observes it.
+`GpuSample` objects it takes about 6 KB, packed as doubles about 0.4 KB. Replay keeps
+every sample of a job until it has scraped it, so `CompactSamples` packs each into bytes,
+moves them to a temporary file past `BUDGET` (about 11 MB per job-hour of a 2-node,
+16-GPU job stayed in memory before), and builds each `HostSample` only when the scrape
+reads it. What stays in memory per sample is its time and where its bytes are (16 bytes).
 
     >>> samples = CompactSamples()
     >>> samples.append(HostSample(1.0, cpu_utilization=[0.5], gpus=[GpuSample(0, "gpu0", 0.9)]))
@@ -14,54 +17,123 @@ builds each `HostSample` only when the scrape observes it.
 from __future__ import annotations
 
 import array
+import struct
+import tempfile
 from collections.abc import Iterator, Sequence
+from typing import IO
 
 from trainprof.sampling import GpuSample, HostSample
 
 _NONE = float("nan")  # a missing value inside an array of doubles
+# Packed samples kept in memory before they move to the temporary file.
+BUDGET = 4 * 1024 * 1024
+_HEADER = struct.Struct("<IIId")  # cores (busy), cores (iowait), GPUs, memory ratio
 
 
-def _pack(values) -> array.array:
-    return array.array("d", (_NONE if v is None else v for v in values))
+def _pack(values) -> bytes:
+    return array.array("d", (_NONE if v is None else v for v in values)).tobytes()
 
 
 def _unpack(value: float) -> float | None:
     return None if value != value else value
 
 
+def _doubles(data: bytes, start: int, n: int) -> tuple[array.array, int]:
+    out = array.array("d")
+    out.frombytes(data[start : start + 8 * n])
+    return out, start + 8 * n
+
+
 class CompactSamples(Sequence[HostSample]):
     """HostSamples with only timestamp, per-core busy and I/O wait, memory ratio and per-GPU
-    utilization and memory ratio (what SageMaker's system metrics hold), as arrays."""
+    utilization and memory ratio (what SageMaker's system metrics hold), packed."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = BUDGET) -> None:
         self.times = array.array("d")
-        self._rows: list[tuple] = []
+        self._offsets = array.array("q")  # where each sample's bytes start
+        self._pending = bytearray()  # bytes not yet in the file
+        self._flushed = 0  # bytes in the file
+        self._file: IO[bytes] | None = None
+        self._budget = budget
+        self._gpus: set[int] = set()
 
     def append(self, sample: HostSample) -> None:
-        self.times.append(sample.timestamp)
-        self._rows.append(
+        indices = [g.index for g in sample.gpus]
+        self._gpus.update(indices)
+        memory = sample.memory_used_ratio
+        data = b"".join(
             (
+                _HEADER.pack(
+                    len(sample.cpu_utilization),
+                    len(sample.cpu_iowait),
+                    len(indices),
+                    _NONE if memory is None else memory,
+                ),
                 _pack(sample.cpu_utilization),
                 _pack(sample.cpu_iowait),
-                sample.memory_used_ratio,
-                array.array("i", (g.index for g in sample.gpus)),
+                array.array("i", indices).tobytes(),
                 _pack(g.utilization for g in sample.gpus),
                 _pack(g.memory_used_ratio for g in sample.gpus),
             )
         )
+        self._append_bytes(sample.timestamp, data)
+
+    def _append_bytes(self, t: float, data: bytes) -> None:
+        self.times.append(t)
+        self._offsets.append(self._flushed + len(self._pending))
+        self._pending += data
+        if len(self._pending) > self._budget:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(mode="w+b")
+            self._file.seek(0, 2)
+            self._file.write(self._pending)
+            self._flushed += len(self._pending)
+            self._pending = bytearray()
+
+    def _bytes(self, i: int) -> bytes:
+        start = self._offsets[i]
+        end = (
+            self._offsets[i + 1]
+            if i + 1 < len(self._offsets)
+            else self._flushed + len(self._pending)
+        )
+        if start >= self._flushed:
+            return bytes(self._pending[start - self._flushed : end - self._flushed])
+        assert self._file is not None  # bytes before `_flushed` are in the file
+        self._file.seek(start)
+        return self._file.read(end - start)
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self.times)
+
+    def close(self) -> None:
+        """Let the temporary file go (the samples already read stay readable no more)."""
+        if getattr(self, "_file", None) is not None:
+            self._file.close()  # type: ignore[union-attr]
+            self._file = None
+
+    def __del__(self) -> None:
+        self.close()
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        cpu, iowait, memory, indices, util, mem = self._rows[i]
+        if i < 0:
+            i += len(self)
+        data = self._bytes(i)
+        cores, waits, gpus, memory = _HEADER.unpack_from(data)
+        at = _HEADER.size
+        cpu, at = _doubles(data, at, cores)
+        iowait, at = _doubles(data, at, waits)
+        indices = _indices(data)
+        at += 4 * gpus
+        util, at = _doubles(data, at, gpus)
+        mem, at = _doubles(data, at, gpus)
         return HostSample(
             self.times[i],
             cpu_utilization=list(cpu),
             cpu_iowait=list(iowait),
-            memory_used_ratio=memory,
+            memory_used_ratio=_unpack(memory),
             gpus=[
                 GpuSample(index, f"gpu{index}", _unpack(u), _unpack(m))
                 for index, u, m in zip(indices, util, mem)
@@ -72,25 +144,37 @@ class CompactSamples(Sequence[HostSample]):
         for i in range(len(self)):
             yield self[i]
 
+    def _copy(self, order: Sequence[int]) -> CompactSamples:
+        out = CompactSamples(self._budget)
+        out._gpus = set(self._gpus)
+        for i in order:
+            out._append_bytes(self.times[i], self._bytes(i))
+        return out
+
     def in_time_order(self) -> CompactSamples:
         """These samples sorted by time (themselves when they already are)."""
         times = self.times
         if all(times[i] <= times[i + 1] for i in range(len(times) - 1)):
             return self
-        out = CompactSamples()
-        for i in sorted(range(len(times)), key=times.__getitem__):
-            out.times.append(times[i])
-            out._rows.append(self._rows[i])
-        return out
+        return self._copy(sorted(range(len(times)), key=times.__getitem__))
 
     def gpu_indices(self) -> set[int]:
-        return {i for row in self._rows for i in row[3]}
+        return set(self._gpus)
 
     def select(self, first: float, last: float) -> CompactSamples:
         """The samples from `first` to `last` (inclusive)."""
-        out = CompactSamples()
-        for t, row in zip(self.times, self._rows):
-            if first <= t <= last:
-                out.times.append(t)
-                out._rows.append(row)
+        kept = [i for i, t in enumerate(self.times) if first <= t <= last]
+        if len(kept) == len(self):
+            return self
+        out = self._copy(kept)
+        out._gpus = {g for i in kept for g in _indices(self._bytes(i))}
         return out
+
+
+def _indices(data: bytes) -> array.array:
+    """The GPU indices of one packed sample."""
+    cores, waits, gpus, _ = _HEADER.unpack_from(data)
+    at = _HEADER.size + 8 * (cores + waits)
+    out = array.array("i")
+    out.frombytes(data[at : at + 4 * gpus])
+    return out

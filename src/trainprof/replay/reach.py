@@ -223,7 +223,9 @@ def warmups(
                 # The rule manager writes its series at every evaluation, and a stale
                 # marker when one ends: an instant selector finds them written now, or
                 # at the evaluation before when their rule comes later.
-                places = [p for _, _, p in alerts] if is_alerts else [p for _, p in records[name]]
+                places = (
+                    [p for _, _, p in alerts] if is_alerts else [p for _, p in records[name or ""]]
+                )
                 back += (0.0 if written_before(places, at) else evaluation) - LOOKBACK
             total = before + back + slack
             if is_alerts:
