@@ -31,7 +31,7 @@ from trainprof.durations import parse_duration
 t = time.perf_counter()
 sources = tuple(sys.argv[3].split(",")) if sys.argv[3] else None
 collect = parse_duration(sys.argv[4]) if sys.argv[4] else None
-chunk = int(sys.argv[5]) or 10**9
+chunk = int(sys.argv[5])
 result = replay(sys.argv[1], None, scrape_interval=parse_duration(sys.argv[2]),
                 sources=sources, collect_interval=collect, chunk_instants=chunk)
 wall = time.perf_counter() - t

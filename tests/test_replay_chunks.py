@@ -21,8 +21,8 @@ from trainprof.replay.series_store import SeriesStore
 from trainprof.replay.synthetic import write_system
 
 START = 1_700_000_000
-ONE_PASS = 10**9
-CHUNK = 160  # scrapes: 40 min at 15 s
+ONE_PASS = 0  # chunks turned off
+CHUNK = 152  # scrapes: 38 min at 15 s
 
 
 def _expand(text: str) -> list[float | None]:
@@ -142,10 +142,10 @@ def _as_text(result) -> str:
 
 @pytest.fixture(scope="module")
 def long_job(tmp_path_factory):
-    """2.5 h, two nodes: algo-1's GPUs idle from 4300 s to 5600 s, algo-2's from 6000 s
-    on. In chunks of 40 min (CHUNK, from 2400 s, 4800 s, 7200 s), algo-1's alert is
-    pending across 4800 s and fires after it, algo-2's fires in the warm-up of the chunk
-    from 7200 s."""
+    """2.5 h, two nodes: algo-1's GPUs idle from 4060 s to 5400 s, algo-2's from 5900 s
+    on. In chunks of 38 min (CHUNK, from 2280 s, 4560 s, 6840 s), algo-1's alert is
+    pending across 4560 s and fires after it, algo-2's fires in the warm-up of the chunk
+    from 6840 s."""
     out = str(tmp_path_factory.mktemp("long") / "job")
     _job(
         out,
@@ -156,14 +156,14 @@ def long_job(tmp_path_factory):
                 "gpus": 2,
                 "timeline": [
                     {"gpu_util": 0.9, "cpu": 0.4},
-                    {"from": 4300, "gpu_util": 0.05},
-                    {"from": 5600, "gpu_util": 0.9},
+                    {"from": 4060, "gpu_util": 0.05},
+                    {"from": 5400, "gpu_util": 0.9},
                 ],
             },
             "algo-2": {
                 "cores": 4,
                 "gpus": 2,
-                "timeline": [{"gpu_util": 0.9, "cpu": 0.4}, {"from": 6000, "gpu_util": 0.05}],
+                "timeline": [{"gpu_util": 0.9, "cpu": 0.4}, {"from": 5900, "gpu_util": 0.05}],
             },
         },
     )
@@ -193,16 +193,21 @@ def test_alerts_straddle_chunk_boundaries_and_fire_in_the_warm_up(long_job_runs)
     start and firing after it, and one firing inside the next chunk's warm-up."""
     _, chunked = long_job_runs
     starts, warm = chunked.chunk_starts[1:], chunked.warmup
-    assert starts == (2400, 4800, 7200), "the rules' warm-up outgrew CHUNK: lengthen it"
+    assert starts == (2280, 4560, 6840), "the rules' warm-up outgrew CHUNK: lengthen it"
     hold = 500  # LowGPUUtilization's for: 8m20s
     at = [a.fired_at - chunked.start for a in chunked.rules["LowGPUUtilization"].alerts]
     assert any(s < t <= s + hold for t in at for s in starts), (at, starts)
     assert any(s - warm < t < s for t in at for s in starts), (at, starts, warm)
 
 
-def test_a_job_short_enough_for_one_chunk_takes_one_promtool_run(long_job):
-    result = replay(long_job, None, scrape_interval=15)
+def test_a_job_short_enough_for_one_chunk_takes_one_promtool_run(tmp_path, long_job, long_job_runs):
+    out = str(tmp_path / "job")
+    _job(out, 2400, {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.05}]}})
+    result = replay(out, None, scrape_interval=15)
     assert result.chunks == 1 and result.one_pass == "short enough for one chunk"
+    # The 2.5 h job, by default: in chunks of four warm-ups (at 15 s, 2 h 8 min at most).
+    default = replay(long_job, None, scrape_interval=15)
+    assert default.chunks == 2 and _as_text(default) == _as_text(long_job_runs[0])
 
 
 def test_rules_reading_since_the_job_started_fall_back_to_one_pass(tmp_path):
@@ -218,13 +223,14 @@ def test_rules_reading_since_the_job_started_fall_back_to_one_pass(tmp_path):
     kw = dict(scrape_interval=15, sources=("dcgm", "node_exporter"))
     small = replay(out, None, chunk_instants=1, **kw)
     assert small.chunks == 1 and "the rules read" in small.one_pass, small.one_pass
+    assert "more than the job" in small.one_pass
     assert _as_text(small) == _as_text(replay(out, None, chunk_instants=ONE_PASS, **kw))
 
 
 def test_the_chunked_store_bounds_each_window():
     plan = Plan.of(count=10_001, scrape=1.0, evaluation=60.0, overlap=600.0, own=1200)
     sizes = {w.hi - w.lo for w in plan.windows}
-    assert max(sizes) <= 1200 + 600 + 600 + 60
+    assert max(sizes) <= 1200 + 600  # a chunk's own part and its warm-up, at most
     assert plan.windows[-1].hi == 10_000
     assert math.isclose(plan.overlap, 600)
 

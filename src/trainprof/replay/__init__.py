@@ -398,7 +398,7 @@ def replay(
     for dcgm and node_exporter their series are synthesised from the timeline
     (trainprof.replay.exporters), dcgm-exporter collecting every `collect_interval`
     (default: every scrape), and the rules are compiled for them. `chunk_instants`: the
-    scrape instants each promtool run answers for (trainprof.replay.chunks)."""
+    scrape instants each promtool run answers for at most (trainprof.replay.chunks)."""
     timeline, notes = load_timeline(source, fmt, training_job)
     if datapoint_interval is not None:
         timeline.datapoint_interval = datapoint_interval

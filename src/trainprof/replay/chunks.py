@@ -10,7 +10,7 @@ run over the whole job reports, value for value.
 
     >>> plan = Plan.of(count=1001, scrape=1.0, evaluation=60.0, overlap=300.0, own=300)
     >>> [(w.lo, w.own_lo, w.hi) for w in plan.windows]
-    [(0, 0, 300), (0, 300, 600), (300, 600, 1000)]
+    [(0, 0, 300), (0, 300, 600), (300, 600, 900), (600, 900, 1000)]
 
 Each chunk's clock starts at its warm-up's start (promtool's starts at 0), so `time()` in
 its rules and queries reads `(time() + W)`, W its start in the job: integer seconds, exact.
@@ -41,10 +41,18 @@ from trainprof.promtool import RuleRun, run_rules
 from trainprof.replay import reach
 from trainprof.replay.series_store import SeriesStore, _num, _Run
 
-# Scrape instants a chunk answers for (its warm-up comes on top): 1 h at a 1 s scrape.
-CHUNK_INSTANTS = 3600
-# A chunk's own part is at least its warm-up: an instant is in at most two chunks' input.
-OWN_PER_OVERLAP = 1
+# Encoded text a chunked store keeps in memory before it moves to the spill file: each
+# token is a Python string of its own, several times its length in memory.
+BUDGET = 8 * 1024 * 1024
+# Scrape instants a chunk answers for at most (its warm-up comes on top): 2 h at a 1 s
+# scrape. Shorter chunks bound promtool lower but evaluate the warm-ups more often: at
+# 3600, a 4 h job at 1 s took 8 % more CPU than in one pass; at 7200, none more.
+CHUNK_INSTANTS = 7200
+# A chunk's own part is at least its warm-up (an instant is in at most two chunks' input)
+# and, up to CHUNK_INSTANTS, this many times it: at a slow scrape (15 s) the warm-up is
+# few scrapes, so chunks are shorter than CHUNK_INSTANTS and promtool's memory stays near
+# its floor, while the warm-ups, evaluated twice, add a quarter at most to its work.
+OWN_PER_OVERLAP = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Window:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     windows: tuple[Window, ...]
-    own: int  # instants each chunk answers for (the last: up to twice)
+    own: int  # instants each chunk answers for (the last: up to as many)
     overlap: int  # instants of warm-up
     scrape: float
 
@@ -70,24 +78,17 @@ class Plan:
         the evaluation) and a warm-up of `overlap` seconds rounded up to evaluations."""
         per_eval = max(1, round(evaluation / scrape))
         warm = math.ceil(overlap / evaluation - 1e-9) * per_eval
-        own = max(own, OWN_PER_OVERLAP * warm)
-        own = math.ceil(own / per_eval) * per_eval
+        own = max(warm, min(own, OWN_PER_OVERLAP * warm), per_eval)
         last = count - 1
+        # As many chunks as that takes, all of a length (on the evaluation grid).
+        pieces = max(1, math.ceil(last / own))
+        own = math.ceil(last / pieces / per_eval) * per_eval
         windows = []
-        own_lo = 0
-        while True:
-            hi = own_lo + own
-            if hi + own // 2 >= last:  # no short last chunk: the last takes the rest
-                hi = last
-            windows.append(Window(max(0, own_lo - warm), own_lo, hi))
-            if hi >= last:
-                break
-            own_lo = hi
+        for own_lo in range(0, last, own):
+            windows.append(Window(max(0, own_lo - warm), own_lo, min(own_lo + own, last)))
+        if not windows:
+            windows.append(Window(0, 0, last))
         return cls(tuple(windows), own, warm, scrape)
-
-    def window_of(self, k: int) -> int:
-        """The chunk answering for instant k."""
-        return min(max(0, (k - 1) // self.own), len(self.windows) - 1)
 
 
 def plan(
@@ -99,9 +100,11 @@ def plan(
     chunk_instants: int = CHUNK_INSTANTS,
 ) -> tuple[Plan | None, dict[str | None, float], str]:
     """The chunks to replay `count` instants in (None: one pass, as before), each input
-    metric's warm-up, and why one pass when it is."""
+    metric's warm-up, and why one pass when it is. `chunk_instants` 0: one pass."""
+    if chunk_instants <= 0:
+        return None, {}, "chunks turned off"
     exprs = [r["expr"] for g in groups for r in g["rules"]] + [e for e, _ in queries.values()]
-    if count - 1 <= chunk_instants + chunk_instants // 2:
+    if count - 1 <= 2 * OWN_PER_OVERLAP:
         return None, {}, "short enough for one chunk"
     if not (_whole(scrape) and _whole(evaluation)) or evaluation % scrape:
         return None, {}, "scrape or evaluation interval not whole seconds apart"
@@ -116,7 +119,9 @@ def plan(
         return None, need, "an expression reads further back than replay can bound"
     chunked = Plan.of(count, scrape, evaluation, overlap, chunk_instants)
     if len(chunked.windows) < 2:
-        return None, need, f"the rules read {overlap:g}s back: more than a chunk"
+        if overlap < (count - 1) * scrape:
+            return None, need, "short enough for one chunk"
+        return None, need, f"the rules read {overlap:g}s back: more than the job"
     return chunked, need, ""
 
 
@@ -161,6 +166,18 @@ def _token(start: float, step: float | None, n: int) -> str:
     return f"{_num(start)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{n}"
 
 
+class _ChunkRun(_Run):
+    """SeriesStore's run of one series, with the value promtool's expansion of it has
+    reached (`acc`) and the next instant it is cut at (`cut`)."""
+
+    __slots__ = ("acc", "cut")
+
+    def __init__(self, cut: int) -> None:
+        super().__init__()
+        self.acc = 0.0
+        self.cut = cut
+
+
 class ChunkedStore(SeriesStore):
     """A SeriesStore that gives each chunk its own series text: `window_items(c)` is chunk
     c's input for promtool, instants numbered from its window's start.
@@ -176,13 +193,11 @@ class ChunkedStore(SeriesStore):
         count: int,
         need: Mapping[str | None, float],
         spill_dir: str | None = None,
-        budget: int | None = None,
+        budget: int = BUDGET,
     ):
-        super().__init__(count, spill_dir=spill_dir, **({"budget": budget} if budget else {}))
+        super().__init__(count, spill_dir=spill_dir, budget=budget)
         self.plan = plan
         self._need = need
-        self._acc: list[float] = []  # the value promtool expands the open run to, now
-        self._cut: list[int] = []  # the next instant the series' run is cut at
         self._schedule: list[tuple[list[int], list[tuple[int, ...]]]] = []
         self._schedules: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
         self._windows: list[list[_Window | None]] = []
@@ -204,17 +219,16 @@ class ChunkedStore(SeriesStore):
 
     def id_of(self, name: str, labels: dict[str, str]) -> int:
         found = super().id_of(name, labels)
-        if found == len(self._acc):
+        if found == len(self._schedule):
             back = max(self._need.get(name, 0.0), self._need.get(None, 0.0))
             schedule = self._schedule_for(math.ceil(back / self.plan.scrape - 1e-9))
             self._schedule.append(schedule)
-            self._cut.append(schedule[0][0] if schedule[0] else self.count)
-            self._acc.append(0.0)
+            self._runs[found] = _ChunkRun(schedule[0][0] if schedule[0] else self.count)
             self._windows.append([None] * len(self.plan.windows))
         return found
 
     def put(self, series: int, k: int, value: float) -> None:
-        run = self._runs[series]
+        run: _ChunkRun = self._runs[series]  # type: ignore[assignment]
         following = run.next
         if k < following:
             raise ValueError(f"instant {k} of {self._texts[series]} after {following - 1}")
@@ -226,30 +240,27 @@ class ChunkedStore(SeriesStore):
                 d = value - run.last
                 if run.step is None:
                     run.step, run.n = d, 1
-                    self._acc[series] += d
+                    run.acc += d
                 elif d == run.step:
                     run.n += 1
-                    self._acc[series] += d
+                    run.acc += d
                 else:
                     self._emit(series, run, following - 1)
         if run.start is None:
-            run.start, run.step, run.n = value, None, 0
-            self._acc[series] = value
+            run.start, run.step, run.n, run.acc = value, None, 0, value
         run.last = value
         run.next = k + 1
-        if k >= self._cut[series]:
+        if k >= run.cut:
             self._cut_at(series, run, k)
-        if self._bytes > self._budget:
-            self._spill_windows()
 
-    def _cut_at(self, series: int, run: _Run, k: int) -> None:
+    def _cut_at(self, series: int, run: _ChunkRun, k: int) -> None:
         if run.n:
             # The run so far, up to k - 1; it goes on from promtool's value at k.
             run.n -= 1
             self._emit(series, run, k - 1)
-            run.start, run.n = self._acc[series], 0
+            run.start, run.n = run.acc, 0
         cuts = self._schedule[series][0]
-        self._cut[series] = next((c for c in cuts if c > k), self.count)
+        run.cut = next((c for c in cuts if c > k), self.count)
 
     def _emit(self, series: int, run: _Run, last: int) -> None:
         """Close the open run, which ends at instant `last`, into the chunks holding it."""
@@ -273,6 +284,8 @@ class ChunkedStore(SeriesStore):
             window.tokens.append(token)
             window.next = last - lo + 1
             self._bytes += len(token) + 1
+        if self._bytes > self._budget:
+            self._spill_windows()
 
     def _spill_windows(self) -> None:
         if self._spill is None:
