@@ -7,7 +7,6 @@ The oracle is promtool's rule engine over one scrape of each host's exposition.
 from __future__ import annotations
 
 import itertools
-import math
 import random
 
 from trainprof import metrics as contract
@@ -97,13 +96,17 @@ def test_served_quantiles_equal_prometheus_histogram_quantile(tmp_path, promtool
     assert compared == len(HISTOGRAMS) * len(contract.USAGE_QUANTILES) * 8
 
 
-def test_no_samples_serve_nan_as_histogram_quantile_returns():
+def test_a_histogram_without_samples_serves_no_quantiles():
+    """histogram_quantile gives NaN there; an absent percentile keeps NaN out of the
+    dashboards and of replay's series."""
     acc = SampleAccumulator(0.5, identity={"node": "n1"})
-    acc.observe(HostSample(0.0, cpu_utilization=[], cpu_iowait=[], memory_used_ratio=None, gpus=[]))
-    served = [
-        v
+    acc.observe(HostSample(0.0, cpu_utilization=[0.5], cpu_iowait=[], memory_used_ratio=None))
+    served = {
+        (name, labels.get("quantile")): v
         for name, labels, v in samples_of(acc.families())
-        if name == "trainprof_cpu_utilization_quantile_ratio"
-    ]
-    assert len(served) == len(contract.USAGE_QUANTILES)
-    assert all(math.isnan(v) for v in served)
+        if "_quantile_ratio" in name
+    }
+    # one sample in the bucket (0.45, 0.5]: the median is interpolated to its middle
+    assert served[("trainprof_cpu_utilization_quantile_ratio", "0.5")] == 0.475
+    assert ("trainprof_cpu_iowait_quantile_ratio", "0.5") not in served
+    assert served[("trainprof_cpu_iowait_quantile_ratio_count", None)] == 0

@@ -433,13 +433,15 @@ class Families:
 
     def quantiles(self, name: str, ident: list[str], hist: _Histogram) -> SummaryMetricFamily:
         """A node histogram as a summary of its quantiles since the exporter started, served
-        so that OverallSystemUsage need not run `histogram_quantile` over a fleet's buckets."""
+        so that OverallSystemUsage need not run `histogram_quantile` over a fleet's buckets.
+        Without observations there are no quantiles (histogram_quantile would give NaN)."""
         family = SummaryMetricFamily(name, self._doc(name), labels=self.identity)
         labels = dict(zip(self.identity, ident))
-        family.samples = [
-            Sample(name, {**labels, "quantile": f"{q:g}"}, hist.quantile(q))
-            for q in contract.USAGE_QUANTILES
-        ]
+        if hist.count:
+            family.samples = [
+                Sample(name, {**labels, "quantile": f"{q:g}"}, hist.quantile(q))
+                for q in contract.USAGE_QUANTILES
+            ]
         family.add_metric(ident, hist.count, hist.sum)
         return family
 
