@@ -1,7 +1,7 @@
 """How long the compiled default rules take to evaluate for 1,000 nodes x 8 GPUs.
 
     python benchmarks/rules_at_scale.py [--nodes 1000] [--gpus 8] [--cores 64] [--jobs 100]
-        [--engine prometheus|victoriametrics] [--minutes 7] [--scan 15s|60s]
+        [--engine prometheus|victoriametrics] [--minutes 7] [--scan 15s|60s] [--unhealthy 1]
         [--source trainprof|dcgm,node_exporter|dcgm|node_exporter] [--attribution pod|assignment]
 
 A fake exporter serves the series of `--nodes` hosts (the real SampleAccumulator's output for
@@ -66,16 +66,30 @@ def rules_config(scan: float) -> dict:
 
 
 class Fleet:
-    """The exposition of `nodes` hosts, advanced one scrape interval at every scrape."""
+    """The exposition of `nodes` hosts, advanced one scrape interval at every scrape.
+
+    Every GPU of the first `unhealthy` share of the jobs draws its utilization uniformly
+    from 0 to 1 at each sample (LowGPUUtilization's "fluctuating" case fires for each);
+    the other jobs' GPUs draw from 0.75 to 1 (no rule fires for them).
+    """
 
     def __init__(
-        self, nodes: int, gpus: int, cores: int = 8, jobs: int = 1, namespace: str | None = None
+        self,
+        nodes: int,
+        gpus: int,
+        cores: int = 8,
+        jobs: int = 1,
+        namespace: str | None = None,
+        unhealthy: float = 1.0,
     ):
         self.nodes, self.gpus, self.cores, self.jobs = nodes, gpus, cores, jobs
+        self.unhealthy_jobs = round(jobs * unhealthy)
         identity = {"node": "NODE", "training_job": "JOB"}
         if namespace:  # as the adapters' job attribution labels the jobs
             identity["namespace"] = namespace
-        self.acc = SampleAccumulator(0.5, identity=identity)
+        self.hosts = {
+            low: SampleAccumulator(0.5, identity=identity) for low in (0.0, 0.75)
+        }  # by the lowest GPU utilization drawn
         self.rng = random.Random(1)
         self.t = 0.0
         self.lock = threading.Lock()
@@ -84,40 +98,43 @@ class Fleet:
     def _advance(self) -> None:
         for _ in range(30):
             self.t += 0.5
-            self.acc.observe(
-                HostSample(
-                    self.t,
-                    cpu_utilization=[self.rng.random() for _ in range(self.cores)],
-                    cpu_iowait=[self.rng.random() * 0.1 for _ in range(self.cores)],
-                    memory_used_ratio=0.4,
-                    gpus=[
-                        GpuSample(
-                            i,
-                            f"GPU-{i}",
-                            utilization=self.rng.random(),
-                            memory_used_ratio=0.5 + 0.01 * self.rng.random(),
-                        )
-                        for i in range(self.gpus)
-                    ],
+            for low, acc in self.hosts.items():
+                acc.observe(
+                    HostSample(
+                        self.t,
+                        cpu_utilization=[self.rng.random() for _ in range(self.cores)],
+                        cpu_iowait=[self.rng.random() * 0.1 for _ in range(self.cores)],
+                        memory_used_ratio=0.4,
+                        gpus=[
+                            GpuSample(
+                                i,
+                                f"GPU-{i}",
+                                utilization=low + (1 - low) * self.rng.random(),
+                                memory_used_ratio=0.5 + 0.01 * self.rng.random(),
+                            )
+                            for i in range(self.gpus)
+                        ],
+                    )
                 )
-            )
+
+    def _template(self, acc: SampleAccumulator) -> tuple[str, str]:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(type("C", (), {"collect": lambda _: acc.families()})())
+        lines = generate_latest(registry).decode().splitlines(keepends=True)
+        header = "".join(ln for ln in lines if ln.startswith("#"))
+        return header, "".join(ln for ln in lines if not ln.startswith("#"))
 
     def body(self) -> bytes:
         with self.lock:
             self._advance()
-            registry = CollectorRegistry(auto_describe=False)
-            registry.register(type("C", (), {"collect": lambda _: self.acc.families()})())
-            one = generate_latest(registry).decode()
-        lines = one.splitlines(keepends=True)
-        header = [ln for ln in lines if ln.startswith("#")]
-        samples = [ln for ln in lines if not ln.startswith("#")]
-        template = "".join(samples)
-        out = ["".join(header)]
+            templates = {low: self._template(acc) for low, acc in self.hosts.items()}
+        out = [templates[0.0][0]]
         for n in range(self.nodes):
-            job = f'training_job="job{n % self.jobs:03d}"'
+            job = n % self.jobs
+            _, template = templates[0.0 if job < self.unhealthy_jobs else 0.75]
             out.append(
                 template.replace('node="NODE"', f'node="n{n:04d}"').replace(
-                    'training_job="JOB"', job
+                    'training_job="JOB"', f'training_job="job{job:03d}"'
                 )
             )
         return "".join(out).encode()
@@ -354,6 +371,13 @@ def main() -> None:
     parser.add_argument("--engine", choices=("prometheus", "victoriametrics"), default="prometheus")
     parser.add_argument("--minutes", type=float, default=7)
     parser.add_argument(
+        "--unhealthy",
+        type=float,
+        default=1.0,
+        help="the share of jobs whose GPUs fluctuate, so that LowGPUUtilization fires for "
+        "each of their GPUs (trainprof source; default 1: every GPU of the fleet)",
+    )
+    parser.add_argument(
         "--scan",
         type=parse_duration,
         default=15.0,
@@ -375,7 +399,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.source == ("trainprof",):
-        fleet: Fleet | AdapterFleet = Fleet(args.nodes, args.gpus, args.cores, args.jobs)
+        fleet: Fleet | AdapterFleet = Fleet(
+            args.nodes, args.gpus, args.cores, args.jobs, unhealthy=args.unhealthy
+        )
         rules = rules_config(args.scan)
     else:
         fleet = AdapterFleet(args.source, args)

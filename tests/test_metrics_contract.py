@@ -24,7 +24,7 @@ FORBIDDEN = {"job", "instance", "step", "pid", "epoch", "batch", "pod", "namespa
 @pytest.mark.parametrize("m", contract.METRICS, ids=[m.name for m in contract.METRICS])
 def test_names_follow_prometheus_conventions(m):
     assert re.match(r"^trainprof_[a-z][a-z0-9_]*$", m.name)
-    assert m.type in ("counter", "gauge", "histogram")
+    assert m.type in ("counter", "gauge", "histogram", "summary")
     assert m.name.endswith("_total") == (m.type == "counter")
     if m.name.endswith("_info"):
         assert m.type == "gauge" and m.unit == ""

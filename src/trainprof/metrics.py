@@ -414,6 +414,25 @@ HEALTH_METRICS: tuple[Metric, ...] = (
 _GPU = ("gpu", "uuid")
 _SYSTEM_USAGE = "OverallSystemUsage"
 
+# The percentiles since the exporter started that OverallSystemUsage records per node.
+USAGE_QUANTILES = (0.5, 0.95, 0.99)
+
+
+def _usage_quantiles(histogram: str, collector: str) -> Metric:
+    return _m(
+        histogram.replace("_sampled_ratio", "_quantile_ratio"),
+        "summary",
+        "ratio",
+        (),
+        f"{histogram} as a summary: its 0.5, 0.95 and 0.99 quantiles since the exporter "
+        "started, as histogram_quantile() computes them from its buckets (served so that a "
+        "fleet's rules need not read every bucket), and its sum and count.",
+        "exporter",
+        collector,
+        (_SYSTEM_USAGE,),
+    )
+
+
 METRICS: tuple[Metric, ...] = (
     # --- exporter health -------------------------------------------------------------------
     _m(
@@ -491,9 +510,10 @@ METRICS: tuple[Metric, ...] = (
         "Busy fraction averaged over all cores, one observation per sample.",
         "exporter",
         "cpu",
-        ("BatchSize", _SYSTEM_USAGE),
+        ("BatchSize",),
         UTILIZATION_BUCKETS,
     ),
+    _usage_quantiles("trainprof_cpu_utilization_sampled_ratio", "cpu"),
     _m(
         "trainprof_cpu_iowait_sampled_ratio",
         "histogram",
@@ -502,9 +522,10 @@ METRICS: tuple[Metric, ...] = (
         "I/O-wait fraction averaged over all cores, one observation per sample.",
         "exporter",
         "cpu",
-        (_SYSTEM_USAGE,),
+        (),
         UTILIZATION_BUCKETS,
     ),
+    _usage_quantiles("trainprof_cpu_iowait_sampled_ratio", "cpu"),
     _m(
         "trainprof_cpu_bottleneck_samples_total",
         "counter",
@@ -554,9 +575,10 @@ METRICS: tuple[Metric, ...] = (
         "Fraction of host memory in use, one observation per sample.",
         "exporter",
         "memory",
-        (_SYSTEM_USAGE,),
+        (),
         UTILIZATION_BUCKETS,
     ),
+    _usage_quantiles("trainprof_memory_used_sampled_ratio", "memory"),
     _m(
         "trainprof_disk_read_bytes_total",
         "counter",
@@ -634,9 +656,10 @@ METRICS: tuple[Metric, ...] = (
         "(the per-GPU histograms summed, served so a fleet's rules need not sum them).",
         "exporter",
         "gpu",
-        (_SYSTEM_USAGE,),
+        (),
         UTILIZATION_BUCKETS,
     ),
+    _usage_quantiles("trainprof_node_gpu_utilization_sampled_ratio", "gpu"),
     _m(
         "trainprof_gpu_memory_used_bytes",
         "gauge",
@@ -676,9 +699,10 @@ METRICS: tuple[Metric, ...] = (
         "GPU per sample.",
         "exporter",
         "gpu",
-        (_SYSTEM_USAGE,),
+        (),
         UTILIZATION_BUCKETS,
     ),
+    _usage_quantiles("trainprof_node_gpu_memory_used_sampled_ratio", "gpu"),
     _m(
         "trainprof_gpu_utilization_js_distance",
         "gauge",
@@ -1098,4 +1122,6 @@ def series_names(m: Metric) -> tuple[str, ...]:
     """The sample names a metric appears under in an exposition."""
     if m.type == "histogram":
         return (m.name + "_bucket", m.name + "_sum", m.name + "_count")
+    if m.type == "summary":
+        return (m.name, m.name + "_sum", m.name + "_count")
     return (m.name,)

@@ -25,13 +25,16 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    SummaryMetricFamily,
 )
 from prometheus_client.core import (
     Metric as MetricFamily,
 )
+from prometheus_client.samples import Sample
 
 from trainprof import metrics as contract
 from trainprof.metrics import bucket_label, threshold_label
+from trainprof.quantiles import histogram_quantile
 
 
 def _used_ratio(ratio: float | None, used: float | None, total: float | None) -> float | None:
@@ -133,6 +136,18 @@ class _Histogram:
             buckets.append((le, cumulative))
         buckets.append(("+Inf", self.count))
         family.add_metric(labels, buckets, self.sum)
+
+    def quantile(self, q: float) -> float:
+        """The `q` quantile as Prometheus' `histogram_quantile` computes it from these buckets.
+
+        >>> h = _Histogram((0.0, 0.5, 1.0))
+        >>> for v in (0.2, 0.4, 0.6, 0.9):
+        ...     h.observe(v)
+        >>> h.quantile(0.5), h.quantile(0.99)
+        (0.5, 0.99)
+        """
+        cumulative = list(zip(self.bounds, itertools.accumulate(self.counts)))
+        return histogram_quantile(q, cumulative + [(math.inf, self.count)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -262,7 +277,9 @@ class SampleAccumulator:
                 [(ident + [str(i)], v) for i, v in enumerate(iowait)],
             )
         yield fam.histogram("trainprof_cpu_utilization_sampled_ratio", [], [(ident, self._cpu)])
+        yield fam.quantiles("trainprof_cpu_utilization_quantile_ratio", ident, self._cpu)
         yield fam.histogram("trainprof_cpu_iowait_sampled_ratio", [], [(ident, self._iowait)])
+        yield fam.quantiles("trainprof_cpu_iowait_quantile_ratio", ident, self._iowait)
         yield fam.counter(
             "trainprof_cpu_bottleneck_samples_total",
             ["cpu_above", "gpu_below"],
@@ -287,6 +304,7 @@ class SampleAccumulator:
                 "trainprof_memory_total_bytes", [], [(ident, latest.memory_total_bytes)]
             )
         yield fam.histogram("trainprof_memory_used_sampled_ratio", [], [(ident, self._memory)])
+        yield fam.quantiles("trainprof_memory_used_quantile_ratio", ident, self._memory)
 
         if latest and latest.disk:
             disks = sorted(latest.disk.items())
@@ -360,8 +378,14 @@ class SampleAccumulator:
         yield fam.histogram(
             "trainprof_node_gpu_utilization_sampled_ratio", [], [(ident, self._pooled_utilization)]
         )
+        yield fam.quantiles(
+            "trainprof_node_gpu_utilization_quantile_ratio", ident, self._pooled_utilization
+        )
         yield fam.histogram(
             "trainprof_node_gpu_memory_used_sampled_ratio", [], [(ident, self._pooled_memory)]
+        )
+        yield fam.quantiles(
+            "trainprof_node_gpu_memory_used_quantile_ratio", ident, self._pooled_memory
         )
         distances = []
         for (a, sa), (b, sb) in itertools.combinations(states, 2):
@@ -405,6 +429,20 @@ class Families:
         family = HistogramMetricFamily(name, self._doc(name), labels=self.identity + labels)
         for values, hist in rows:
             hist.add_to(family, values)
+        return family
+
+    def quantiles(self, name: str, ident: list[str], hist: _Histogram) -> SummaryMetricFamily:
+        """A node histogram as a summary of its quantiles since the exporter started, served
+        so that OverallSystemUsage need not run `histogram_quantile` over a fleet's buckets.
+        Without observations there are no quantiles (histogram_quantile would give NaN)."""
+        family = SummaryMetricFamily(name, self._doc(name), labels=self.identity)
+        labels = dict(zip(self.identity, ident))
+        if hist.count:
+            family.samples = [
+                Sample(name, {**labels, "quantile": f"{q:g}"}, hist.quantile(q))
+                for q in contract.USAGE_QUANTILES
+            ]
+        family.add_metric(ident, hist.count, hist.sum)
         return family
 
 

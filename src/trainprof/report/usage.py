@@ -16,6 +16,7 @@ import math
 
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import RANGE, Scope
+from trainprof.quantiles import histogram_quantile
 from trainprof.sources.gauges import gauges_for
 
 QUANTILES = ("p50", "p90", "p95", "p99")
@@ -106,8 +107,7 @@ def stats(buckets: list[tuple[float, float]]) -> dict[str, float] | None:
     buckets = sorted(buckets)
     if not buckets or buckets[-1][1] <= 0:
         return None
-    total = buckets[-1][1]
-    out = {q: _quantile(float(q[1:]) / 100, buckets, total) for q in QUANTILES}
+    out = {q: histogram_quantile(float(q[1:]) / 100, buckets) for q in QUANTILES}
     previous_le, previous_count = 0.0, 0.0
     low = high = None
     for le, count in buckets:
@@ -119,24 +119,6 @@ def stats(buckets: list[tuple[float, float]]) -> dict[str, float] | None:
     # A histogram with samples has a bucket that gained some: low and high are set.
     out["min"], out["max"] = low or 0.0, high or 0.0
     return out
-
-
-def _quantile(q: float, buckets: list[tuple[float, float]], total: float) -> float:
-    """Prometheus' histogram_quantile over one histogram's cumulative buckets."""
-    rank = q * total
-    previous_le, previous_count = 0.0, 0.0
-    for i, (le, count) in enumerate(buckets):
-        if count >= rank:
-            if math.isinf(le):
-                return buckets[i - 1][0] if i else math.nan
-            if i == 0 and le <= 0:
-                return le
-            start = 0.0 if i == 0 else previous_le
-            if count == previous_count:
-                return le
-            return start + (le - start) * (rank - previous_count) / (count - previous_count)
-        previous_le, previous_count = le, count
-    return buckets[-1][0]
 
 
 def group(series) -> dict[tuple[str, ...], list[tuple[float, float]]]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from trainprof import metrics as contract
 from trainprof.durations import format_duration
 from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
 from trainprof.rules.params import SummaryParams
 from trainprof.rules.promql import selector
 
-QUANTILES = (0.5, 0.95, 0.99)
+QUANTILES = contract.USAGE_QUANTILES
 
 # (histogram read, the signal its percentiles are recorded as)
 _HISTOGRAMS = (
@@ -43,18 +44,16 @@ def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
                 for q in QUANTILES
             ]
             continue
-        buckets = b.sel(histogram + "_bucket")
-        for q in QUANTILES:
-            # Cumulative buckets without rate(): the distribution since the exporter started.
-            recordings.append(
-                Recording(
-                    "node",
-                    signal,
-                    "quantile",
-                    f"histogram_quantile({q:g}, {buckets})",
-                    {"quantile": f"{q:g}"},
-                )
+        # The exporter serves histogram_quantile() of its cumulative buckets (the
+        # distribution since it started): one series per node and quantile is read instead
+        # of every bucket series of every node for each quantile.
+        served = histogram.replace("_sampled_ratio", "_quantile_ratio")
+        recordings += [
+            Recording(
+                "node", signal, "quantile", b.sel(served, quantile=f"{q:g}"), {"quantile": f"{q:g}"}
             )
+            for q in QUANTILES
+        ]
     span = format_duration(max(60.0, 4 * b.scrape_interval))
     for direction in ("receive", "transmit"):
         counter = f"trainprof_network_{direction}_bytes_total"
@@ -90,9 +89,11 @@ OVERALL_SYSTEM_USAGE = RuleSpec(
     alerting=False,
     differences=(
         "Percentiles come from the exporter's histograms (buckets of 1, 2 and then 5 %) "
-        "instead of the exact "
-        "sample values. GPU percentiles pool every sample of every GPU of the node; the "
-        "original took the percentiles of the per-sample average over GPUs. Network is a "
+        "instead of the exact sample values; the exporter serves them beside each histogram "
+        "(`trainprof_*_quantile_ratio`, computed as `histogram_quantile` would), so a fleet's "
+        "rules read one series per node and percentile instead of every bucket. GPU "
+        "percentiles pool every sample of every GPU of the node; the original took the "
+        "percentiles of the per-sample average over GPUs. Network is a "
         "rate in bytes per second, not the percentiles of per-sample values; minimum and "
         "maximum are not recorded. With dcgm-exporter or node_exporter as the source, the "
         "percentiles are those of the scraped values over the last hour, and the node's GPU "
