@@ -10,7 +10,7 @@ run over the whole job reports, value for value.
 
     >>> plan = Plan.of(count=1001, scrape=1.0, evaluation=60.0, overlap=300.0, own=300)
     >>> [(w.lo, w.own_lo, w.hi) for w in plan.windows]
-    [(0, 0, 300), (0, 300, 600), (300, 600, 900), (600, 900, 1000)]
+    [(0, 0, 360), (60, 360, 720), (420, 720, 1000)]
 
 Each chunk's clock starts at its warm-up's start (promtool's starts at 0), so `time()` in
 its rules and queries reads `(time() + W)`, W its start in the job: integer seconds, exact.
@@ -44,15 +44,17 @@ from trainprof.replay.series_store import SeriesStore, _num, _Run
 # Encoded text a chunked store keeps in memory before it moves to the spill file: each
 # token is a Python string of its own, several times its length in memory.
 BUDGET = 8 * 1024 * 1024
-# Scrape instants a chunk answers for at most (its warm-up comes on top): 2 h at a 1 s
-# scrape. Shorter chunks bound promtool lower but evaluate the warm-ups more often: at
+# Scrape instants a chunk answers for (at most STRETCH times; its warm-up comes on top):
+# 2 h at a 1 s scrape. Shorter chunks bound promtool lower but evaluate the warm-ups more often: at
 # 3600, a 4 h job at 1 s took 8 % more CPU than in one pass; at 7200, none more.
 CHUNK_INSTANTS = 7200
 # A chunk's own part is at least its warm-up (an instant is in at most two chunks' input)
 # and, up to CHUNK_INSTANTS, this many times it: at a slow scrape (15 s) the warm-up is
 # few scrapes, so chunks are shorter than CHUNK_INSTANTS and promtool's memory stays near
-# its floor, while the warm-ups, evaluated twice, add a quarter at most to its work.
-OWN_PER_OVERLAP = 4
+# its floor, while the warm-ups, evaluated twice, add an eighth at most to its work.
+OWN_PER_OVERLAP = 8
+# Chunks may run this much longer than their length rather than add one more.
+STRETCH = 1.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Plan:
         own = max(warm, min(own, OWN_PER_OVERLAP * warm), per_eval)
         last = count - 1
         # As many chunks as that takes, all of a length (on the evaluation grid).
-        pieces = max(1, math.ceil(last / own))
+        pieces = max(1, math.ceil(last / (own * STRETCH)))
         own = math.ceil(last / pieces / per_eval) * per_eval
         windows = []
         for own_lo in range(0, last, own):
