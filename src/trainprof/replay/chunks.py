@@ -220,6 +220,13 @@ class ChunkedStore(SeriesStore):
         return found
 
     def id_of(self, name: str, labels: dict[str, str]) -> int:
+        # SeriesStore.id_of's lookup, not a call to it: this runs once per value scraped.
+        found = self._ids.get((name, tuple(labels.items())))
+        if found is None:
+            found = self._new_series(name, labels)
+        return found
+
+    def _new_series(self, name: str, labels: dict[str, str]) -> int:
         found = super().id_of(name, labels)
         if found == len(self._schedule):
             back = max(self._need.get(name, 0.0), self._need.get(None, 0.0))
