@@ -69,7 +69,7 @@ def test_served_quantiles_equal_prometheus_histogram_quantile(tmp_path, promtool
             series[series_text(name, labels)] = [value, value]
     queries = {}
     for histogram in HISTOGRAMS:
-        served = histogram.replace("_sampled_ratio", "_quantile_ratio")
+        served = contract.usage_quantiles_of(histogram)
         for q in contract.USAGE_QUANTILES:
             queries[f"prometheus.{histogram}.{q}"] = (
                 f"histogram_quantile({q:g}, {histogram}_bucket)",

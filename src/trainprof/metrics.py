@@ -418,9 +418,18 @@ _SYSTEM_USAGE = "OverallSystemUsage"
 USAGE_QUANTILES = (0.5, 0.95, 0.99)
 
 
+def usage_quantiles_of(histogram: str) -> str:
+    """The summary serving a node histogram's USAGE_QUANTILES.
+
+    >>> usage_quantiles_of("trainprof_cpu_utilization_sampled_ratio")
+    'trainprof_cpu_utilization_quantile_ratio'
+    """
+    return histogram.replace("_sampled_ratio", "_quantile_ratio")
+
+
 def _usage_quantiles(histogram: str, collector: str) -> Metric:
     return _m(
-        histogram.replace("_sampled_ratio", "_quantile_ratio"),
+        usage_quantiles_of(histogram),
         "summary",
         "ratio",
         (),

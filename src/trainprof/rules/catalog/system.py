@@ -47,7 +47,7 @@ def _overall_system(b: Build[SummaryParams]) -> RuleOutput:
         # The exporter serves histogram_quantile() of its cumulative buckets (the
         # distribution since it started): one series per node and quantile is read instead
         # of every bucket series of every node for each quantile.
-        served = histogram.replace("_sampled_ratio", "_quantile_ratio")
+        served = contract.usage_quantiles_of(histogram)
         recordings += [
             Recording(
                 "node", signal, "quantile", b.sel(served, quantile=f"{q:g}"), {"quantile": f"{q:g}"}
