@@ -33,7 +33,6 @@ import bisect
 import dataclasses
 import math
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -297,17 +296,10 @@ class ChunkedStore(SeriesStore):
             self._spill_windows()
 
     def _spill_windows(self) -> None:
-        if self._spill is None:
-            self._spill = tempfile.TemporaryFile(mode="w+b", dir=self._spill_dir)
-        spill = self._spill
         for windows in self._windows:
             for window in windows:
-                if window is not None and window.tokens:
-                    data = (" ".join(window.tokens) + " ").encode()
-                    offset = spill.seek(0, 2)
-                    spill.write(data)
-                    window.chunks.append((offset, len(data)))
-                    window.tokens = []
+                if window is not None:
+                    self._spill_tokens(window)
         self._bytes = 0
 
     def window_items(self, c: int) -> Iterator[tuple[str, str]]:
@@ -326,12 +318,7 @@ class ChunkedStore(SeriesStore):
             if window.next < count:
                 missing = count - window.next
                 window.tokens.append("_" if missing == 1 else f"_x{missing}")
-            parts = []
-            for offset, length in window.chunks:
-                assert self._spill is not None
-                self._spill.seek(offset)
-                parts.append(self._spill.read(length).decode())
-            yield text, "".join(parts) + " ".join(window.tokens)
+            yield text, self._text_of(window)
             windows[c] = None  # the chunk is done with: its text goes
 
 

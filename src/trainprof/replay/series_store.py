@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Protocol
 
 from trainprof.promtool import series_text
 
@@ -29,6 +29,13 @@ BUDGET = 32 * 1024 * 1024
 
 def _num(v: float) -> str:
     return repr(float(v)) if v != int(v) else str(int(v))
+
+
+class Tokens(Protocol):
+    """Encoded text held for one series: tokens in memory, and pieces already spilled."""
+
+    tokens: list[str]
+    chunks: list[tuple[int, int]]  # (offset, length) in the spill file
 
 
 class _Run:
@@ -121,17 +128,30 @@ class SeriesStore:
             self._spill_all()
 
     def _spill_all(self) -> None:
+        for run in self._runs:
+            self._spill_tokens(run)
+        self._bytes = 0
+
+    def _spill_tokens(self, held: Tokens) -> None:
+        """Move `held`'s tokens to the spill file, remembering where they went."""
+        if not held.tokens:
+            return
         if self._spill is None:
             self._spill = tempfile.TemporaryFile(mode="w+b", dir=self._spill_dir)
-        spill = self._spill
-        for run in self._runs:
-            if run.tokens:
-                data = (" ".join(run.tokens) + " ").encode()
-                offset = spill.seek(0, 2)
-                spill.write(data)
-                run.chunks.append((offset, len(data)))
-                run.tokens = []
-        self._bytes = 0
+        data = (" ".join(held.tokens) + " ").encode()
+        offset = self._spill.seek(0, 2)
+        self._spill.write(data)
+        held.chunks.append((offset, len(data)))
+        held.tokens = []
+
+    def _text_of(self, held: Tokens) -> str:
+        """`held`'s whole text: its spilled pieces, then the tokens still in memory."""
+        parts = []
+        for offset, length in held.chunks:
+            assert self._spill is not None  # pieces exist only once spilled
+            self._spill.seek(offset)
+            parts.append(self._spill.read(length).decode())
+        return "".join(parts) + " ".join(held.tokens)
 
     def items(self) -> Iterator[tuple[str, str]]:
         """(series text, its values in expanding notation), one series at a time."""
@@ -140,12 +160,7 @@ class SeriesStore:
             if run.next < self.count:
                 run.gap(self.count - run.next)
                 run.next = self.count
-            parts = []
-            for offset, length in run.chunks:
-                assert self._spill is not None  # chunks exist only once spilled
-                self._spill.seek(offset)
-                parts.append(self._spill.read(length).decode())
-            yield text, "".join(parts) + " ".join(run.tokens)
+            yield text, self._text_of(run)
 
     def close(self) -> None:
         if self._spill is not None:
