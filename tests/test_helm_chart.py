@@ -59,18 +59,14 @@ def user_values(tmp_path_factory) -> Path:
     """The helm-values file `trainprof rules compile` writes from a user's configuration."""
     out = tmp_path_factory.mktemp("user-values")
     (out / "rules.yaml").write_text(USER_CONFIG)
+    return _compile_helm_values(out / "rules.yaml", out)
+
+
+def _compile_helm_values(config: Path, out: Path, *options: str) -> Path:
+    """`trainprof rules compile --format helm-values` of `config` into `out`."""
     code = cli(
-        [
-            "rules",
-            "compile",
-            "-c",
-            str(out / "rules.yaml"),
-            "--format",
-            "helm-values",
-            "-o",
-            str(out),
-            "-q",
-        ]
+        ["rules", "compile", "-c", str(config), *options, "--format", "helm-values"]
+        + ["-o", str(out), "-q"]
     )
     assert code == 0
     return out / "trainprof.values.yaml"
@@ -90,24 +86,12 @@ def _case_values(case: str, user_values: Path) -> list[str]:
 def sources_values(user_values) -> Path:
     """The same configuration compiled for a cluster with only dcgm-exporter and
     node_exporter, trainprof's exporter off."""
-    out = user_values.parent / "sources"
-    code = cli(
-        [
-            "rules",
-            "compile",
-            "-c",
-            str(user_values.parent / "rules.yaml"),
-            "--source",
-            "dcgm,node_exporter",
-            "--format",
-            "helm-values",
-            "-o",
-            str(out),
-            "-q",
-        ]
+    path = _compile_helm_values(
+        user_values.parent / "rules.yaml",
+        user_values.parent / "sources",
+        "--source",
+        "dcgm,node_exporter",
     )
-    assert code == 0
-    path = out / "trainprof.values.yaml"
     values = yaml.safe_load(path.read_text())
     values["exporter"] = {"enabled": False}
     path.write_text(yaml.safe_dump(values, sort_keys=False))

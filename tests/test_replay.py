@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from replay_contract import VERDICT_KEYS
 from trainprof import recording
 from trainprof.replay import ReplayError, replay
 from trainprof.replay.synthetic import write_steps, write_system
@@ -99,14 +100,7 @@ def test_json_output_is_exactly_the_contract(tmp_path, promtool):
     doc = json.loads(out.stdout)
     assert list(doc) == ["rules"]
     for verdict in doc["rules"].values():
-        assert set(verdict) == {
-            "fired",
-            "status",
-            "datapoints",
-            "measured",
-            "first_fired_at",
-            "alerts",
-        }
+        assert set(verdict) == VERDICT_KEYS
         assert verdict["status"] in ("fired", "quiet", "no_data", "not_applicable")
         assert verdict["fired"] == (verdict["status"] == "fired")
         for alert in verdict["alerts"]:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from replay_contract import VERDICT_KEYS
 from trainprof.replay import replay
 from trainprof.replay.synthetic import write_steps, write_system
 
@@ -84,14 +85,7 @@ def test_dcgm_and_node_exporter_replay_keeps_the_json_contract_and_names_the_sou
     doc = json.loads(out.stdout)
     assert list(doc) == ["rules"] and doc["rules"]
     for verdict in doc["rules"].values():
-        assert set(verdict) == {
-            "fired",
-            "status",
-            "datapoints",
-            "measured",
-            "first_fired_at",
-            "alerts",
-        }
+        assert set(verdict) == VERDICT_KEYS
     table = _replay(job, *args)
     assert table.returncode == 0, table.stderr
     assert (
