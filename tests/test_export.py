@@ -73,6 +73,20 @@ def test_export_reports_a_bad_configuration_without_a_traceback(tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
+def test_dashboards_of_a_configuration_without_profilerreport_are_refused_by_name(
+    tmp_path, capsys
+):
+    """The dashboards read ProfilerReport's recordings: a configuration of two rules cannot
+    draw them, and says which recording is missing instead of a traceback."""
+    config = tmp_path / "two.yaml"
+    config.write_text("rules:\n  - rule: LowGPUUtilization\n  - rule: CPUBottleneck\n")
+    assert cli(["export", "dashboards", "-c", str(config), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "two.yaml" in err and "trainprof_training_initialization_seconds" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_generate_refuses_outside_a_checkout(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "metrics.md").write_text("my notes\n")

@@ -79,6 +79,8 @@ def _case_values(case: str, user_values: Path) -> list[str]:
         return [str(user_values)]
     if case == "sources":
         return [str(user_values.parent / "sources" / "trainprof.values.yaml")]
+    if case == "sources-report":
+        return [str(user_values.parent / "sources-report" / "trainprof.values.yaml")]
     return [str(VALUES / f"{case}.yaml")]
 
 
@@ -98,7 +100,29 @@ def sources_values(user_values) -> Path:
     return path
 
 
-CASES = ["default", "no-operator", "actions", "rules-off", "user-config", "sources"]
+@pytest.fixture(scope="module", autouse=True)
+def sources_report_values(user_values) -> Path:
+    """ProfilerReport compiled for dcgm-exporter and node_exporter, trainprof's exporter off."""
+    config = user_values.parent / "report.yaml"
+    config.write_text("rules:\n  - rule: ProfilerReport\n")
+    path = _compile_helm_values(
+        config, user_values.parent / "sources-report", "--source", "dcgm,node_exporter"
+    )
+    values = yaml.safe_load(path.read_text())
+    values["exporter"] = {"enabled": False}
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+CASES = [
+    "default",
+    "no-operator",
+    "actions",
+    "rules-off",
+    "user-config",
+    "sources",
+    "sources-report",
+]
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +159,9 @@ def _golden_text(text: str) -> str:
     return "---\n".join(yaml.safe_dump(d, sort_keys=False, width=10_000) for d in docs)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c not in ("user-config", "sources")])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c not in ("user-config", "sources", "sources-report")]
+)
 def test_render_matches_golden(case, rendered, update_golden):
     path = GOLDEN / f"{case}.yaml"
     text = _golden_text(rendered[case])
@@ -425,6 +451,78 @@ def test_dashboard_sidecar_label_value_and_folder_are_values(rendered):
         assert m["metadata"]["annotations"] == {"grafana_folder": "Training"}
         assert m["metadata"]["namespace"] == "grafana"
 
+
+
+def _recordings_queried(maps: list[dict]) -> set[str]:
+    """The recording rules' names (`level:metric:operations`) the dashboards' queries read."""
+    import re
+
+    names: set[str] = set()
+    for m in maps:
+        for text in m["data"].values():
+            for expr in re.findall(r'"(?:expr|query|definition)":"((?:[^"\\]|\\.)*)"', text):
+                names |= set(re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", expr))
+    return names
+
+
+@pytest.mark.parametrize("case", ["default", "sources-report"])
+def test_every_recording_a_dashboard_reads_is_in_the_rules_the_chart_renders(rendered, case):
+    """A chart installed with `rules compile --source dcgm,node_exporter --format
+    helm-values` must not draw dashboards for trainprof's exporter: their panels and
+    variables would read recordings that release never evaluates."""
+    docs = objects(rendered[case])
+    (rule,) = by_kind(docs, "PrometheusRule")
+    recorded = {r["record"] for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r}
+    queried = _recordings_queried(_configmaps(rendered[case]))
+    assert queried, "no recording read by a dashboard: the pattern no longer finds queries"
+    assert queried <= recorded, sorted(queried - recorded)[:10]
+
+
+def test_helm_values_draw_the_dashboards_for_their_source(rendered):
+    """The fleet's namespace variable and the job's GPU panels read the adapters' per-job
+    gauges on a cluster with only dcgm-exporter and node_exporter."""
+    default = {k: t for m in _configmaps(rendered["default"]) for k, t in m["data"].items()}
+    sources = {
+        k: t for m in _configmaps(rendered["sources-report"]) for k, t in m["data"].items()
+    }
+    assert sorted(sources) == sorted(default)
+    for text in sources.values():
+        assert "gpu_job:trainprof_gpu_utilization:ratio" in text
+    for m in _configmaps(rendered["sources-report"]):
+        assert _last_applied_size(m) < ANNOTATION_LIMIT
+    for text in default.values():
+        assert "gpu_job:trainprof_gpu_utilization:ratio" not in text
+
+
+def test_helm_values_without_profilerreport_keep_or_switch_off_the_dashboards(
+    rendered, user_values, capsys
+):
+    """Two rules cannot draw the dashboards (they read ProfilerReport's recordings): with
+    trainprof's exporter the chart's own stay; with another source they would read series
+    that cluster lacks, so none are rendered; either way `rules compile` says why."""
+    assert len(_configmaps(rendered["user-config"])) == 2
+    assert _configmaps(rendered["sources"]) == []
+    code = cli(
+        ["rules", "compile", "-c", str(user_values.parent / "rules.yaml"), "--source", "dcgm"]
+        + ["--format", "helm-values", "-o", "-"]
+    )
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "dashboards switched off for this source" in err
+    assert "trainprof_training_initialization_seconds" in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "where"),
+    [
+        ("dashboards.files.Job\\.json=x", "'Job.json' does not match"),
+        ("dashboards.files.trainprof-job\\.json=", "/dashboards/files/trainprof-job.json"),
+    ],
+)
+def test_bad_dashboard_files_name_the_key(setting, where, helm, helm_home):
+    result = run_helm(helm, helm_home, "template", "t", str(CHART), "--set", setting)
+    assert result.returncode != 0
+    assert where in result.stderr, result.stderr
 
 def test_without_the_operator_only_core_kinds_render(rendered):
     kinds = sorted({d["kind"] for d in objects(rendered["no-operator"])})

@@ -71,17 +71,23 @@ def rule_keys() -> list[str]:
 def dashboard_files() -> dict[str, str]:
     """Compact copies of dashboards/*.json: a ConfigMap holds each under kubectl's 256 KiB
     annotation limit with room to spare."""
-    from trainprof import dashboards
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import default_config
 
     config = chart_config(default_config())
     compiled = compile_rules(config)
+    return {f"files/dashboards/{name}": text for name, text in compact_dashboards(compiled).items()}
+
+
+def compact_dashboards(compiled) -> dict[str, str]:
+    """File name -> the dashboard's JSON for `compiled`'s configuration, on one line."""
+    from trainprof import dashboards
+
     out = {}
     for path in dashboards.DASHBOARDS:
-        model = json.loads(dashboards.render(path, config, compiled))
+        model = json.loads(dashboards.render(path, compiled.config, compiled))
         text = json.dumps(model, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-        out[f"files/dashboards/{os.path.basename(path)}"] = text + "\n"
+        out[os.path.basename(path)] = text + "\n"
     return out
 
 
@@ -200,7 +206,8 @@ def artifacts(generator: str = "make generate") -> dict[str, str]:
 def helm_values(compiled, generator: str) -> str:
     """A values file that puts a user's compiled rules into the chart (`trainprof rules
     compile --format helm-values`): the PrometheusRule then renders these groups instead of
-    the chart's defaults; `prometheusRule.rules.<Rule>: false` still switches one off.
+    the chart's defaults, and the dashboards are drawn for the same source and thresholds;
+    `prometheusRule.rules.<Rule>: false` still switches one off.
     Compiled for the chart's DaemonSet: `gpu_attribution: auto` means assignment here."""
     from trainprof.render import to_yaml
     from trainprof.rules.compiler import compile_rules
@@ -208,4 +215,23 @@ def helm_values(compiled, generator: str) -> str:
     if compiled.config.gpu_attribution == "auto":
         compiled = compile_rules(chart_config(compiled.config))
 
-    return to_yaml({"prometheusRule": {"groups": compiled.groups}}, generator)
+    values: dict[str, Any] = {"prometheusRule": {"groups": compiled.groups}}
+    dashboards, _ = dashboard_values(compiled)
+    if dashboards:
+        values["dashboards"] = dashboards
+    return to_yaml(values, generator)
+
+
+def dashboard_values(compiled) -> tuple[dict[str, Any], str | None]:
+    """The chart's `dashboards` values for `compiled`, and why its dashboards could not be
+    drawn (None when they were): they need ProfilerReport's recordings. Without them the
+    chart's own dashboards stay for trainprof's exporter; for another source they would read
+    series that cluster does not have, so they are switched off."""
+    from trainprof.rules.compiler import MissingRecording
+
+    try:
+        return {"files": compact_dashboards(compiled)}, None
+    except MissingRecording as e:
+        if tuple(compiled.config.source) == ("trainprof",):
+            return {}, f"the chart keeps its own dashboards, drawn for SageMaker's defaults: {e}"
+        return {"enabled": False}, f"dashboards switched off for this source: {e}"

@@ -113,6 +113,11 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "folderAnnotation": STRING,
             "folder": STRING,
             "namespace": STRING,
+            "files": {
+                "type": "object",
+                "propertyNames": {"pattern": "^[a-z0-9][a-z0-9-]*[.]json$"},
+                "additionalProperties": {"type": "string", "minLength": 2},
+            },
         }
     )
     alertmanager = _closed(

@@ -131,9 +131,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
     name = os.path.basename(args.config) if args.config else "defaults"
+    from trainprof.rules.compiler import MissingRecording
+
     try:
         produced = files(args.kind, config, name)
         written = write(args.output, produced, force=args.force)
+    except MissingRecording as e:
+        print(f"error: cannot draw the {args.kind} for {name}: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT if "refusing" not in str(e) else EXIT_FAILED

@@ -85,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     if not quiet:
         for w in compiled.warnings:
             print(f"warning: {w}", file=sys.stderr)
+        if args.rules_command == "compile" and args.format == "helm-values":
+            from trainprof.chart import dashboard_values
+
+            _, why = dashboard_values(compiled)
+            if why:
+                print(f"warning: {why}", file=sys.stderr)
 
     if args.rules_command == "validate":
         _print_resolved(config)
