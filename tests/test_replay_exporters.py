@@ -201,6 +201,41 @@ def test_normalised_cpu_series_are_the_timelines_average_over_each_scrape(tmp_pa
             assert node_cpu[(node,)] == pytest.approx(sum(per_core) / CORES, abs=0.01)
 
 
+def test_cpu_counters_advance_by_the_time_that_passed_whatever_the_samples(tmp_path, promtool):
+    """The rules read a core's shares as its idle and iowait rates, so its modes must add up
+    to the time between two scrapes, as a kernel's do: here the recording says a sample
+    lasts 0.5 s while they come every second, and a minute of it is missing. Every scrape
+    still shows the average of the samples since the last scrape that saw one; a scrape in
+    the gap serves nothing, so the rate falls back on the scrapes before it until they are
+    out of `irate`'s reach."""
+    gap = (T0 + 200.0, T0 + 260.0)
+    recorded = _timeline(ranks=True)
+    hosts = {
+        node: [s for s in samples if not gap[0] < s.timestamp <= gap[1]]
+        for node, samples in recorded.hosts.items()
+    }
+    timeline = Timeline(hosts, JOB, DT / 2, ranks=recorded.ranks)
+    times, answers = _replayed(tmp_path, timeline, SourceOptions(), 15.0, None, promtool)
+    served = [
+        k * 15.0
+        for k in range(int(times[-1] // 15) + 1)
+        if _between(timeline, "algo-1", k * 15.0 - 15, k * 15.0)
+    ]
+    checked_gap = 0
+    for t in times:
+        cpu = _by(answers["cpu"].get(t, []), "node", "cpu")
+        last = [u for u in served if u <= t][-2:]
+        if len(last) < 2 or last[0] < t - 45.0:  # 2.42 ranges include their start
+            assert not cpu, t  # the two scrapes irate needs are out of its reach
+            checked_gap += 1
+            continue
+        window = _between(timeline, "algo-1", last[0], last[1])
+        for c in range(CORES):
+            want = sum(s.cpu_utilization[c] for s in window) / len(window)
+            assert cpu[("algo-1", str(c))] == pytest.approx(want, abs=0.01), (t, c)
+    assert checked_gap >= 2
+
+
 def test_gpus_join_the_job_through_the_ranks_gpu_assignment(tmp_path, promtool):
     # No kube-state-metrics job label: the ranks' trainprof_gpu_assignment_info alone.
     options = SourceOptions(pod_job_label="")

@@ -15,10 +15,12 @@ scrapes, and each scrape serves what the last collection read: the GPU's state a
 instant, not an average.
 
 node_exporter (`job="node-exporter"`, the node's name in `SourceOptions.node_label`):
-`node_cpu_seconds_total{cpu, mode}` counters accumulated from each sample's per-core shares
-(a sample stands for one datapoint interval; busy time split between `user` and `system`,
-then `iowait` and `idle`), in /proc/stat's 10 ms ticks; `node_memory_MemTotal_bytes` and
-`node_memory_MemAvailable_bytes`; disk and network byte counters when the recording has them.
+`node_cpu_seconds_total{cpu, mode}` counters that advance, between two scrapes, by the time
+that passed, split between the modes as the samples read in between were (busy time between
+`user` and `system`, then `iowait` and `idle`), in /proc/stat's 10 ms ticks;
+`node_memory_MemTotal_bytes` and `node_memory_MemAvailable_bytes`; disk and network byte
+counters when the recording has them. A scrape with no new sample since the last one finds
+no node_exporter series (a gap in the recording is a missed scrape).
 
     >>> from trainprof.sampling import GpuSample, HostSample
     >>> from trainprof.replay.series_store import SeriesStore
@@ -292,6 +294,10 @@ class _Host:
         self.dcgm = _Ids(store, {"job": DCGM_JOB, "instance": f"{node}:{DCGM_PORT}"})
         self.node_exporter = _Ids(store, node_target)
         self.cpu_seconds: list[list[float]] = []  # per core, seconds in each of CPU_MODES
+        # Per core since its last scrape: each mode's share times the samples' duration, and
+        # (last) their total duration; and when it was last scraped.
+        self.cpu_pending: list[list[float]] = []
+        self.cpu_scraped: list[float | None] = []
 
     def scrape(self, samples, dt, t0, count, scrape_interval, advance) -> None:
         times = getattr(samples, "times", None) or [s.timestamp for s in samples]
@@ -323,24 +329,47 @@ class _Host:
             if self.exporters.dcgm:
                 for index, gpu in sorted(collected.items()):
                     self._put_gpu(k, index, gpu)
-            if self.exporters.node_exporter:
-                self._put_host(k, host)
+            if self.exporters.node_exporter and i > before:
+                self._put_host(k, instant, host)
 
     def _integrate(self, sample: HostSample, dt: float) -> None:
         cores, iowait = sample.cpu_utilization, sample.cpu_iowait
-        while len(self.cpu_seconds) < len(cores):
+        while len(self.cpu_pending) < len(cores):
             self.cpu_seconds.append([0.0] * len(CPU_MODES))
+            self.cpu_pending.append([0.0] * (len(CPU_MODES) + 1))
+            self.cpu_scraped.append(None)
         for c, busy in enumerate(cores):
             if busy != busy:
                 continue  # not read in this sample
             busy = min(max(busy, 0.0), 1.0)
             wait = iowait[c] if c < len(iowait) and iowait[c] == iowait[c] else 0.0
             wait = min(max(wait, 0.0), 1.0 - busy)
+            pending = self.cpu_pending[c]
+            pending[0] += busy * (1 - SYSTEM_SHARE) * dt
+            pending[1] += busy * SYSTEM_SHARE * dt
+            pending[2] += wait * dt
+            pending[3] += (1.0 - busy - wait) * dt
+            pending[4] += dt
+
+    def _advance_cores(self, instant: float) -> list[int]:
+        """Advance each core read since its last scrape by the time since then, split as its
+        samples were: a kernel counts every tick in some mode, so a core's modes add up to the
+        time that passed (the rules rely on it), however many samples fell in between. The
+        first scrape of a core counts only its samples' own duration. The cores advanced."""
+        advanced = []
+        for c, pending in enumerate(self.cpu_pending):
+            weight = pending[-1]
+            if weight <= 0:
+                continue  # no sample read this core: its counters are not served this scrape
+            last = self.cpu_scraped[c]
+            scale = (instant - last) / weight if last is not None else 1.0
             seconds = self.cpu_seconds[c]
-            seconds[0] += busy * (1 - SYSTEM_SHARE) * dt
-            seconds[1] += busy * SYSTEM_SHARE * dt
-            seconds[2] += wait * dt
-            seconds[3] += (1.0 - busy - wait) * dt
+            for m in range(len(CPU_MODES)):
+                seconds[m] += pending[m] * scale
+            self.cpu_pending[c] = [0.0] * len(pending)
+            self.cpu_scraped[c] = instant
+            advanced.append(c)
+        return advanced
 
     def _gpu_labels(self, index: int, gpu: GpuSample) -> dict[str, str]:
         return {
@@ -372,10 +401,12 @@ class _Host:
             if value is not None and value == value:
                 put((index, field), field, labels, k, value * factor)
 
-    def _put_host(self, k: int, host: HostSample) -> None:
+    def _put_host(self, k: int, instant: float, host: HostSample) -> None:
+        """node_exporter's series at scrape `k`: only after a sample was read since the last
+        scrape (a gap in the recording is a missed scrape, not a host frozen in time)."""
         put = self.node_exporter.put
-        for c, seconds in enumerate(self.cpu_seconds):
-            for mode, value in zip(CPU_MODES, seconds):
+        for c in self._advance_cores(instant):
+            for mode, value in zip(CPU_MODES, self.cpu_seconds[c]):
                 put(
                     (c, mode),
                     "node_cpu_seconds_total",

@@ -7,10 +7,16 @@ the core's average over that scrape interval (a 0.5 s sampler sees the peaks it 
 Every output carries `node` (from the configured label) and, per core, `cpu`.
 
 `node_cpu_seconds_total` (a series per core and mode, 512 on a 64-core host) is the largest
-input of the group, so it is read once per evaluation: `cpu:trainprof_cpu_seconds:irate`
-keeps, per core, the seconds per second spent `idle`, in `iowait` and in `all` modes, and
-both per-core ratios are divided out of that one recording (so they also lag together where
-an engine reads a recording one evaluation late).
+input of the group and costs about as much per series as everything else the group reads.
+A core's modes add up to the time that passed (/proc/stat counts each core's every tick in
+exactly one mode), so the shares are the rates themselves and only the `idle` and `iowait`
+counters are read: a quarter of the series. `cpu:trainprof_cpu_seconds:irate` keeps, per
+core, the seconds per second in each of the two, and both per-core ratios come from that one
+recording (so they also lag together where an engine reads a recording one evaluation late).
+The price is the scrape's timing jitter: Prometheus divides by the interval between its
+scrapes' timestamps, node_exporter read the counters a few milliseconds after each, so a
+share can be off by that jitter over the interval (0.1 % for 15 ms in 15 s); the ratios are
+clamped to 0..1.
 """
 
 from __future__ import annotations
@@ -33,24 +39,19 @@ CPU_SECONDS = "cpu:trainprof_cpu_seconds:irate"
 
 
 def cpu_seconds(options: SourceOptions) -> str:
-    """Per core: the seconds per second in `idle`, in `iowait`, and in all modes (`all`).
+    """Per core: the seconds per second in `idle` and in `iowait`.
 
     The node label is set on the rates, not the selectors: a range needs a bare selector.
     """
     w = format_duration(3 * options.scrape_interval)
     modes = on_node(f'irate(node_cpu_seconds_total{{mode=~"idle|iowait"}}[{w}])', options)
-    every = on_node(f"irate(node_cpu_seconds_total[{w}])", options)
-    return (
-        f"sum by (node, cpu, mode) ({modes})\nor\n"
-        f'label_replace(sum by (node, cpu) ({every}), "mode", "all", "", "")'
-    )
+    return f"sum by (node, cpu, mode) ({modes})"
 
 
 def recordings(options: SourceOptions) -> list[dict[str, str]]:
     w = format_duration(3 * options.scrape_interval)
     n = lambda metric: on_node(metric, options)  # noqa: E731 - a local shorthand
     per_core = lambda mode: f"sum by (node, cpu) ({CPU_SECONDS}{{mode{mode}}})"  # noqa: E731
-    every_mode = per_core('="all"')
     total = n("node_memory_MemTotal_bytes")
     # Kernels before 3.14 have no MemAvailable: estimate it as they do, from what is free or
     # reclaimable.
@@ -67,11 +68,11 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
         {"record": CPU_SECONDS, "expr": cpu_seconds(options)},
         {
             "record": "cpu:trainprof_cpu_utilization:ratio",
-            "expr": f"1 - {idle}\n/\n{every_mode}",
+            "expr": f"clamp(1 - {idle}, 0, 1)",
         },
         {
             "record": "cpu:trainprof_cpu_iowait:ratio",
-            "expr": f"{iowait}\n/\n{every_mode}",
+            "expr": f"clamp({iowait}, 0, 1)",
         },
         {
             "record": "node:trainprof_cpu_utilization:ratio",
