@@ -131,9 +131,10 @@ def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[di
         alerts += [
             _missing(
                 "node_cpu_seconds_total",
-                # absent() reads every series it selects: one per core is enough (every
-                # node_exporter serves `idle`; a regex matcher adds no label to the alert).
-                'absent(node_cpu_seconds_total{mode=~"idle"})',
+                # absent() reads every series it selects: one per node is enough (every
+                # host has a core 0 with an `idle` mode; a regex matcher adds no label to
+                # the alert, where `cpu="0"` would).
+                'absent(node_cpu_seconds_total{cpu=~"0", mode=~"idle"})',
                 "No node_exporter series reach this Prometheus: node_cpu_seconds_total is "
                 "absent, so no host rule can fire.",
                 scope="cluster",
