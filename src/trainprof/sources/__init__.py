@@ -141,8 +141,9 @@ def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[di
             ),
             _missing(
                 "node_cpu_seconds_total",
+                # The node-level recording: a node has it when any of its cores has a ratio.
                 "node:trainprof_node_job:info\nunless on (node)\n"
-                "group by (node) (cpu:trainprof_cpu_utilization:ratio)",
+                "node:trainprof_cpu_utilization:ratio",
                 "Node {{ $labels.node }} runs job {{ $labels.training_job }} but no "
                 f'node_cpu_seconds_total carries {options.node_label}="{{{{ $labels.node }}}}": '
                 "is node_exporter running there, and does its scrape set that label?",
