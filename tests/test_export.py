@@ -87,6 +87,17 @@ def test_dashboards_of_a_configuration_without_profilerreport_are_refused_by_nam
     assert not (tmp_path / "o").exists()
 
 
+def test_a_chart_for_another_source_without_profilerreport_has_no_dashboards(tmp_path, capsys):
+    """Its dashboards would read series that cluster lacks: switched off, and said why."""
+    config = tmp_path / "two.yaml"
+    config.write_text("rules:\n  - rule: LowGPUUtilization\n  - rule: CPUBottleneck\n")
+    out = tmp_path / "chart"
+    assert cli(["export", "chart", "-c", str(config), "--source", "dcgm", "-o", str(out)]) == 0
+    assert "dashboards switched off for this source" in capsys.readouterr().err
+    values = yaml.safe_load((out / "trainprof.values.yaml").read_text())
+    assert values["dashboards"] == {"enabled": False}
+
+
 def test_generate_refuses_outside_a_checkout(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "metrics.md").write_text("my notes\n")
