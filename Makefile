@@ -9,7 +9,7 @@ help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/, helm/)"
-	@echo "make check     fail on a lint, format or type finding in src/, a drifted generated artifact, an invalid rule file or a helm lint finding"
+	@echo "make check     fail on a lint or format finding in the Python files, a type finding in src/, a drifted generated artifact, an invalid rule file or a helm lint finding"
 
 # torch is named in the same pip command as the extras so nothing they pull in can replace
 # it: 2.13.0 is the CPU wheel on this machine's disk; an unpinned torch is a multi-GB CUDA build.
@@ -35,8 +35,8 @@ generate: $(VENV)/.installed
 	$(PY) -m trainprof.generate
 
 check: setup
-	$(VENV)/bin/ruff check src
-	$(VENV)/bin/ruff format --check src
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(PY) -m trainprof.generate --check
 	promtool check rules rules/trainprof.rules.yaml rules/trainprof.sources.rules.yaml

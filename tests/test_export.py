@@ -73,9 +73,7 @@ def test_export_reports_a_bad_configuration_without_a_traceback(tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
-def test_dashboards_of_a_configuration_without_profilerreport_are_refused_by_name(
-    tmp_path, capsys
-):
+def test_dashboards_of_a_configuration_without_profilerreport_are_refused_by_name(tmp_path, capsys):
     """The dashboards read ProfilerReport's recordings: a configuration of two rules cannot
     draw them, and says which recording is missing instead of a traceback."""
     config = tmp_path / "two.yaml"
