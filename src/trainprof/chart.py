@@ -25,6 +25,7 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from trainprof.names import GROUP_PREFIX
@@ -203,12 +204,13 @@ def artifacts(generator: str = "make generate") -> dict[str, str]:
     return {f"{CHART_DIR}/{path}": text for path, text in files.items()}
 
 
-def helm_values(compiled, generator: str) -> str:
+def helm_values(compiled, generator: str, warn: Callable[[str], None] | None = None) -> str:
     """A values file that puts a user's compiled rules into the chart (`trainprof rules
     compile --format helm-values`): the PrometheusRule then renders these groups instead of
     the chart's defaults, and the dashboards are drawn for the same source and thresholds;
     `prometheusRule.rules.<Rule>: false` still switches one off.
-    Compiled for the chart's DaemonSet: `gpu_attribution: auto` means assignment here."""
+    Compiled for the chart's DaemonSet: `gpu_attribution: auto` means assignment here.
+    `warn` hears why the dashboards could not be drawn, when they could not."""
     from trainprof.render import to_yaml
     from trainprof.rules.compiler import compile_rules
 
@@ -216,7 +218,9 @@ def helm_values(compiled, generator: str) -> str:
         compiled = compile_rules(chart_config(compiled.config))
 
     values: dict[str, Any] = {"prometheusRule": {"groups": compiled.groups}}
-    dashboards, _ = dashboard_values(compiled)
+    dashboards, why = dashboard_values(compiled)
+    if why and warn:
+        warn(why)
     if dashboards:
         values["dashboards"] = dashboards
     return to_yaml(values, generator)

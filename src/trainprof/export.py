@@ -74,7 +74,9 @@ def _from_config(kind: str, config, name: str) -> dict[str, Callable[[], str]]:
         }
     if kind == "chart":
         return {
-            "trainprof.values.yaml": lambda: rule_files.render(compiled, "helm-values", generator)
+            "trainprof.values.yaml": lambda: rule_files.render(
+                compiled, "helm-values", generator, warn=rule_files.print_warning
+            )
         }
     raise ExportError(
         "alerting does not depend on a rule configuration (its routes follow the rule "
@@ -145,12 +147,5 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"error: cannot write under {args.output}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
-    if args.kind == "chart" and config is not None:
-        from trainprof.chart import dashboard_values
-        from trainprof.rules.compiler import compile_rules
-
-        _, why = dashboard_values(compile_rules(config))
-        if why:
-            print(f"warning: {why}", file=sys.stderr)
     print(f"wrote {len(written)} {args.kind} file(s) under {args.output}", file=sys.stderr)
     return 0

@@ -84,13 +84,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = getattr(args, "quiet", False)
     if not quiet:
         for w in compiled.warnings:
-            print(f"warning: {w}", file=sys.stderr)
-        if args.rules_command == "compile" and args.format == "helm-values":
-            from trainprof.chart import dashboard_values
-
-            _, why = dashboard_values(compiled)
-            if why:
-                print(f"warning: {why}", file=sys.stderr)
+            files.print_warning(w)
 
     if args.rules_command == "validate":
         _print_resolved(config)
@@ -105,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         name=args.name,
         namespace=args.namespace,
         labels=dict(args.label),
+        warn=None if quiet else files.print_warning,
     )
     if args.output == "-":
         sys.stdout.write(text)

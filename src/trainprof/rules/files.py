@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from trainprof.rules import sdk
@@ -83,6 +84,11 @@ def _read_python(
         raise ConfigError(located, source) from None
 
 
+def print_warning(message: str) -> None:
+    """How the command-line tools say what a configuration leaves out."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def render(
     compiled: Compiled,
     fmt: str,
@@ -90,7 +96,9 @@ def render(
     name: str = "trainprof-rules",
     namespace: str | None = None,
     labels: dict[str, str] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> str:
+    """`compiled` in one of FORMATS; `warn` hears what helm-values could not include."""
     from trainprof import render as r
 
     if fmt == "rules":
@@ -98,5 +106,5 @@ def render(
     if fmt == "helm-values":
         from trainprof.chart import helm_values
 
-        return helm_values(compiled, generator)
+        return helm_values(compiled, generator, warn)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)
