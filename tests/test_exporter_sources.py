@@ -14,7 +14,7 @@ from trainprof.exporter.sources.cpu import CpuSource
 from trainprof.exporter.sources.disk import DiskSource
 from trainprof.exporter.sources.memory import MemorySource
 from trainprof.exporter.sources.network import NetworkSource
-from trainprof.sampling import HostSample
+from trainprof.sampling import HostSample, SampleAccumulator
 
 from procfs import Procfs
 
@@ -46,6 +46,28 @@ def test_cpu_ratios_come_from_the_change_between_two_samples(proc):
     sample = read(cpu)
     assert sample.cpu_utilization == pytest.approx([0.5, 0.25])
     assert sample.cpu_iowait == pytest.approx([0.1, 0.0])
+
+
+def test_the_busiest_core_is_served_once_per_host(proc):
+    """The bottleneck rules read one busiest-core series per node, not every core's gauge."""
+    cpu = CpuSource()
+    proc.cpus = [{"user": 100, "idle": 900}] * 3
+    proc.write()
+    read(cpu)
+    proc.cpus = [
+        {"user": 130, "idle": 930, "iowait": 40},  # busy 0.3, iowait 0.4
+        {"user": 190, "idle": 905, "iowait": 5},  # busy 0.9, iowait 0.05
+        {"user": 100, "idle": 1100},  # idle
+    ]
+    proc.write()
+    acc = SampleAccumulator(0.5, {"node": "n1"})
+    acc.observe(read(cpu))
+    served = {s.name: (s.labels, s.value) for family in acc.families() for s in family.samples}
+    assert served["trainprof_cpu_busiest_core_utilization_ratio"] == (
+        {"node": "n1"},
+        pytest.approx(0.9),
+    )
+    assert served["trainprof_cpu_busiest_core_iowait_ratio"] == ({"node": "n1"}, pytest.approx(0.4))
 
 
 def test_cpu_guest_time_is_not_counted_twice(proc):

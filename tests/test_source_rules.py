@@ -309,7 +309,7 @@ def test_io_bottleneck_counts_scrapes_with_a_core_waiting_on_io(tmp_path, promto
 
 
 def test_cpu_bottleneck_with_gpus_from_dcgm_and_cores_from_trainprofs_exporter(tmp_path, promtool):
-    """`source: dcgm`: the host's cores come from trainprof's exporter gauges."""
+    """`source: dcgm`: the host's busiest core comes from trainprof's exporter gauge."""
     exporter = {"job": "trainprof", "instance": f"{HOST}:9945", "node": HOST, **JOB}
     cores = [
         {
@@ -320,6 +320,13 @@ def test_cpu_bottleneck_with_gpus_from_dcgm_and_cores_from_trainprofs_exporter(t
         }
         for c in range(CORES)
     ]
+    # Served beside the per-core gauges: the busiest core, which the rule reads.
+    cores.append(
+        {
+            "series": series_text("trainprof_cpu_busiest_core_utilization_ratio", exporter),
+            "values": f"0.97x{SAMPLES}",
+        }
+    )
     series = (
         _dcgm(_per_gpu(_constant(2), BUSY_GPU), _per_gpu(HIGH_MEMORY, HIGH_MEMORY), "gpu_operator")
         + cores

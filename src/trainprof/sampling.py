@@ -276,6 +276,13 @@ class SampleAccumulator:
                 ["cpu"],
                 [(ident + [str(i)], v) for i, v in enumerate(iowait)],
             )
+        # The busiest core, so a fleet's rules read one series per node, not one per core.
+        if cores:
+            yield fam.gauge(
+                "trainprof_cpu_busiest_core_utilization_ratio", [], [(ident, max(cores))]
+            )
+        if iowait:
+            yield fam.gauge("trainprof_cpu_busiest_core_iowait_ratio", [], [(ident, max(iowait))])
         yield fam.histogram("trainprof_cpu_utilization_sampled_ratio", [], [(ident, self._cpu)])
         yield fam.quantiles("trainprof_cpu_utilization_quantile_ratio", ident, self._cpu)
         yield fam.histogram("trainprof_cpu_iowait_sampled_ratio", [], [(ident, self._iowait)])

@@ -181,12 +181,9 @@ def _scraped_bottleneck(
     if b.host_source == "node_exporter":
         busiest = selector(BUSIEST_CORE[kind], b.matchers)
     else:
-        core = (
-            "trainprof_cpu_core_utilization_ratio"
-            if kind == "cpu"
-            else "trainprof_cpu_core_iowait_ratio"
+        busiest = b.sel(
+            f"trainprof_cpu_busiest_core_{'utilization' if kind == 'cpu' else kind}_ratio"
         )
-        busiest = b.sel(core)
     if b.gpu_source == "dcgm":
         gpus = selector(GPU_GAUGES["trainprof_gpu_utilization_sampled_ratio"], b.matchers)
     else:
