@@ -94,8 +94,11 @@ def _check(base: str, switched: threading.Event) -> None:
     assert set(busy) == both
     assert abs(busy[(("cpu", "0"), ("node", "h1"))] - 0.8) < 0.06  # busy + iowait's 0.05 out
     assert busy[(("cpu", "0"), ("node", "h2"))] < 0.01
-    memory = _values(base, "node:trainprof_memory_used:ratio")
-    assert set(memory) == {(("node", "h1"),), (("node", "h2"),)}
+    # A chained recording: vmalert reads its input back from VictoriaMetrics, where a new
+    # series can take about 30 s to become searchable.
+    memory = "node:trainprof_memory_used:ratio"
+    nodes = {(("node", "h1"),), (("node", "h2"),)}
+    wait_for(lambda: set(_values(base, memory)) == nodes, 90, f"{memory} for h1 and h2")
 
 
 def test_prometheus_scrapes_the_captured_bodies_and_records_them_normalised(

@@ -200,6 +200,9 @@ def compile_rules(config: RulesConfig) -> Compiled:
     adapters = _sources_group(config, every_scrape)
     if adapters:
         groups.insert(0, adapters)
+    activity = sources.activity_group(config.source, _source_options(config))
+    if activity:
+        groups.insert(1, activity)
     state = _state_rules(compiled)
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)
@@ -232,18 +235,21 @@ def _sources_group(config: RulesConfig, every_scrape: list[dict[str, Any]]) -> d
     """`trainprof.sources` for a `source` setting naming dcgm or node_exporter: the
     adapters' normalisation, then the rules' per-scrape recordings, then the alerts naming
     a missing input."""
-    options = dataclasses.replace(
-        config.source_options,
-        job_labels=config.job_labels,
-        scrape_interval=config.scrape_interval,
-    )
-    group = sources.normalisation_group(config.source, options)
+    group = sources.normalisation_group(config.source, _source_options(config))
     if group is None:
         return None
     rules = group["rules"]
     first_alert = next((i for i, r in enumerate(rules) if "alert" in r), len(rules))
     rules[first_alert:first_alert] = every_scrape
     return group
+
+
+def _source_options(config: RulesConfig) -> sources.SourceOptions:
+    return dataclasses.replace(
+        config.source_options,
+        job_labels=config.job_labels,
+        scrape_interval=config.scrape_interval,
+    )
 
 
 def _state_rules(compiled: list[CompiledRule]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ gives one rule group, `trainprof.sources`, evaluated every scrape interval: the 
 host recordings, then the job attribution that reads them (chained recordings stay in one
 group, ordered, so Prometheus, Thanos Ruler, Mimir and vmalert evaluate them alike), then
 `TrainprofRuleInputMissing` alerts that name the series a configured source does not serve.
+`activity_group` adds dcgm's profiling activities, which no rule reads, once a minute.
 The `trainprof` source needs no normalisation: its exporter already serves trainprof's names.
 """
 
@@ -21,12 +22,16 @@ from trainprof.sources.options import SOURCES, SourceOptions, parse_sources
 __all__ = [
     "SOURCES",
     "SourceOptions",
+    "activity_group",
     "normalisation_group",
     "parse_sources",
     "signal_sources",
 ]
 
 GROUP = "trainprof.sources"
+ACTIVITY_GROUP = "trainprof.sources.activity"
+# Recordings no rule reads run at this cadence (or the scrape's, if slower).
+ACTIVITY_INTERVAL = 60.0
 HEALTH_RULE = "TrainprofHealth"
 
 
@@ -53,6 +58,18 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
     return {"name": GROUP, "interval": format_duration(options.scrape_interval), "rules": rules}
 
 
+def activity_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
+    """`trainprof.sources.activity` when dcgm is a source: its profiling activities and
+    power in trainprof's labels, for dashboards and ad-hoc queries, once a minute."""
+    if "dcgm" not in sources:
+        return None
+    return {
+        "name": ACTIVITY_GROUP,
+        "interval": format_duration(max(ACTIVITY_INTERVAL, options.scrape_interval)),
+        "rules": dcgm.activity_recordings(options),
+    }
+
+
 def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
     """Which source serves the GPU signals and which the host's, of a `source` setting.
 
@@ -71,8 +88,9 @@ def default_rules_text(generator: str) -> str:
     with the default options (a `node` label on node_exporter's targets, PyTorchJob pods)."""
     from trainprof.render import to_yaml
 
-    group = normalisation_group(("dcgm", "node_exporter"), SourceOptions())
-    return to_yaml({"groups": [group]}, generator)
+    both, options = ("dcgm", "node_exporter"), SourceOptions()
+    groups = [normalisation_group(both, options), activity_group(both, options)]
+    return to_yaml({"groups": groups}, generator)
 
 
 def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
