@@ -79,7 +79,7 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
     Relabelling costs about 15 `label_replace` per series (one per label variant), so the
     arithmetic runs on dcgm-exporter's own series first: they carry one device's labels on
     every field, so default matching pairs them. Then one relabelling per recording, three
-    in all, where relabelling each field (5 of them) came before:
+    in all, where each of the five fields they read was relabelled before:
 
     >>> [r["record"] for r in recordings(SourceOptions())][:3]
     ['gpu:trainprof_gpu_utilization:ratio', 'gpu:trainprof_gpu_memory_used:bytes', \
@@ -89,7 +89,8 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
     return [
         {
             # GPU_UTIL is not served for MIG instances nor by some products' DCGM: fall back
-            # per device to the graphics engine's activity, the same fraction of busy time.
+            # per device (`or` matches a device's fields, which carry the same labels) to the
+            # graphics engine's activity, the same fraction of busy time.
             "record": "gpu:trainprof_gpu_utilization:ratio",
             "expr": device(
                 "(DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_PROF_GR_ENGINE_ACTIVE)", options

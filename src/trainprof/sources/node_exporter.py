@@ -11,8 +11,8 @@ input of the group and costs about as much per series as everything else the gro
 A core's modes add up to the time that passed (/proc/stat counts each core's every tick in
 exactly one mode), so the shares are the rates themselves and only the `idle` and `iowait`
 counters are read: a quarter of the series. Each per-core ratio is one rule straight from the
-counters: recording the rates first and the ratios from them wrote every core's series three
-times per scrape where two suffice, and cost as much as taking `iowait`'s rate twice.
+counters: recording the two rates first and the ratios from them wrote four series per core
+at every scrape where two suffice, which cost more than taking `iowait`'s rate twice.
 The price is the scrape's timing jitter: Prometheus divides by the interval between its
 scrapes' timestamps, node_exporter read the counters a few milliseconds after each, so a
 share can be off by that jitter over the interval (0.1 % for 15 ms in 15 s); the ratios are
