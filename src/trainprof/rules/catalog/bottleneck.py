@@ -33,6 +33,13 @@ from trainprof.rules.params import (
 from trainprof.rules.promql import selector
 from trainprof.sources.gauges import BUSIEST_CORE, GPU_GAUGES
 
+# The busiest core as trainprof's exporter serves it (BUSIEST_CORE: as node_exporter's
+# recordings give it).
+EXPORTER_BUSIEST_CORE = {
+    "cpu": "trainprof_cpu_busiest_core_utilization_ratio",
+    "iowait": "trainprof_cpu_busiest_core_iowait_ratio",
+}
+
 
 def _window_param() -> Any:
     return param(
@@ -181,9 +188,7 @@ def _scraped_bottleneck(
     if b.host_source == "node_exporter":
         busiest = selector(BUSIEST_CORE[kind], b.matchers)
     else:
-        busiest = b.sel(
-            f"trainprof_cpu_busiest_core_{'utilization' if kind == 'cpu' else kind}_ratio"
-        )
+        busiest = b.sel(EXPORTER_BUSIEST_CORE[kind])
     if b.gpu_source == "dcgm":
         gpus = selector(GPU_GAUGES["trainprof_gpu_utilization_sampled_ratio"], b.matchers)
     else:
