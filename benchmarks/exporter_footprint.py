@@ -1,9 +1,12 @@
 """What the exporter DaemonSet needs: CPU and memory with 8 fake GPUs, as the chart requests them.
 
     python benchmarks/exporter_footprint.py [--seconds 120] [--scrape-interval 15] [--gpus 8]
+                                            [--dcgm-exporter]
 
 Runs the exporter (benchmarks/fake_gpu_exporter.py: the real NVML source over tests/fakes.py,
-the real host collectors, sampling every 0.5 s) and reports
+the real host collectors, sampling every 0.5 s; with --dcgm-exporter, `trainprof exporter
+--collector.gpu.dcgm-exporter` reading every second a dcgm-exporter body of --gpus GPUs built
+from the real capture, served from this process) and reports
   steady      process CPU as % of one core while Prometheus scrapes every --scrape-interval
   storm       CPU seconds per scrape and the peak RSS (VmHWM) over 2,000 back-to-back scrapes
   rss         VmRSS at the end and the peak over the whole run
@@ -13,9 +16,16 @@ The chart's requests follow the steady figures, its memory limit the storm's pea
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from _procs import cpu_seconds, free_port, rss_bytes, scrape, start_trainprof, stop, wait_ready
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 
 def peak_rss_bytes(pid: int) -> int:
@@ -26,20 +36,72 @@ def peak_rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmHWM")
 
 
+def serve_dcgm_body(gpus: int) -> str:
+    """Serve `gpus` copies of the captured dcgm-exporter GPU on a loopback port; the URL."""
+    from real_exporters import DCGM, exposition, read_capture
+
+    samples, headers = read_capture(DCGM)
+    lines = ["".join(headers.values())]
+    for index in range(gpus):
+        for name, labels, value in samples:
+            lines.append(
+                exposition(name, {**labels, "gpu": str(index), "UUID": f"GPU-{index}"}, value)
+            )
+    body = "".join(lines).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(f"dcgm-exporter body: {gpus} GPUs, {len(body):,} bytes")
+    return f"http://127.0.0.1:{server.server_address[1]}/metrics"
+
+
+def start_dcgm_reader(port: int, dcgm_url: str) -> subprocess.Popen:
+    trainprof = Path(sys.executable).parent / "trainprof"
+    return subprocess.Popen(
+        [
+            str(trainprof),
+            "exporter",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--collector.gpu.dcgm-exporter={dcgm_url}",
+            "--identity.node=bench",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--scrape-interval", type=float, default=15)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--storm", type=int, default=2000)
+    parser.add_argument("--dcgm-exporter", action="store_true")
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    proc = start_trainprof(port, args.gpus)
+    if args.dcgm_exporter:
+        proc = start_dcgm_reader(port, serve_dcgm_body(args.gpus))
+    else:
+        proc = start_trainprof(port, args.gpus)
     mib = 2**20
     try:
         wait_ready(url, proc)
         time.sleep(3)
+        served = scrape(url)
+        gpus = served.count(b"\ntrainprof_gpu_utilization_ratio{")
+        if gpus != args.gpus or b'collector="gpu"' not in served:
+            raise SystemExit(f"the exporter serves {gpus} GPUs, not {args.gpus}")
         c0, t0 = cpu_seconds(proc.pid), time.monotonic()
         next_scrape = t0
         while time.monotonic() - t0 < args.seconds:

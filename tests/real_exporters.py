@@ -28,9 +28,12 @@ def read_capture(path: Path) -> tuple[list[Sample], dict[str, str]]:
     """The samples of a capture, and each family's `# HELP`/`# TYPE` header lines."""
     text = path.read_text()
     samples, headers = [], {}
+    served = {line.partition("{")[0] for line in text.splitlines() if not line.startswith("#")}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            samples.append((s.name, dict(s.labels), float(s.value)))
+            # The parser names a counter's samples `_total`; dcgm-exporter's counters do not.
+            name = s.name if s.name in served else s.name.removesuffix("_total")
+            samples.append((name, dict(s.labels), float(s.value)))
     for line in text.splitlines():
         if line.startswith(("# HELP ", "# TYPE ")):
             name = line.split(" ", 3)[2]

@@ -122,6 +122,7 @@ CASES = [
     "user-config",
     "sources",
     "sources-report",
+    "dcgm-exporter",
 ]
 
 
@@ -397,6 +398,43 @@ def test_exporter_lands_on_tainted_gpu_nodes_and_reads_the_host_read_only(render
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert "nvidia.com/gpu" not in json.dumps(container["resources"])  # takes no job's GPU
     assert pod["automountServiceAccountToken"] is False
+
+
+def test_exporter_reads_its_nodes_dcgm_exporter_through_a_node_local_service(
+    rendered, helm, helm_home
+):
+    docs = objects(rendered["dcgm-exporter"])
+    (ds,) = by_kind(docs, "DaemonSet")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    service = ds["metadata"]["name"].removesuffix("-exporter") + "-dcgm-exporter-local"
+    url = f"http://{service}.gpu-operator.svc:9400/metrics"
+    assert f"--collector.gpu.dcgm-exporter={url}" in container["args"]
+    assert "--collector.gpu.dcgm-exporter.poll-interval=1s" in container["args"]
+    assert "env" not in container  # NVML is not used: no NVIDIA devices in the pod
+    (local,) = [s for s in by_kind(docs, "Service") if "dcgm" in s["metadata"]["name"]]
+    assert local["metadata"]["name"] == service
+    assert local["metadata"]["namespace"] == "gpu-operator"
+    assert local["spec"]["internalTrafficPolicy"] == "Local"
+    assert local["spec"]["selector"] == {"app": "nvidia-dcgm-exporter"}
+    assert "dcgm" not in rendered["default"]
+
+    given = "http://10.0.0.7:9400/metrics"
+    docs = objects(
+        render(
+            helm,
+            helm_home,
+            sets=[
+                "exporter.dcgmExporter.enabled=true",
+                f"exporter.dcgmExporter.url={given}",
+                "exporter.nvidia.runtimeClassName=nvidia",
+            ],
+        )
+    )
+    (ds,) = by_kind(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert f"--collector.gpu.dcgm-exporter={given}" in pod["containers"][0]["args"]
+    assert "runtimeClassName" not in pod
+    assert not [s for s in by_kind(docs, "Service") if "dcgm" in s["metadata"]["name"]]
 
 
 def test_node_selection_and_tolerations_are_values(helm, helm_home):
@@ -752,6 +790,8 @@ def test_scenarios_hold_for_the_charts_prometheusrule(
         ("dashboards.files.Job\\.json=x", "'Job.json' does not match"),
         ("dashboards.files.trainprof-job\\.json=", "/dashboards/files/trainprof-job.json"),
         ("actions.dryRun=maybe", "/actions/dryRun"),
+        ("exporter.dcgmExporter.url=localhost:9400", "/exporter/dcgmExporter/url"),
+        ("exporter.dcgmExporter.pollInterval=1", "/exporter/dcgmExporter/pollInterval"),
     ],
 )
 def test_bad_values_name_the_key(setting, where, helm, helm_home):

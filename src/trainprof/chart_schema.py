@@ -68,6 +68,21 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "hostNetwork": BOOL,
             "nvidia": _closed({"visibleDevices": STRING, "runtimeClassName": STRING}),
             "datapointInterval": DURATION,
+            "dcgmExporter": _closed(
+                {
+                    "enabled": BOOL,
+                    "url": {"type": "string", "pattern": "^(https?://.+)?$"},
+                    "pollInterval": DURATION,
+                    "localService": _closed(
+                        {
+                            "namespace": {"type": "string", "minLength": 1},
+                            "selector": {**LABELS, "minProperties": 1},
+                            "port": PORT,
+                            "targetPort": {"type": ["string", "integer"]},
+                        }
+                    ),
+                }
+            ),
             "extraArgs": {"type": "array", "items": STRING},
             "resources": OPEN,
             "securityContext": OPEN,

@@ -55,3 +55,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "trainprof.exporterRelabelings" -}}
 {{- .Files.Get "files/relabelings/exporter.yaml" | fromYamlArray | toYaml -}}
 {{- end -}}
+
+{{/* Where the exporter reads dcgm-exporter: the value, else the node-local Service. */}}
+{{- define "trainprof.dcgmExporterURL" -}}
+{{- $d := .Values.exporter.dcgmExporter -}}
+{{- if $d.url -}}
+{{- $d.url -}}
+{{- else -}}
+{{- printf "http://%s-dcgm-exporter-local.%s.svc:%d/metrics" (include "trainprof.fullname" .) $d.localService.namespace (int $d.localService.port) -}}
+{{- end -}}
+{{- end -}}

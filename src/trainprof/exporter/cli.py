@@ -116,6 +116,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="network interfaces to leave out (default: ^lo$)",
     )
     collectors.add_argument(
+        "--collector.gpu.dcgm-exporter",
+        dest="dcgm_exporter",
+        metavar="URL",
+        help="read the GPUs from this NVIDIA dcgm-exporter (http://127.0.0.1:9400/metrics on "
+        "its node) instead of NVML; user:password@ in the URL is sent as basic authentication",
+    )
+    collectors.add_argument(
+        "--collector.gpu.dcgm-exporter.poll-interval",
+        dest="dcgm_poll_interval",
+        type=duration,
+        default=1.0,
+        metavar="DURATION",
+        help="how often to read dcgm-exporter (default 1s; its values change when it collects, "
+        "every 30s in the GPU Operator's default)",
+    )
+    collectors.add_argument(
         "--path.procfs",
         dest="procfs",
         metavar="PATH",
@@ -211,8 +227,21 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     enabled = [name for name in COLLECTORS if getattr(args, f"collector_{name}")]
     if not enabled:
         return _bad("every collector is off; enable at least one (--collector.cpu, ...)")
+    if args.dcgm_exporter is not None:
+        from trainprof.exporter.sources.dcgm_exporter import check_url
+
+        try:
+            check_url(args.dcgm_exporter)
+        except ValueError as e:
+            return _bad(f"--collector.gpu.dcgm-exporter {e}")
+        if not args.collector_gpu:
+            return _bad("--collector.gpu.dcgm-exporter is set but the gpu collector is off")
     sources = default_sources(
-        enabled, disk_exclude=args.disk_exclude, network_exclude=args.network_exclude
+        enabled,
+        disk_exclude=args.disk_exclude,
+        network_exclude=args.network_exclude,
+        dcgm_exporter=args.dcgm_exporter,
+        dcgm_poll_interval=args.dcgm_poll_interval,
     )
     labels = identity.exporter_labels(args.node, args.training_job)
     log.info(identity.describe(labels))

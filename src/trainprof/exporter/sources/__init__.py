@@ -13,7 +13,8 @@ that sample and the other sources are unaffected. A source assigns its fields at
 `read`, so a failure never leaves half a reading in the sample.
 
 The psutil sources read `psutil.PROCFS_PATH` (set it with `set_procfs`); the GPU source talks to
-the `pynvml` module it is given, so tests hand it a fake with NVML's own shapes and errors.
+the `pynvml` module it is given, so tests hand it a fake with NVML's own shapes and errors; or,
+on a node that runs NVIDIA dcgm-exporter, that exporter's `/metrics` (dcgm_exporter.py).
 """
 
 from __future__ import annotations
@@ -59,12 +60,15 @@ def default_sources(
     nvml: Any = None,
     disk_exclude: str = DISK_EXCLUDE,
     network_exclude: str = NETWORK_EXCLUDE,
+    dcgm_exporter: str | None = None,
+    dcgm_poll_interval: float = 1.0,
 ) -> list[Source]:
     """The sources of the enabled collectors, GPU first.
 
     The GPU is read first so a sample's GPU utilization and CPU ratios end as close together
     as possible: the bottleneck counters pair them. `nvml` is the pynvml module (imported
-    here when None); nothing talks to the driver before the first `read`.
+    here when None); nothing talks to the driver before the first `read`. With
+    `dcgm_exporter` (a URL) the GPU readings come from that dcgm-exporter instead of NVML.
     """
     enabled = set(enabled)
     unknown = enabled - set(COLLECTORS)
@@ -74,7 +78,11 @@ def default_sources(
             f"{', '.join(COLLECTORS)}"
         )
     sources: list[Source] = []
-    if "gpu" in enabled:
+    if "gpu" in enabled and dcgm_exporter is not None:
+        from trainprof.exporter.sources.dcgm_exporter import DcgmExporterSource
+
+        sources.append(DcgmExporterSource(dcgm_exporter, poll_interval=dcgm_poll_interval))
+    elif "gpu" in enabled:
         from trainprof.exporter.sources.gpu import GpuSource
 
         if nvml is None:
