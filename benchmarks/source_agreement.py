@@ -1,6 +1,7 @@
 """How far the verdicts on dcgm-exporter and node_exporter agree with trainprof's own exporter.
 
     python benchmarks/source_agreement.py [--scrape 15s] [--collect 1s 15s 30s] [--json FILE]
+                                          [--exporter-reads-dcgm]
 
 Each timeline (the real SageMaker outputs in ../shared/real-sagemaker and synthetic SageMaker
 jobs written here, as the tests write them) is replayed with `--source trainprof`, then with
@@ -8,6 +9,10 @@ jobs written here, as the tests write them) is replayed with `--source trainprof
 timelines the two agree on fired or quiet, and by how much the first firing moves (dcgm minus
 trainprof, seconds) where both fire. A rule that is no_data or not_applicable under both is
 left out of its count. Prints a Markdown table for benchmarks/README.md.
+
+With --exporter-reads-dcgm the other side is trainprof's exporter reading its GPUs from a
+dcgm-exporter collecting at each interval (`--collector.gpu.dcgm-exporter`; replay's
+`--source trainprof --collect-interval`): the trainprof rules on held GPU readings.
 """
 
 from __future__ import annotations
@@ -185,7 +190,9 @@ def main() -> int:
     parser.add_argument("--scrape", default="15s")
     parser.add_argument("--collect", nargs="+", default=["1s", "15s", "30s"])
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--exporter-reads-dcgm", action="store_true")
     args = parser.parse_args()
+    other_sources = ("trainprof",) if args.exporter_reads_dcgm else ("dcgm", "node_exporter")
     scrape = parse_duration(args.scrape)
     collects = [parse_duration(c) for c in args.collect]
     rows: list[dict] = []
@@ -198,7 +205,7 @@ def main() -> int:
             seconds = {"trainprof": time.perf_counter() - t}
             for collect in collects:
                 t = time.perf_counter()
-                other = verdicts(source, scrape, ("dcgm", "node_exporter"), collect)
+                other = verdicts(source, scrape, other_sources, collect)
                 seconds[f"{collect:g}s"] = time.perf_counter() - t
                 for rule, (status, first) in base.items():
                     status2, first2 = other.get(rule, ("-", None))
@@ -220,7 +227,8 @@ def main() -> int:
             )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print_table(rows, collects, scrape)
+    other = "exporter over dcgm-exporter" if args.exporter_reads_dcgm else "dcgm,node_exporter"
+    print_table(rows, collects, scrape, other)
     return 0
 
 
@@ -228,14 +236,12 @@ def _applies(status: str) -> bool:
     return status in ("fired", "quiet")
 
 
-def print_table(rows: list[dict], collects: list[float], scrape: float) -> None:
+def print_table(rows: list[dict], collects: list[float], scrape: float, other: str) -> None:
     rules = list(dict.fromkeys(r["rule"] for r in rows))
     head = " | ".join(f"collect {c:g}s" for c in collects)
     print(f"Scrape every {scrape:g}s. Per rule and dcgm-exporter collection interval: timelines")
     print("agreeing on fired/quiet out of those where either source could decide, then the")
-    print(
-        "first-firing shift (dcgm,node_exporter minus trainprof; median, range) where both fired."
-    )
+    print(f"first-firing shift ({other} minus trainprof; median, range) where both fired.")
     print()
     print(f"| rule | {head} |")
     print("|---|" + "---|" * len(collects))
@@ -256,7 +262,7 @@ def print_table(rows: list[dict], collects: list[float], scrape: float) -> None:
             cells.append(cell)
         print(f"| {rule} | " + " | ".join(cells) + " |")
     print()
-    print("Disagreements (timeline, collect: trainprof -> dcgm,node_exporter):")
+    print(f"Disagreements (timeline, collect: trainprof -> {other}):")
     for r in rows:
         if (
             r["dcgm"] != "left out"

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from replay_contract import VERDICT_KEYS
-from trainprof.replay import replay
+from trainprof.replay import Query, replay
 from trainprof.replay.synthetic import write_steps, write_system
 
 START = 1_700_000_000
@@ -44,10 +44,9 @@ def _replay(*args: str) -> subprocess.CompletedProcess:
             ["--source", "trainprof,dcgm,node_exporter"],
             "trainprof with both dcgm and node_exporter",
         ),
-        (["--collect-interval", "30s"], "--collect-interval is dcgm-exporter's collection period"),
         (
-            ["--source", "node_exporter", "--collect-interval", "30s"],
-            "it needs --source dcgm",
+            ["--collect-interval", "7s"],
+            "--collect-interval 7s is neither a multiple nor a divisor of the scrape interval",
         ),
         (
             ["--source", "dcgm", "--collect-interval", "7s"],
@@ -72,10 +71,21 @@ def test_bad_sources_and_collect_intervals_are_named_with_exit_2(job, args, mess
 
 def test_a_source_in_the_rule_configuration_is_checked_too(job, tmp_path):
     config = tmp_path / "rules.yaml"
-    config.write_text("source: [node_exporter]\nrules:\n- rule: ProfilerReport\n")
-    out = _replay(job, "--rules", str(config), "--collect-interval", "30s")
-    assert out.returncode == 2 and "it needs --source dcgm" in out.stderr, out.stderr
+    config.write_text("source: [dcgm,nvml]\nrules:\n- rule: ProfilerReport\n")
+    out = _replay(job, "--rules", str(config))
+    assert out.returncode == 2 and "unknown source 'nvml'" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_exporter_reading_dcgm_exporter_is_named(job, promtool):
+    out = _replay(job, "--collect-interval", "30s")
+    assert out.returncode == 0, out.stderr
+    assert "GPUs: trainprof's exporter reading dcgm-exporter (collecting every 30s)" in out.stdout
+    assert "sources:" not in out.stdout
+    out = _replay(job, "--source", "node_exporter", "--collect-interval", "30s")
+    assert out.returncode == 0, out.stderr
+    assert "sources: node_exporter (their series" in out.stdout
+    assert "GPUs: trainprof's exporter reading dcgm-exporter (collecting every 30s)" in out.stdout
 
 
 def test_dcgm_and_node_exporter_replay_keeps_the_json_contract_and_names_the_sources(job, promtool):
@@ -140,6 +150,43 @@ def test_a_starved_gpu_gets_the_same_verdicts_from_dcgm_and_node_exporter(
     assert [(a.labels["node"], a.labels["gpu"], a.labels["training_job"]) for a in low] == [
         ("algo-1", "0", "job")
     ]
+
+
+def test_the_exporter_over_dcgm_exporter_sees_each_collection_late(tmp_path, promtool):
+    """GPU 0 idles from 100 to 200 s, and works otherwise; CPU core 0 stays busy. Read
+    through a dcgm-exporter collecting every 5 minutes (at 150 s, 450 s, ...: half a period
+    out of step with the scrapes), the exporter sees the idle reading of the 150 s collection
+    until the next one: a 100 s spell counts as 300 s of CPU bottleneck."""
+    hosts = {
+        "algo-1": {
+            "cores": 2,
+            "gpus": 1,
+            "timeline": [
+                {"gpu_util": 0.95, "cpu": 0.97},
+                {"from": 100, "gpu_util": 0.03, "cpu": 0.97},
+                {"from": 200, "gpu_util": 0.95, "cpu": 0.97},
+            ],
+        }
+    }
+    out = tmp_path / "job" / "profiler-output"
+    write_system(str(out), start=START, duration=12 * 60, interval=0.5, hosts=hosts)
+    ratio = 'training_job:trainprof_cpu_bottleneck_samples:ratio{cpu_above="0.9",gpu_below="0.1"}'
+
+    def share(collect):
+        result = replay(
+            str(tmp_path / "job"),
+            None,
+            scrape_interval=15,
+            collect_interval=collect,
+            queries=lambda compiled, job, end: {"share": Query(ratio)},
+        )
+        (samples,) = result.queries["share"].values()
+        return float(samples[0][1])
+
+    direct, held = share(None), share(300.0)
+    # Samples up to the last scrape, 700 s in.
+    assert direct == pytest.approx(100 / 700, abs=0.005)
+    assert held == pytest.approx(300 / 700, abs=0.005)
 
 
 def test_an_adapter_replay_gives_the_same_verdicts_every_time(tmp_path, promtool):

@@ -25,7 +25,7 @@ from trainprof.replay import chunks, recorded, sagemaker
 from trainprof.replay.cadence import SlowAlerts
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
-from trainprof.replay.exporters import Exporters, check_sources
+from trainprof.replay.exporters import Exporters, check_sources, held_gpu_readings
 from trainprof.replay.timeline import PhaseTotals, Step, Timeline, instants, scrape
 from trainprof.rule_status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
@@ -413,6 +413,12 @@ def replay(
     )
     _check_scrape_interval(timeline, config.scrape_interval)
     config, exporters = _with_sources(config, sources, collect_interval)
+    if collect_interval is not None and "dcgm" not in config.source:
+        # trainprof's exporter reading its GPUs from dcgm-exporter (--collector.gpu.dcgm-exporter)
+        timeline.hosts = {
+            node: held_gpu_readings(samples, collect_interval, timeline.start)
+            for node, samples in timeline.hosts.items()
+        }
     compiled = compile_rules(config)
     notes += list(compiled.warnings)
 
@@ -551,7 +557,7 @@ def replay(
         notes=notes,
         training_job=timeline.training_job,
         compiled=compiled,
-        collect_interval=exporters.collect_interval if exporters else None,
+        collect_interval=collect_interval,
         chunks=len(plan.windows) if plan is not None else 1,
         one_pass=one_pass,
         chunk_starts=tuple(w.own_lo * config.scrape_interval for w in plan.windows)

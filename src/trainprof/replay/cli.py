@@ -77,7 +77,9 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         type=duration,
         metavar="DURATION",
         help="dcgm-exporter's collection period, a multiple or divisor of the scrape interval "
-        "(default: the scrape interval; 30s in common GPU Operator setups)",
+        "(default: the scrape interval; 30s in common GPU Operator setups); without dcgm in "
+        "--source, trainprof's exporter reads its GPUs from that dcgm-exporter "
+        "(--collector.gpu.dcgm-exporter)",
     )
     replay.add_argument(
         "--json", metavar="FILE", help="write the verdicts as JSON to FILE, or - for stdout"
@@ -185,19 +187,19 @@ def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
 def _sources_line(result: ReplayResult) -> str:
     """The exporters replayed, when not trainprof's alone (whose header stays as it was)."""
     sources = result.config.source
+    collecting = f"collecting every {result.collect_interval or result.scrape_interval:g}s"
+    if "dcgm" not in sources and result.collect_interval is not None:
+        held = f"\n  GPUs: trainprof's exporter reading dcgm-exporter ({collecting})"
+    else:
+        held = ""
     if sources == ("trainprof",):
-        return ""
-    named = [
-        f"dcgm-exporter (collecting every {result.collect_interval or result.scrape_interval:g}s)"
-        if s == "dcgm"
-        else s
-        for s in sources
-    ]
+        return held
+    named = [f"dcgm-exporter ({collecting})" if s == "dcgm" else s for s in sources]
     return (
         "\n  sources: "
         + ", ".join(named)
         + " (their series synthesised from the recording); alerts evaluated at their "
-        "groups' own interval"
+        "groups' own interval" + held
     )
 
 

@@ -116,6 +116,9 @@ def check_sources(
 ) -> None:
     """Refuse a combination replay cannot stand for; ValueError says what to use instead.
 
+    `collect_interval` is dcgm-exporter's collection period, whoever reads it: the rules
+    (`dcgm` among `sources`) or trainprof's exporter (`held_gpu_readings`).
+
     >>> check_sources(("dcgm",), 15, 7)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -123,10 +126,6 @@ def check_sources(
     """
     if collect_interval is None:
         return
-    if "dcgm" not in sources:
-        raise ValueError(
-            "--collect-interval is dcgm-exporter's collection period: it needs --source dcgm"
-        )
     c, s = collect_interval, scrape_interval
     if not (math.isfinite(c) and MIN_COLLECT_INTERVAL - EPS <= c <= MAX_COLLECT_INTERVAL):
         raise ValueError(
@@ -455,3 +454,36 @@ def _memory_bytes(host: HostSample) -> tuple[int, int] | None:
         used = min(max(ratio, 0.0), 1.0) * total
     kib = lambda v: int(round(v / 1024)) * 1024  # noqa: E731
     return kib(used), kib(total)
+
+
+def held_gpu_readings(
+    samples: Sequence[HostSample], collect_interval: float, t0: float
+) -> Sequence[HostSample]:
+    """`samples` as trainprof's exporter sees them when it reads its GPUs from a dcgm-exporter
+    collecting every `collect_interval` (`--collector.gpu.dcgm-exporter`): each sample's GPU
+    readings are those of the last collection before it, which fall half a period before the
+    scrape instants from `t0` (as in `_Host.scrape`); no GPU before the first collection. The
+    exporter's own polling delay (a second by default) is left out.
+
+    >>> def at(t, util):
+    ...     return HostSample(t, gpus=[GpuSample(0, utilization=util)])
+    >>> held = held_gpu_readings([at(t, t / 100) for t in (0, 4, 8, 12, 16)], 10, 0)
+    >>> [[g.utilization for g in s.gpus] for s in held]  # collections at 5 s and 15 s
+    [[], [], [0.04], [0.04], [0.12]]
+    """
+    from trainprof.replay.compact import CompactSamples
+
+    out: CompactSamples | list[HostSample] = (
+        CompactSamples() if isinstance(samples, CompactSamples) else []
+    )
+    next_collection = t0 - collect_interval / 2
+    latest: dict[int, GpuSample] = {}
+    collected: list[GpuSample] = []
+    for sample in samples:
+        while next_collection < sample.timestamp - EPS:
+            collected = [latest[i] for i in sorted(latest)]
+            next_collection += collect_interval
+        for gpu in sample.gpus:
+            latest[gpu.index] = gpu
+        out.append(dataclasses.replace(sample, gpus=collected))
+    return out
