@@ -33,12 +33,13 @@ import bisect
 import dataclasses
 import math
 import re
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from trainprof.promtool import RuleRun, run_rules
 from trainprof.replay import reach
-from trainprof.replay.series_store import SeriesStore, _num, _Run
+from trainprof.replay.series_store import TOKEN_OVERHEAD, SeriesStore, _num, _Run
 
 # Encoded text a chunked store keeps in memory before it moves to the spill file: each
 # token is a Python string of its own, several times its length in memory.
@@ -155,7 +156,7 @@ class _Window:
 
     def __init__(self) -> None:
         self.tokens: list[str] = []
-        self.chunks: list[tuple[int, int]] = []
+        self.chunks = array("q")  # (offset, length) of each spilled piece, flat
         self.next = 0
 
 
@@ -288,10 +289,10 @@ class ChunkedStore(SeriesStore):
             if missing > 0:
                 gap = "_" if missing == 1 else f"_x{missing}"
                 window.tokens.append(gap)
-                self._bytes += len(gap) + 1
+                self._bytes += len(gap) + 1 + TOKEN_OVERHEAD
             window.tokens.append(token)
             window.next = last - lo + 1
-            self._bytes += len(token) + 1
+            self._bytes += len(token) + 1 + TOKEN_OVERHEAD
         if self._bytes > self._budget:
             self._spill_windows()
 

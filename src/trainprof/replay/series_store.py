@@ -18,13 +18,17 @@ token however long it lasts; what is encoded spills to a temporary file past a b
 from __future__ import annotations
 
 import tempfile
+from array import array
 from collections.abc import Iterator
 from typing import IO, Protocol
 
 from trainprof.promtool import series_text
 
-# Encoded text kept in memory before it moves to the spill file.
+# Memory the encoded text may take before it moves to the spill file.
 BUDGET = 32 * 1024 * 1024
+# What a token costs beyond its characters: the str object's header and its slot in the
+# list. Counting characters alone let 8 MB of budget hold ~50 MB of tokens at a 1 s scrape.
+TOKEN_OVERHEAD = 57
 
 
 def _num(v: float) -> str:
@@ -35,7 +39,9 @@ class Tokens(Protocol):
     """Encoded text held for one series: tokens in memory, and pieces already spilled."""
 
     tokens: list[str]
-    chunks: list[tuple[int, int]]  # (offset, length) in the spill file
+    # (offset, length) of each spilled piece, flat: one per series and spill, so a long job
+    # adds many; 16 bytes each here against ~120 as a list of tuples.
+    chunks: array
 
 
 class _Run:
@@ -50,7 +56,7 @@ class _Run:
         self.step: float | None = None
         self.n = 0  # steps taken in the open run
         self.tokens: list[str] = []
-        self.chunks: list[tuple[int, int]] = []  # (offset, length) in the spill file
+        self.chunks = array("q")  # (offset, length) in the spill file, flat
 
     def close(self) -> int:
         """End the open run; the bytes its token adds."""
@@ -65,13 +71,13 @@ class _Run:
             token = f"{_num(v)}{'+' if step >= 0 else '-'}{_num(abs(step))}x{n}"
         self.tokens.append(token)
         self.start, self.step, self.n = None, None, 0
-        return len(token) + 1
+        return len(token) + 1 + TOKEN_OVERHEAD
 
     def gap(self, missing: int) -> int:
         added = self.close()
         token = "_" if missing == 1 else f"_x{missing}"
         self.tokens.append(token)
-        return added + len(token) + 1
+        return added + len(token) + 1 + TOKEN_OVERHEAD
 
 
 class SeriesStore:
@@ -141,16 +147,17 @@ class SeriesStore:
         data = (" ".join(held.tokens) + " ").encode()
         offset = self._spill.seek(0, 2)
         self._spill.write(data)
-        held.chunks.append((offset, len(data)))
+        held.chunks.extend((offset, len(data)))
         held.tokens = []
 
     def _text_of(self, held: Tokens) -> str:
         """`held`'s whole text: its spilled pieces, then the tokens still in memory."""
         parts = []
-        for offset, length in held.chunks:
+        pieces = held.chunks
+        for i in range(0, len(pieces), 2):
             assert self._spill is not None  # pieces exist only once spilled
-            self._spill.seek(offset)
-            parts.append(self._spill.read(length).decode())
+            self._spill.seek(pieces[i])
+            parts.append(self._spill.read(pieces[i + 1]).decode())
         return "".join(parts) + " ".join(held.tokens)
 
     def items(self) -> Iterator[tuple[str, str]]:
