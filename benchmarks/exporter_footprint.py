@@ -6,7 +6,7 @@
 Runs the exporter (benchmarks/fake_gpu_exporter.py: the real NVML source over tests/fakes.py,
 the real host collectors, sampling every 0.5 s; with --dcgm-exporter, `trainprof exporter
 --collector.gpu.dcgm-exporter` reading every second a dcgm-exporter body of --gpus GPUs built
-from the real capture, served from this process) and reports
+from the real capture, served from this process by tests/real_exporters.py) and reports
   steady      process CPU as % of one core while Prometheus scrapes every --scrape-interval
   storm       CPU seconds per scrape and the peak RSS (VmHWM) over 2,000 back-to-back scrapes
   rss         VmRSS at the end and the peak over the whole run
@@ -16,11 +16,11 @@ The chart's requests follow the steady figures, its memory limit the storm's pea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 from _procs import cpu_seconds, free_port, rss_bytes, scrape, start_trainprof, stop, wait_ready
@@ -36,33 +36,19 @@ def peak_rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmHWM")
 
 
-def serve_dcgm_body(gpus: int) -> str:
+@contextlib.contextmanager
+def dcgm_exporter(gpus: int) -> Iterator[str]:
     """Serve `gpus` copies of the captured dcgm-exporter GPU on a loopback port; the URL."""
-    from real_exporters import DCGM, exposition, read_capture
+    from real_exporters import ScriptedExporters, gpu_labels, serve
 
-    samples, headers = read_capture(DCGM)
-    lines = ["".join(headers.values())]
-    for index in range(gpus):
-        for name, labels, value in samples:
-            lines.append(
-                exposition(name, {**labels, "gpu": str(index), "UUID": f"GPU-{index}"}, value)
-            )
-    body = "".join(lines).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(f"dcgm-exporter body: {gpus} GPUs, {len(body):,} bytes")
-    return f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    captured = gpu_labels()
+    labels = [{**captured, "gpu": str(i), "UUID": f"GPU-{i}"} for i in range(gpus)]
+    exporters = ScriptedExporters(
+        {"bench": labels}, gpu_script=lambda t, uuid: {}, cpu_script=lambda t, host, cpu: (0, 0)
+    )
+    print(f"dcgm-exporter body: {gpus} GPUs, {len(exporters.dcgm_body('bench')):,} bytes")
+    with serve(exporters) as address:
+        yield f"http://{address}/dcgm/bench"
 
 
 def start_dcgm_reader(port: int, dcgm_url: str) -> subprocess.Popen:
@@ -90,8 +76,9 @@ def main() -> None:
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
+    stack = contextlib.ExitStack()
     if args.dcgm_exporter:
-        proc = start_dcgm_reader(port, serve_dcgm_body(args.gpus))
+        proc = start_dcgm_reader(port, stack.enter_context(dcgm_exporter(args.gpus)))
     else:
         proc = start_trainprof(port, args.gpus)
     mib = 2**20
@@ -130,6 +117,7 @@ def main() -> None:
         )
     finally:
         stop(proc)
+        stack.close()
 
 
 if __name__ == "__main__":

@@ -146,20 +146,26 @@ _QUERY_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 QUERY_LABEL = "trainprof_query"
 
 
-def firing_alerts(output: str) -> dict[float, list[dict[str, str]]]:
-    """{evaluation time (s): [alert labels]} from promtool's report of an `alerts_test`."""
+def firing_alerts(output: str | Iterable[str]) -> dict[float, list[dict[str, str]]]:
+    """{evaluation time (s): [alert labels]} from promtool's report of an `alerts_test`
+    (its text, or its lines). Evaluations reporting the same alerts share one list: at a
+    1 s evaluation a long replay reports the same few alerts thousands of times."""
     from trainprof.durations import parse_duration
 
     firing: dict[float, list[dict[str, str]]] = {}
+    seen: dict[str, list[dict[str, str]]] = {}
     current = None
-    for line in output.splitlines():
+    for line in output.splitlines() if isinstance(output, str) else output:
         match = _TIME.match(line)
         if match:
             current = parse_duration(match.group(1))
             continue
         stripped = line.strip()
         if current is not None and stripped.startswith("got:"):
-            firing[current] = [labels for labels, _ in parse_samples(stripped[4:])]
+            alerts = seen.get(stripped)
+            if alerts is None:
+                alerts = seen[stripped] = [labels for labels, _ in parse_samples(stripped[4:])]
+            firing[current] = alerts
             current = None
     return firing
 
@@ -300,34 +306,48 @@ def run_rules(
         group_order=[g["name"] for g in groups] if ordered else (),
         alerts_from=alerts_from,
     )
-    result = subprocess.run(
-        [promtool, "test", "rules", "test.yaml"],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    output = result.stdout + result.stderr
-    unexpected = [
-        line
-        for line in output.splitlines()
-        if line.strip()
-        and not (
-            _ANY_TIME.match(line)
-            or line.strip().startswith(("exp: nil", "got: ", "FAILED:", "SUCCESS", "Unit Testing:"))
+    # promtool's report grows with the evaluations (every firing alert at each one): it goes
+    # to a file and is read line by line, not held whole in memory.
+    report = workdir / "promtool.out"
+    with report.open("w") as out:
+        result = subprocess.run(
+            [promtool, "test", "rules", "test.yaml"],
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
         )
-    ]
+    with report.open() as lines:
+        unexpected = [
+            line.rstrip("\n")
+            for line in lines
+            if line.strip()
+            and not (
+                _ANY_TIME.match(line)
+                or line.strip().startswith(
+                    ("exp: nil", "got: ", "FAILED:", "SUCCESS", "Unit Testing:")
+                )
+            )
+        ][:20]
     if result.returncode not in (0, 1) or unexpected:
-        raise PromtoolError("\n".join(unexpected[:20]) or output[-2000:])
-    return RuleRun(firing_alerts(output), _query_results(output))
+        with report.open("rb") as tail:
+            tail.seek(max(tail.seek(0, 2) - 2000, 0))
+            raise PromtoolError("\n".join(unexpected) or tail.read().decode("utf-8", "replace"))
+    with report.open() as lines:
+        firing = firing_alerts(lines)
+    with report.open() as lines:
+        return RuleRun(firing, _query_results(lines))
 
 
-def _query_results(output: str) -> dict[str, dict[float, list[tuple[dict[str, str], float]]]]:
+def _query_results(
+    output: Iterable[str],
+) -> dict[str, dict[float, list[tuple[dict[str, str], float]]]]:
     from trainprof.durations import parse_duration
 
     results: dict[str, dict[float, list]] = {}
     current = None
-    for line in output.splitlines():
+    for line in output:
         match = _ANY_TIME.match(line)
         if match:
             current = None if _TIME.match(line) else parse_duration(match.group(1))
