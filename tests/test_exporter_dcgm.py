@@ -163,8 +163,9 @@ def test_reads_the_latest_body_and_fails_when_dcgm_exporter_goes_silent():
     assert source.read(sample) is True and sample.gpus[0].utilization == 0.3
     bodies.clear()
     clock[0] += 9.0
-    source.poll_once()  # refused: the last body is still fresh enough
-    assert source.read(HostSample(0.0)) is True
+    source.poll_once()  # refused: the last readings are still served, marked not fresh
+    sample = HostSample(0.0)
+    assert source.read(sample) is False and sample.gpus[0].utilization == 0.3
     clock[0] += 2.0
     with pytest.raises(FetchError, match="no answer for 11s .*connection refused"):
         source.read(HostSample(0.0))

@@ -18,9 +18,9 @@ is not served), framebuffer fields are MiB, energy mJ, the SM clock MHz; the GPU
 when dcgm-exporter collects (every 30 s in the GPU Operator's default): each sample takes the
 latest collected value, as each scrape of dcgm-exporter does.
 
-Failures: a body that cannot be fetched, or no fetch that succeeded within `stale_after`
-seconds, fails the collector (no GPU series, `trainprof_collector_success{collector="gpu"} 0`)
-until a fetch succeeds. Lines that do not parse, values that are not numbers in range and MIG
+Failures: a body that cannot be fetched fails the collector
+(`trainprof_collector_success{collector="gpu"} 0`) until a fetch succeeds; the last readings
+are served meanwhile for at most `stale_after` seconds, then no GPU series. Lines that do not parse, values that are not numbers in range and MIG
 instances (`GPU_I_ID` set: their rows are not whole GPUs) are skipped, counted and said once;
 the rest of the body is used, and a reading that skipped lines of a GPU marks the sample
 partial (success 0). The URL's user and password, if any, are sent as basic authentication
@@ -271,6 +271,7 @@ class DcgmExporterSource:
         self._reading: DcgmReading | None = None
         self._fetched_at = 0.0
         self._error = "no fetch has finished yet"
+        self._failing = False  # the latest fetch failed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._polled = threading.Event()  # the first fetch has finished, well or not
@@ -283,11 +284,11 @@ class DcgmExporterSource:
             reading = parse(self._fetch(self.url, self.timeout))
         except FetchError as e:
             with self._lock:
-                self._error = f"{where}: {e}"
+                self._error, self._failing = f"{where}: {e}", True
             self._once.start("fetch", "dcgm-exporter at %s could not be read: %s", where, e)
             return
         with self._lock:
-            self._reading, self._fetched_at = reading, self._clock()
+            self._reading, self._fetched_at, self._failing = reading, self._clock(), False
         self._once.end("fetch", "dcgm-exporter at %s answers again", where)
         if reading.skipped:
             self._once.start(
@@ -330,13 +331,16 @@ class DcgmExporterSource:
             self._polled.wait(self.timeout + 1.0)
         with self._lock:
             reading, fetched_at, error = self._reading, self._fetched_at, self._error
+            failing = self._failing
         if reading is None:
             raise FetchError(error)
         age = self._clock() - fetched_at
         if age > self.stale_after:
             raise FetchError(f"no answer for {age:.0f}s (last: {error})")
+        # Until `stale_after`, a failed fetch keeps the last readings but marks the sample
+        # partial: success 0 says they are not fresh.
         sample.gpus = list(reading.gpus)
-        return reading.complete and bool(reading.gpus)
+        return reading.complete and bool(reading.gpus) and not failing
 
     def close(self) -> None:
         self._stop.set()
