@@ -138,6 +138,16 @@ def test_damaged_lines_are_skipped_and_said_where_the_rest_is_used():
     assert reading.gpus[0].power_watts == 40.979
 
 
+def test_a_body_naming_thousands_of_gpus_is_cut_at_256():
+    text = "".join(
+        exposition("DCGM_FI_DEV_GPU_UTIL", {"gpu": str(i), "UUID": f"GPU-{i}"}, 50.0)
+        for i in range(1000)
+    )
+    reading = parse(text)
+    assert len(reading.gpus) == 256 and len(reading.skipped) == 744
+    assert reading.skipped[0] == "line 257: more than 256 GPUs; GPU 256 left out"
+
+
 def test_escaped_label_values_are_read():
     labels = {**gpu_labels(), "modelName": 'A "quoted"\\ model\nname'}
     assert parse(body(labels)).gpus[0].name == 'A "quoted"\\ model\nname'

@@ -47,7 +47,10 @@ from trainprof.sources.dcgm import ACTIVITIES, MIB
 
 log = logging.getLogger("trainprof.exporter")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024  # 8 GPUs serve about 40 KB; a body past this is not dcgm's
+MAX_BODY_BYTES = 8 * 1024 * 1024  # 8 GPUs serve about 60 KB; a body past this is not dcgm's
+# No node has more; each GPU becomes a few dozen series of the exporter, so a broken or
+# hostile endpoint must not make it serve thousands.
+MAX_GPUS = 256
 
 # dcgm-exporter field -> (GpuSample attribute, factor to trainprof's unit). Utilization and
 # memory combine several fields and are read apart.
@@ -129,6 +132,9 @@ def parse(text: str) -> DcgmReading:
             skipped.append(f"line {number}: {name} of GPU {index} is {value}")
             continue
         key = (index, uuid)
+        if key not in fields and len(fields) >= MAX_GPUS:
+            skipped.append(f"line {number}: more than {MAX_GPUS} GPUs; GPU {index} left out")
+            continue
         fields.setdefault(key, {})[name] = value
         facts.setdefault(
             key, (labels.get("modelName", ""), labels.get("DCGM_FI_DRIVER_VERSION", ""))
