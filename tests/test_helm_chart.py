@@ -721,6 +721,22 @@ def test_notes_say_what_to_check(helm, helm_home, tmp_path):
     assert "kubectl -n monitoring get daemonset t-trainprof-exporter" in notes
     assert 'release="kube-prometheus-stack"' in notes
     assert 'container port "trainprof" (local rank 0, port 9946)' in notes
+    assert "NVML works" in notes
+
+    secret = "http://u:s3cret@10.0.0.7:9400/metrics"
+    for sets, shown in (
+        (
+            ["exporter.dcgmExporter.enabled=true"],
+            "http://t-trainprof-dcgm-exporter-local.gpu-operator",
+        ),
+        ([f"exporter.dcgmExporter.url={secret}"], "exporter.dcgmExporter.url"),
+    ):
+        args = [a for s in ["exporter.dcgmExporter.enabled=true", *sets] for a in ("--set", s)]
+        result = run_helm(helm, helm_home, "install", "t", str(CHART), "--dry-run=client", *args)
+        assert result.returncode == 0, result.stderr
+        notes = result.stdout.split("NOTES:", 1)[1]
+        assert f"the exporter reads dcgm-exporter at\n     {shown}" in notes
+        assert "s3cret" not in notes
 
 
 # --- the chart's rules give the committed rules' verdicts ---------------------------------
