@@ -20,11 +20,11 @@ latest collected value, as each scrape of dcgm-exporter does.
 
 Failures: a body that cannot be fetched fails the collector
 (`trainprof_collector_success{collector="gpu"} 0`) until a fetch succeeds; the last readings
-are served meanwhile for at most `stale_after` seconds, then no GPU series. Lines that do not parse, values that are not numbers in range and MIG
-instances (`GPU_I_ID` set: their rows are not whole GPUs) are skipped, counted and said once;
-the rest of the body is used, and a reading that skipped lines of a GPU marks the sample
-partial (success 0). The URL's user and password, if any, are sent as basic authentication
-and never logged.
+are served meanwhile for at most `stale_after` seconds, then no GPU series. Lines that do not
+parse, values that are not numbers in range, GPUs past `MAX_GPUS` and MIG instances
+(`GPU_I_ID` set: their rows are not whole GPUs) are skipped, counted and said once; the rest
+of the body is used, and a reading that skipped lines marks the sample partial (success 0).
+The URL's user and password, if any, are sent as basic authentication and never logged.
 """
 
 from __future__ import annotations
