@@ -41,8 +41,8 @@ from trainprof.promtool import RuleRun, run_rules
 from trainprof.replay import reach
 from trainprof.replay.series_store import TOKEN_OVERHEAD, SeriesStore, _num, _Run
 
-# Encoded text a chunked store keeps in memory before it moves to the spill file: each
-# token is a Python string of its own, several times its length in memory.
+# Memory a chunked store's encoded text may take before it moves to the spill file, each
+# token counted with its object overhead (series_store.TOKEN_OVERHEAD).
 BUDGET = 8 * 1024 * 1024
 # Scrape instants a chunk answers for (at most STRETCH times; its warm-up comes on top):
 # 2 h at a 1 s scrape. Shorter chunks bound promtool lower but evaluate the warm-ups more often: at
