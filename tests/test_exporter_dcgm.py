@@ -228,6 +228,14 @@ def test_basic_authentication_is_sent_and_the_password_never_logged(caplog):
     assert "s3cr" not in caplog.text
 
 
+def test_an_http_proxy_in_the_environment_is_not_used(monkeypatch):
+    # A proxy that does not exist: a request sent through it would fail.
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    with http_server(lambda request: answer(request, 200, body(gpu_labels()).encode())) as url:
+        assert parse(dcgm_exporter.http_fetch(url, 2.0)).gpus[0].uuid == UUID
+
+
 def test_a_trickling_or_huge_body_is_cut_off():
     def trickle(request):
         request.send_response(200)

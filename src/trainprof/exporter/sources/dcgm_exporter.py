@@ -216,6 +216,10 @@ def check_url(url: str) -> str:
     return url
 
 
+# dcgm-exporter is on the same node: never through an HTTP_PROXY the pod's environment sets.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def http_fetch(url: str, timeout: float) -> str:
     """GET `url` within `timeout` seconds in all (a server that trickles is cut off too)."""
     parts = urllib.parse.urlsplit(url)
@@ -227,7 +231,7 @@ def http_fetch(url: str, timeout: float) -> str:
         url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     deadline = time.monotonic() + timeout
     try:
-        with urllib.request.urlopen(
+        with _DIRECT.open(
             urllib.request.Request(url, headers=headers), timeout=timeout
         ) as response:
             chunks, size = [], 0
@@ -322,7 +326,12 @@ class DcgmExporterSource:
     def _run(self) -> None:
         while True:
             started = self._clock()
-            self.poll_once()
+            try:
+                self.poll_once()
+            except Exception as e:  # noqa: BLE001 - the thread must outlive a bad body
+                self._once.start(
+                    "poll", "reading dcgm-exporter failed: %s: %s", type(e).__name__, e
+                )
             self._polled.set()
             if self._stop.wait(max(self.poll_interval - (self._clock() - started), 0.0)):
                 return
