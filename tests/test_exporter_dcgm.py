@@ -184,6 +184,35 @@ def test_reads_the_latest_body_and_fails_when_dcgm_exporter_goes_silent():
     assert source.read(HostSample(0.0)) is True
 
 
+def test_the_fetch_thread_outlives_an_unexpected_error(caplog):
+    calls = []
+
+    def fetch(url, timeout):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in a parser")
+        return body(gpu_labels(), {"DCGM_FI_DEV_GPU_UTIL": 40.0})
+
+    source = DcgmExporterSource("http://127.0.0.1:9400/metrics", poll_interval=0.05, fetch=fetch)
+    try:
+        with caplog.at_level(logging.WARNING, logger="trainprof.exporter"):
+            with pytest.raises(FetchError):
+                source.read(HostSample(0.0))  # the first fetch failed unexpectedly
+            sample = HostSample(0.0)
+
+            def read():
+                try:
+                    return source.read(sample)
+                except FetchError:
+                    return False
+
+            wait_for(read, 5, "a reading after the error")
+    finally:
+        source.close()
+    assert sample.gpus[0].utilization == 0.4
+    assert "reading dcgm-exporter failed: RuntimeError: a bug in a parser" in caplog.text
+
+
 @contextlib.contextmanager
 def http_server(handler):
     class Handler(BaseHTTPRequestHandler):
