@@ -14,12 +14,15 @@ __all__ = ["alertmanager", "free_port", "get_json", "prometheus", "query"]
 
 
 @contextlib.contextmanager
-def _loopback(handler):
-    """Serve `handler` on a free 127.0.0.1 port in a thread; yields the base URL."""
+def _loopback(handler, daemon_threads: bool = False):
+    """Serve `handler` on a free 127.0.0.1 port in a thread; yields the base URL.
+    `daemon_threads`: closing does not wait for requests still being answered (a handler
+    that stalls on purpose)."""
     import threading
     from http.server import ThreadingHTTPServer
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = daemon_threads
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

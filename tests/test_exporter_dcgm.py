@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -38,7 +38,7 @@ from trainprof.rules.config import load_config
 from trainprof.sampling import HostSample
 
 from fakes import ScriptedCpu
-from servers import prometheus, query, wait_for
+from servers import _loopback, prometheus, query, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 UUID = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
@@ -222,15 +222,8 @@ def http_server(handler):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _loopback(Handler, daemon_threads=True) as base:
+        yield f"{base}/metrics"
 
 
 def answer(request, status: int, text: bytes) -> None:
