@@ -24,7 +24,7 @@ from trainprof.replay import exporters as exporters_module
 from trainprof.replay.exporters import Exporters
 from trainprof.replay.timeline import Timeline, scrape
 from trainprof.sampling import GpuSample, HostSample
-from trainprof.sources import SourceOptions, normalisation_group
+from trainprof.sources import SourceOptions, adapter_groups
 
 START = 1_700_000_000.0  # t0 is 20 s before: the minute it falls in
 T0 = START - 20
@@ -113,8 +113,7 @@ def _replayed(tmp_path, timeline, options, scrape_interval, collect_interval, pr
     sources = ("dcgm", "node_exporter")
     exporters = Exporters(sources, options, collect_interval)
     scraped = scrape(timeline, scrape_interval, exporters=exporters)
-    group = normalisation_group(sources, options)
-    assert group is not None
+    groups = adapter_groups(sources, options)
     # From the second scrape holding data (counters need two) to the end.
     times = [
         k * scrape_interval
@@ -122,7 +121,7 @@ def _replayed(tmp_path, timeline, options, scrape_interval, collect_interval, pr
         if k * scrape_interval >= 20 + DT + 2 * scrape_interval
     ]
     run = run_rules(
-        [group],
+        groups,
         scraped.series,
         scrape_interval,
         scrape_interval,

@@ -15,7 +15,7 @@ import yaml
 from real_exporters import DCGM, NODE, gpu_labels, mig_instances, read_capture, variant
 from trainprof.promtool import series_text
 from trainprof.render import to_yaml
-from trainprof.sources import SourceOptions, normalisation_group, parse_sources
+from trainprof.sources import SourceOptions, adapter_groups, parse_sources
 
 HOST = "lke529760-766837-0a634ab30000"  # the captured GPU's Hostname
 MODEL = "NVIDIA RTX 4000 Ada Generation"
@@ -274,10 +274,10 @@ def _missing(input_series: str, scope: str, **labels: str) -> dict:
 
 
 def _promtool_test(tmp_path, promtool, input_series, expr_tests, alert_tests=()):
-    group = normalisation_group(parse_sources("dcgm,node_exporter"), SourceOptions())
-    for rule in group["rules"]:
+    groups = adapter_groups(parse_sources("dcgm,node_exporter"), SourceOptions())
+    for rule in (r for g in groups for r in g["rules"]):
         rule.pop("annotations", None)  # behaviour, not wording
-    (tmp_path / "rules.yaml").write_text(to_yaml({"groups": [group]}))
+    (tmp_path / "rules.yaml").write_text(to_yaml({"groups": groups}))
     test = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "15s",

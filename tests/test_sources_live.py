@@ -15,7 +15,7 @@ import threading
 from real_exporters import ScriptedExporters, gpu_labels, serve, variant
 from trainprof.localstack import prometheus, victoria_metrics, vmalert
 from trainprof.render import to_yaml
-from trainprof.sources import SourceOptions, normalisation_group
+from trainprof.sources import SourceOptions, adapter_groups
 
 from servers import query, wait_for, webhook_sink
 
@@ -54,8 +54,8 @@ def _scrape_config(address: str) -> str:
 
 
 def _rules() -> str:
-    group = normalisation_group(("dcgm", "node_exporter"), SourceOptions(scrape_interval=1))
-    return to_yaml({"groups": [group]})
+    options = SourceOptions(scrape_interval=1)
+    return to_yaml({"groups": adapter_groups(("dcgm", "node_exporter"), options)})
 
 
 def _values(base: str, expr: str) -> dict[tuple, float]:

@@ -200,9 +200,9 @@ def compile_rules(config: RulesConfig) -> Compiled:
     adapters = _sources_group(config, every_scrape)
     if adapters:
         groups.insert(0, adapters)
-    activity = sources.activity_group(config.source, _source_options(config))
-    if activity:
-        groups.insert(1, activity)
+    devices = sources.device_group(config.source, _source_options(config))
+    if devices:
+        groups.insert(0, devices)
     state = _state_rules(compiled)
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)

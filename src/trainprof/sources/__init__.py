@@ -1,14 +1,18 @@
 """Source adapters: recording rules that put dcgm-exporter's and node_exporter's series in
 trainprof's units and labels, so a cluster that already runs them needs no second poller.
 
-    normalisation_group(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
+    adapter_groups(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
 
-gives one rule group, `trainprof.sources`, evaluated every scrape interval: the device and
-host recordings, then the job attribution that reads them (chained recordings stay in one
-group, ordered, so Prometheus, Thanos Ruler, Mimir and vmalert evaluate them alike), then
-`TrainprofRuleInputMissing` alerts that name the series a configured source does not serve.
-`activity_group` adds dcgm's profiling activities, which no rule reads, once a minute.
-The `trainprof` source needs no normalisation: its exporter already serves trainprof's names.
+gives two rule groups. `trainprof.sources.devices` (dcgm only, every four scrapes, at most a
+minute apart) folds dcgm-exporter's label spellings once into a map from each of its series
+to trainprof's labels and the job the GPU works for, records every device in trainprof's
+labels, and holds the `TrainprofRuleInputMissing` alerts naming an absent dcgm series.
+`trainprof.sources` (every scrape) joins dcgm-exporter's own series to those maps (no label
+is rewritten per scrape), takes node_exporter's rates and ratios, and names an absent
+node_exporter series. Chained recordings stay in one group, ordered, so Prometheus, Thanos
+Ruler, Mimir and vmalert evaluate them alike; the per-scrape group reads the maps as of
+their last evaluation. The `trainprof` source needs no normalisation: its exporter already
+serves trainprof's names.
 """
 
 from __future__ import annotations
@@ -22,25 +26,52 @@ from trainprof.sources.options import SOURCES, SourceOptions, parse_sources
 __all__ = [
     "SOURCES",
     "SourceOptions",
-    "activity_group",
+    "adapter_groups",
+    "device_group",
     "normalisation_group",
     "parse_sources",
     "signal_sources",
 ]
 
 GROUP = "trainprof.sources"
-ACTIVITY_GROUP = "trainprof.sources.activity"
-# Recordings no rule reads run at this cadence (or the scrape's, if slower).
-ACTIVITY_INTERVAL = 60.0
+DEVICE_GROUP = "trainprof.sources.devices"
+# The device group runs every this many scrapes, at most a minute apart (never faster than
+# the scrapes): a quarter of the fold's per-scrape cost, and a pod that takes a GPU joins its
+# job's series within a minute.
+DEVICE_SCRAPES = 4
+DEVICE_INTERVAL = 60.0
 HEALTH_RULE = "TrainprofHealth"
 
 
+def adapter_groups(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
+    """The groups that map `sources` into trainprof's series, in evaluation order: the
+    device group (dcgm) first, whose maps the per-scrape group reads."""
+    groups = [device_group(sources, options), normalisation_group(sources, options)]
+    return [g for g in groups if g is not None]
+
+
+def device_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
+    """`trainprof.sources.devices` when dcgm is a source: which device each dcgm-exporter
+    series is and which job it works for (the maps), every device's recordings in trainprof's
+    labels, and the alerts naming a dcgm series that is absent."""
+    if "dcgm" not in sources:
+        return None
+    every = min(DEVICE_INTERVAL, DEVICE_SCRAPES * options.scrape_interval)
+    rules: list[dict[str, Any]] = dcgm.device_recordings(options) + dcgm.job_recordings(options)
+    rules += dcgm.activity_recordings() + _missing_dcgm(options)
+    return {
+        "name": DEVICE_GROUP,
+        "interval": format_duration(max(every, options.scrape_interval)),
+        "rules": rules,
+    }
+
+
 def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
-    """The `trainprof.sources` group for `sources`, or None when there is nothing to map."""
+    """The `trainprof.sources` group for `sources`, evaluated at every scrape, or None when
+    there is nothing to map."""
     rules: list[dict[str, Any]] = []
     if "dcgm" in sources:
-        rules += dcgm.recordings(options) + dcgm.job_recordings(options)
-        rules += gauges.gpu_recordings(options)
+        rules += dcgm.scrape_recordings(options) + gauges.gpu_recordings(options)
     elif "node_exporter" in sources:
         jl = ", ".join(options.job_labels)
         rules.append(
@@ -54,20 +85,8 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
     if not rules:
         return None
     rules.append(gauges.node_scrapes(sources, options))
-    rules += _missing_inputs(sources, options)
+    rules += _missing_host(sources, options)
     return {"name": GROUP, "interval": format_duration(options.scrape_interval), "rules": rules}
-
-
-def activity_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
-    """`trainprof.sources.activity` when dcgm is a source: its profiling activities and
-    power in trainprof's labels, for dashboards and ad-hoc queries, once a minute."""
-    if "dcgm" not in sources:
-        return None
-    return {
-        "name": ACTIVITY_GROUP,
-        "interval": format_duration(max(ACTIVITY_INTERVAL, options.scrape_interval)),
-        "rules": dcgm.activity_recordings(options),
-    }
 
 
 def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
@@ -89,50 +108,53 @@ def default_rules_text(generator: str) -> str:
     from trainprof.render import to_yaml
 
     both, options = ("dcgm", "node_exporter"), SourceOptions()
-    groups = [normalisation_group(both, options), activity_group(both, options)]
-    return to_yaml({"groups": groups}, generator)
+    return to_yaml({"groups": adapter_groups(both, options)}, generator)
 
 
-def _missing_inputs(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
-    """`TrainprofRuleInputMissing` per configured source: the `input` label names the series."""
+def _missing_dcgm(options: SourceOptions) -> list[dict[str, Any]]:
+    """`TrainprofRuleInputMissing` for dcgm: the `input` label names the series."""
     jl = ", ".join(options.job_labels)
+    return [
+        _missing(
+            "DCGM_FI_DEV_FB_USED",
+            "absent(DCGM_FI_DEV_FB_USED)",
+            "No dcgm-exporter series reach this Prometheus: DCGM_FI_DEV_FB_USED is absent, "
+            "so no GPU rule can fire. Check dcgm-exporter's ServiceMonitor or scrape job.",
+            scope="cluster",
+        ),
+        _missing(
+            "DCGM_FI_DEV_FB_USED",
+            f"group by (uuid, {jl}) (trainprof_gpu_assignment_info)\n"
+            "unless on (uuid)\ngpu:trainprof_gpu_device:info",
+            "GPU {{ $labels.uuid }} of job {{ $labels.training_job }} has no dcgm-exporter "
+            "series (DCGM_FI_DEV_FB_USED with UUID={{ $labels.uuid }} is absent): is "
+            "dcgm-exporter running on its node?",
+            scope="gpu",
+        ),
+        _missing(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
+            "gpu:trainprof_gpu_utilization:ratio",
+            "GPU {{ $labels.uuid }} on {{ $labels.node }} serves neither "
+            "DCGM_FI_DEV_GPU_UTIL nor DCGM_FI_PROF_GR_ENGINE_ACTIVE, so its utilization "
+            "rules cannot fire. Add one of them to dcgm-exporter's counters CSV.",
+            scope="gpu",
+        ),
+        _missing(
+            "DCGM_FI_DEV_FB_FREE",
+            "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
+            "gpu:trainprof_gpu_memory_used:ratio",
+            "GPU {{ $labels.uuid }} on {{ $labels.node }} does not serve both "
+            "DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so its memory rules cannot fire.",
+            scope="gpu",
+        ),
+    ]
+
+
+def _missing_host(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
+    """`TrainprofRuleInputMissing` for node_exporter (and the ranks' GPU assignment it joins
+    nodes to jobs through without dcgm)."""
     alerts = []
-    if "dcgm" in sources:
-        alerts += [
-            _missing(
-                "DCGM_FI_DEV_FB_USED",
-                "absent(DCGM_FI_DEV_FB_USED)",
-                "No dcgm-exporter series reach this Prometheus: DCGM_FI_DEV_FB_USED is absent, "
-                "so no GPU rule can fire. Check dcgm-exporter's ServiceMonitor or scrape job.",
-                scope="cluster",
-            ),
-            _missing(
-                "DCGM_FI_DEV_FB_USED",
-                f"group by (uuid, {jl}) (trainprof_gpu_assignment_info)\n"
-                "unless on (uuid)\ngpu:trainprof_gpu_device:info",
-                "GPU {{ $labels.uuid }} of job {{ $labels.training_job }} has no dcgm-exporter "
-                "series (DCGM_FI_DEV_FB_USED with UUID={{ $labels.uuid }} is absent): is "
-                "dcgm-exporter running on its node?",
-                scope="gpu",
-            ),
-            _missing(
-                "DCGM_FI_DEV_GPU_UTIL",
-                "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
-                "gpu:trainprof_gpu_utilization:ratio",
-                "GPU {{ $labels.uuid }} on {{ $labels.node }} serves neither "
-                "DCGM_FI_DEV_GPU_UTIL nor DCGM_FI_PROF_GR_ENGINE_ACTIVE, so its utilization "
-                "rules cannot fire. Add one of them to dcgm-exporter's counters CSV.",
-                scope="gpu",
-            ),
-            _missing(
-                "DCGM_FI_DEV_FB_FREE",
-                "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
-                "gpu:trainprof_gpu_memory_used:ratio",
-                "GPU {{ $labels.uuid }} on {{ $labels.node }} does not serve both "
-                "DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so its memory rules cannot fire.",
-                scope="gpu",
-            ),
-        ]
     if "node_exporter" in sources and "dcgm" not in sources:
         # Without dcgm the nodes join their jobs only through the ranks' GPU assignment.
         alerts.append(

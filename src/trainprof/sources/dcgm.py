@@ -51,12 +51,23 @@ ACTIVITIES = {
 }
 
 
-def device(metric: str, options: SourceOptions) -> str:
-    """`metric` with dcgm-exporter's labels folded into DEVICE_LABELS, one series per device.
+# The labels a map adds to dcgm-exporter's own: a join on a device's series ignores them.
+WRITTEN = DEVICE_LABELS[:1] + DEVICE_LABELS[2:]
+# Every dcgm-exporter device series' own labels plus trainprof's, value 1 (the fold, once).
+LABELS_MAP = "gpu:trainprof_dcgm_labels:info"
+# The same for the GPUs working for a job, with the job's labels.
+JOB_MAP = "gpu_job:trainprof_dcgm_labels:info"
+# Each job GPU's framebuffer (used + free + reserved MiB) on the same labels.
+FB_TOTAL_MAP = "gpu_job:trainprof_dcgm_fb_total:mebibytes"
+UTILIZATION = "(DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_PROF_GR_ENGINE_ACTIVE)"
+USED, FREE, RESERVED = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
+# NVML's total includes the driver's reservation, which dcgm reports apart.
+FB_TOTAL = f"({USED} + {FREE} + ({RESERVED} or {USED} * 0))"
 
-    `max` only merges series that differ in labels trainprof drops (`instance`, `pci_bus_id`,
-    `DCGM_FI_DRIVER_VERSION`, ...): one GPU scraped twice by two Prometheus jobs.
-    """
+
+def fold(metric: str, options: SourceOptions) -> str:
+    """`metric` with trainprof's DEVICE_LABELS set from dcgm-exporter's spellings of them
+    (about 15 `label_replace` per series, the costly part of the adapter)."""
     expr = metric
     node_sources = tuple(dict.fromkeys((options.node_label, "hostname", "Hostname")))
     expr = coalesce(expr, "node", node_sources)
@@ -70,68 +81,86 @@ def device(metric: str, options: SourceOptions) -> str:
         ("container", "container_name"),
     ):
         expr = coalesce(expr, label, (f"exported_{label}", old))
-    return f"max by ({', '.join(DEVICE_LABELS)}) (\n  {expr}\n)"
+    return expr
 
 
-def recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """The dcgm-exporter normalisation the rules read, in evaluation order.
+def attach(expr: str, op: str, mapping: str, labels: tuple[str, ...]) -> str:
+    """`expr`, on dcgm-exporter's own series, given `labels` from `mapping` (a map on the
+    same series): a hash join in place of the fold's `label_replace` chain.
 
-    Relabelling costs about 15 `label_replace` per series (one per label variant), so the
-    arithmetic runs on dcgm-exporter's own series first: they carry one device's labels on
-    every field, so default matching pairs them. Then one relabelling per recording, three
-    in all, where each of the five fields they read was relabelled before:
-
-    >>> [r["record"] for r in recordings(SourceOptions())][:3]
-    ['gpu:trainprof_gpu_utilization:ratio', 'gpu:trainprof_gpu_memory_used:bytes', \
-'gpu:trainprof_gpu_memory_total:bytes']
+    >>> print(attach("DCGM_FI_DEV_FB_USED", "*", LABELS_MAP, ("node",)))
+    DCGM_FI_DEV_FB_USED
+    * ignoring (node, uuid, model, mig_instance, mig_profile, namespace, pod, container)
+    group_left (node) gpu:trainprof_dcgm_labels:info
     """
-    used, free, reserved = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
+    ignored = ", ".join(dict.fromkeys(WRITTEN + labels))
+    return f"{expr}\n{op} ignoring ({ignored})\ngroup_left ({', '.join(labels)}) {mapping}"
+
+
+def joined(expr: str, op: str, mapping: str, labels: tuple[str, ...], by: tuple[str, ...]) -> str:
+    """`attach`, then one series per `by`.
+
+    `max` only merges series that differ in labels trainprof drops (`instance`, `pci_bus_id`,
+    `DCGM_FI_DRIVER_VERSION`, ...): one GPU scraped twice by two Prometheus jobs.
+    """
+    body = attach(expr, op, mapping, labels).replace("\n", "\n  ")
+    return f"max by ({', '.join(by)}) (\n  {body}\n)"
+
+
+def device(metric: str) -> str:
+    """`metric` in DEVICE_LABELS, one series per device, through `LABELS_MAP`."""
+    return joined(metric, "*", LABELS_MAP, WRITTEN, DEVICE_LABELS)
+
+
+def device_recordings(options: SourceOptions) -> list[dict[str, str]]:
+    """The map of dcgm-exporter's label spellings, then each device's recordings through it,
+    in evaluation order (`device_group`, every few scrapes: a device's labels change when a
+    pod takes it, not at every scrape).
+
+    The fold runs once, on one field per device; every other recording is a join on the
+    map, which costs a fraction of the fold:
+
+    >>> [r["record"] for r in device_recordings(SourceOptions())][:3]
+    ['gpu:trainprof_dcgm_labels:info', 'gpu:trainprof_gpu_utilization:ratio', \
+'gpu:trainprof_gpu_memory_used:bytes']
+    """
+    served = f"{USED} or DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     return [
+        {
+            "record": LABELS_MAP,
+            # A MIG instance or another product may serve no FB_USED: any of the fields the
+            # rules read marks a device.
+            "expr": f"group without (trainprof_kept_node) (\n  {fold(served, options)}\n)",
+        },
         {
             # GPU_UTIL is not served for MIG instances nor by some products' DCGM: fall back
             # per device (`or` matches a device's fields, which carry the same labels) to the
             # graphics engine's activity, the same fraction of busy time.
             "record": "gpu:trainprof_gpu_utilization:ratio",
-            "expr": device(
-                "(DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_PROF_GR_ENGINE_ACTIVE)", options
-            ),
+            "expr": device(UTILIZATION),
         },
-        {
-            "record": "gpu:trainprof_gpu_memory_used:bytes",
-            "expr": device(f"{used} * {MIB}", options),
-        },
-        {
-            # NVML's total includes the driver's reservation, which dcgm reports apart.
-            "record": "gpu:trainprof_gpu_memory_total:bytes",
-            "expr": device(f"({used} + {free} + ({reserved} or {used} * 0)) * {MIB}", options),
-        },
+        {"record": "gpu:trainprof_gpu_memory_used:bytes", "expr": device(f"{USED} * {MIB}")},
+        {"record": "gpu:trainprof_gpu_memory_total:bytes", "expr": device(f"{FB_TOTAL} * {MIB}")},
         {
             "record": "gpu:trainprof_gpu_memory_used:ratio",
             "expr": "gpu:trainprof_gpu_memory_used:bytes / gpu:trainprof_gpu_memory_total:bytes",
         },
         {
             "record": "gpu:trainprof_gpu_device:info",
-            "expr": f"group by ({', '.join(DEVICE_LABELS)}) (\n"
-            "  gpu:trainprof_gpu_memory_used:bytes\n  or gpu:trainprof_gpu_utilization:ratio\n)",
+            "expr": f"group by ({', '.join(DEVICE_LABELS)}) ({LABELS_MAP})",
         },
     ]
 
 
-def activity_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """dcgm's profiling activities and power, normalised for dashboards and queries.
-
-    No rule reads them, so they run in their own group at most once a minute instead of at
-    every scrape (six relabellings of every GPU's series).
-    """
+def activity_recordings() -> list[dict[str, str]]:
+    """dcgm's profiling activities and power, normalised for dashboards and queries (no
+    rule reads them)."""
     rules = [
-        {"record": f"gpu:trainprof_gpu_{name}:ratio", "expr": device(metric, options)}
+        {"record": f"gpu:trainprof_gpu_{name}:ratio", "expr": device(metric)}
         for metric, name in ACTIVITIES.items()
     ]
     rules.append(
-        {
-            "record": "gpu:trainprof_gpu_power:watts",
-            "expr": device("DCGM_FI_DEV_POWER_USAGE", options),
-        }
+        {"record": "gpu:trainprof_gpu_power:watts", "expr": device("DCGM_FI_DEV_POWER_USAGE")}
     )
     return rules
 
@@ -142,7 +171,7 @@ def job_recordings(options: SourceOptions) -> list[dict[str, str]]:
     From the ranks' `trainprof_gpu_assignment_info` (joined on `uuid`) where they serve it,
     else from the GPU's workload pod and that pod's job label in kube-state-metrics'
     `kube_pod_labels` (`options.pod_job_label`). Then `node:trainprof_node_job:info`: the jobs
-    on each node, through their GPUs.
+    on each node, through their GPUs; and the maps `scrape_recordings` join at every scrape.
     """
     jl = ", ".join(options.job_labels)
     rules = []
@@ -177,4 +206,38 @@ def job_recordings(options: SourceOptions) -> list[dict[str, str]]:
             ),
         }
     )
+    rules.append(
+        {
+            "record": JOB_MAP,
+            "expr": f"{LABELS_MAP}\n* on (uuid) group_left ({jl})\ngpu:trainprof_gpu_job:info",
+        }
+    )
+    labels = ("node", "uuid", *options.job_labels)
+    rules.append({"record": FB_TOTAL_MAP, "expr": attach(FB_TOTAL, "*", JOB_MAP, labels)})
     return rules
+
+
+def scrape_recordings(options: SourceOptions) -> list[dict[str, str]]:
+    """Each job GPU's utilization and memory, at every scrape: dcgm-exporter's own series
+    joined to the maps `job_recordings` keeps, so no label is rewritten per scrape.
+
+    >>> print(scrape_recordings(SourceOptions())[1]["expr"])
+    max by (node, gpu, uuid, namespace, training_job) (
+      DCGM_FI_DEV_FB_USED
+      / ignoring (node, uuid, model, mig_instance, mig_profile, namespace, pod, container, \
+training_job)
+      group_left (node, uuid, namespace, training_job) gpu_job:trainprof_dcgm_fb_total:mebibytes
+    )
+    """
+    labels = ("node", "uuid", *options.job_labels)
+    by = ("node", "gpu", "uuid", *options.job_labels)
+    return [
+        {
+            "record": "gpu_job:trainprof_gpu_utilization:ratio",
+            "expr": joined(UTILIZATION, "*", JOB_MAP, labels, by),
+        },
+        {
+            "record": "gpu_job:trainprof_gpu_memory_used:ratio",
+            "expr": joined(USED, "/", FB_TOTAL_MAP, labels, by),
+        },
+    ]

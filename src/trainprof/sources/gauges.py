@@ -71,30 +71,16 @@ def node_scrapes(sources: tuple[str, ...], options: SourceOptions) -> dict[str, 
 
 
 def gpu_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """dcgm's device ratios per job (after `dcgm.job_recordings`)."""
+    """SageMaker's node-level GPU series from dcgm's per-job GPU gauges
+    (`dcgm.scrape_recordings`): the mean over the node's GPUs at each scrape."""
     jl = ", ".join(options.job_labels)
-    rules = []
-    for metric in ("utilization", "memory_used"):
-        device = f"gpu:trainprof_gpu_{metric}:ratio"
-        rules.append(
-            {
-                "record": f"gpu_job:trainprof_gpu_{metric}:ratio",
-                "expr": (
-                    f"max by (node, gpu, uuid, {jl}) (\n"
-                    f"  {device}\n"
-                    f"  * on (uuid) group_left ({jl})\n"
-                    "  gpu:trainprof_gpu_job:info\n)"
-                ),
-            }
-        )
-    for metric in ("utilization", "memory_used"):
-        rules.append(
-            {
-                "record": f"node_job:trainprof_gpu_{metric}:ratio",
-                "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
-            }
-        )
-    return rules
+    return [
+        {
+            "record": f"node_job:trainprof_gpu_{metric}:ratio",
+            "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
+        }
+        for metric in ("utilization", "memory_used")
+    ]
 
 
 def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
