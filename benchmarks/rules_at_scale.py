@@ -345,12 +345,15 @@ def _source(text: str) -> tuple[str, ...]:
 
 
 def _print_rules(
-    group: dict, per_rule: dict[int, list[float]], fastest: dict[tuple[str, int], float]
+    group: dict,
+    per_rule: dict[tuple[str, int], list[float]],
+    fastest: dict[tuple[str, int], float],
 ) -> None:
     """The group's rules, costliest first: in the engine (median round) and fastest query."""
     rows = []
     for i, rule in enumerate(group["rules"]):
-        engine_s = statistics.median(per_rule[i]) if per_rule.get(i) else float("nan")
+        times = per_rule.get((group["name"], i))
+        engine_s = statistics.median(times) if times else float("nan")
         name = rule.get("record") or f"{rule['alert']} ({rule['labels'].get('scope', '')})"
         rows.append((name, engine_s, fastest[group["name"], i]))
     rows.sort(key=lambda r: -max(r[1] if r[1] == r[1] else 0, r[2]))
@@ -417,7 +420,8 @@ def main() -> None:
         with engine(args.engine, workdir, target, to_yaml({"groups": groups})) as (base, alert):
             started = time.monotonic()
             rounds: dict[str, list[float]] = {}
-            per_rule: dict[int, list[float]] = {}  # the sources group's rules, by position
+            # the adapter groups' rules, by group and position
+            per_rule: dict[tuple[str, int], list[float]] = {}
             filled: dict[str, tuple[float, float]] = {}
             while time.monotonic() - started < args.minutes * 60:
                 time.sleep(15)
@@ -434,9 +438,10 @@ def main() -> None:
                     if alert is None:
                         for g in get_json(f"{base}/api/v1/rules", timeout=120)["data"]["groups"]:
                             rounds.setdefault(g["name"], []).append(float(g["evaluationTime"]))
-                            if g["name"] == SOURCES_GROUP:
+                            if g["name"].startswith(SOURCES_GROUP):
                                 for i, r in enumerate(g["rules"]):
-                                    per_rule.setdefault(i, []).append(float(r["evaluationTime"]))
+                                    times = per_rule.setdefault((g["name"], i), [])
+                                    times.append(float(r["evaluationTime"]))
                     elif not filled:
                         filled = _vmalert_means(alert)
             if alert is not None:
@@ -480,9 +485,9 @@ def main() -> None:
                     f"  {name:<34} {format_duration(every.get(name, 15)):>6} {d * 1000:11.0f} ms "
                     f"{quiet.get(name, 0) * 1000:11.0f} ms {touched.get(name, 0):9d}"
                 )
-            sources = next((g for g in groups if g["name"] == SOURCES_GROUP), None)
-            if sources is not None:
-                _print_rules(sources, per_rule, fastest_rule)
+            for group in groups:
+                if group["name"].startswith(SOURCES_GROUP):
+                    _print_rules(group, per_rule, fastest_rule)
             # A group evaluated every 60 s costs a quarter of its time per 15 s interval.
             share = {name: 15 / every.get(name, 15) for name, _ in medians}
             total = sum(d * share[name] for name, d in medians)

@@ -26,14 +26,18 @@ MIG_GR_ENGINE = {"1": 0.25, "2": 0.75}
 
 
 def _dcgm_series() -> list[dict]:
-    """The captured GPU once per variant (each with its own UUID), a MIG GPU with two
-    instances and no GPU_UTIL, and a GPU serving framebuffer fields only."""
+    """The captured GPU once per variant (each with its own UUID), the `hostname` one
+    scraped a second time by another Prometheus job, a MIG GPU with two instances and no
+    GPU_UTIL, and a GPU serving framebuffer fields only."""
     captured, _ = read_capture(DCGM)
     base = gpu_labels()
     devices = []
     for name, util in UTIL.items():
         labels = variant({**base, "UUID": f"GPU-{name}"}, name)
         devices.append((labels, {"DCGM_FI_DEV_GPU_UTIL": util}))
+        if name == "hostname":
+            twice = {**labels, "job": "dcgm-exporter-2", "instance": "10.0.0.9:9400"}
+            devices.append((twice, {"DCGM_FI_DEV_GPU_UTIL": util}))
     mig_base = {**base, "UUID": "GPU-mig", "Hostname": "mig-host"}
     for labels in mig_instances(mig_base, tuple(MIG_GR_ENGINE)):
         gr = MIG_GR_ENGINE[labels["GPU_I_ID"]]
@@ -143,11 +147,38 @@ def _host_memory_used_ratio() -> float:
     return 1 - available / m["node_memory_MemTotal_bytes"]
 
 
+def _per_job() -> list[dict]:
+    """The rules' per-scrape gauges: one series per GPU working for a job (the GPU scraped
+    twice once), in the job's labels, whichever spelling the GPU's series came in."""
+    in_jobs = {
+        "GPU-hostname": (HOST, "team-a", "j1", UTIL["hostname"] / 100),
+        "GPU-gpu_operator": (HOST, "default", "j2", UTIL["gpu_operator"] / 100),
+        "GPU-old_names": (HOST, "default", "j2", UTIL["old_names"] / 100),
+        "GPU-exported": (HOST, "default", "j2", UTIL["exported"] / 100),
+        "GPU-mig": ("mig-host", "default", "j2", max(MIG_GR_ENGINE.values())),
+        "GPU-bare": (HOST, "default", "j2", None),
+    }
+    tests = []
+    for metric in ("utilization", "memory_used"):
+        name = f"gpu_job:trainprof_gpu_{metric}:ratio"
+        samples = []
+        for uuid, (node, namespace, job, util) in in_jobs.items():
+            value = util if metric == "utilization" else _memory_used_ratio()
+            if value is None:
+                continue
+            labels = {"node": node, "gpu": "0", "uuid": uuid, "namespace": namespace}
+            samples.append(
+                {"labels": _labels(name, {**labels, "training_job": job}), "value": value}
+            )
+        tests.append({"expr": name, "eval_time": "10m", "exp_samples": samples})
+    return tests
+
+
 def _expected() -> list[dict]:
     util = "gpu:trainprof_gpu_utilization:ratio"
     mig = {"mig_profile": "1g.5gb"}
     mig_device = {**_device("GPU-mig"), "node": "mig-host"}
-    return [
+    return _per_job() + [
         {
             "expr": util,
             "eval_time": "10m",

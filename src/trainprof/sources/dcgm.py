@@ -212,8 +212,15 @@ def job_recordings(options: SourceOptions) -> list[dict[str, str]]:
             "expr": f"{LABELS_MAP}\n* on (uuid) group_left ({jl})\ngpu:trainprof_gpu_job:info",
         }
     )
-    labels = ("node", "uuid", *options.job_labels)
-    rules.append({"record": FB_TOTAL_MAP, "expr": attach(FB_TOTAL, "*", JOB_MAP, labels)})
+    rules.append(
+        {
+            # The device's total, recorded above, on the map's labels: a join of one series
+            # per device, where summing the three FB fields again would take three.
+            "record": FB_TOTAL_MAP,
+            "expr": f"{JOB_MAP}\n* on (uuid, mig_instance) group_left ()\n"
+            f"(max by (uuid, mig_instance) (gpu:trainprof_gpu_memory_total:bytes) / {MIB})",
+        }
+    )
     return rules
 
 
