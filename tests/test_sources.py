@@ -395,3 +395,88 @@ def test_unknown_sources_are_named(text, message):
 def test_a_bad_node_label_is_refused():
     with pytest.raises(ValueError, match="not a Prometheus label name: 'kubernetes.io/host'"):
         SourceOptions(node_label="kubernetes.io/host")
+
+
+def test_a_gpu_two_jobs_share_is_left_out_and_named_while_the_others_keep_their_gauges(
+    tmp_path, promtool
+):
+    """Time-slicing: two jobs' ranks claim GPU-shared. Its series cannot be split by job, and
+    joining it to both would be a many-to-many match that fails the rule for every GPU."""
+    captured, _ = read_capture(DCGM)
+    fields = {n: v for n, _, v in captured if n.startswith("DCGM_FI_DEV_")}
+    series = []
+    for uuid, gpu in (("GPU-shared", "0"), ("GPU-own", "1")):
+        labels = {**gpu_labels(), "UUID": uuid, "gpu": gpu}
+        series += [
+            {"series": series_text(name, labels), "values": f"{value}x40"}
+            for name, value in fields.items()
+        ]
+    for rank, (uuid, job) in enumerate(
+        (("GPU-shared", "a"), ("GPU-shared", "b"), ("GPU-own", "a"))
+    ):
+        claim = {"namespace": "ns", "training_job": job, "uuid": uuid, "rank": str(rank)}
+        series.append(
+            {"series": series_text("trainprof_gpu_assignment_info", claim), "values": "1x40"}
+        )
+    groups = adapter_groups(("dcgm",), SourceOptions())
+    (tmp_path / "rules.yaml").write_text(to_yaml({"groups": groups}))
+    util = "gpu_job:trainprof_gpu_utilization:ratio"
+    own = {"node": HOST, "gpu": "1", "uuid": "GPU-own", "namespace": "ns", "training_job": "a"}
+    shared = [
+        {
+            "exp_labels": {
+                "alertname": "TrainprofRuleInputMissing",
+                "rule": "TrainprofHealth",
+                "severity": "warning",
+                "affects": "sources",
+                "trainprof_rule_version": "1",
+                "input": "DCGM_FI_DEV_GPU_UTIL",
+                "scope": "shared_gpu",
+                "uuid": "GPU-shared",
+                "namespace": "ns",
+                "training_job": job,
+            },
+            "exp_annotations": {
+                "summary": "A GPU works for more than one job: its dcgm-exporter series are "
+                "left out.",
+                "description": f"GPU GPU-shared works for job {job} and at least one other: "
+                "dcgm-exporter's series of a shared GPU cannot be told apart by job, so it is "
+                "left out of every job's GPU rules while it is shared.",
+            },
+        }
+        for job in ("a", "b")
+    ]
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": util,
+                        "eval_time": "9m",
+                        "exp_samples": [
+                            {
+                                "labels": _labels(util, own),
+                                "value": fields["DCGM_FI_DEV_GPU_UTIL"] / 100,
+                            }
+                        ],
+                    }
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "9m",
+                        "alertname": "TrainprofRuleInputMissing",
+                        "exp_alerts": shared,
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

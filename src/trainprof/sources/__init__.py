@@ -148,6 +148,15 @@ def _missing_dcgm(options: SourceOptions) -> list[dict[str, Any]]:
             "DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so its memory rules cannot fire.",
             scope="gpu",
         ),
+        _missing(
+            "DCGM_FI_DEV_GPU_UTIL",
+            f"gpu:trainprof_gpu_job:info\nand on (uuid)\n({dcgm.SHARED})",
+            "GPU {{ $labels.uuid }} works for job {{ $labels.training_job }} and at least one "
+            "other: dcgm-exporter's series of a shared GPU cannot be told apart by job, so it "
+            "is left out of every job's GPU rules while it is shared.",
+            scope="shared_gpu",
+            summary="A GPU works for more than one job: its dcgm-exporter series are left out.",
+        ),
     ]
 
 
@@ -200,7 +209,9 @@ def _missing_host(sources: tuple[str, ...], options: SourceOptions) -> list[dict
     return alerts
 
 
-def _missing(series: str, expr: str, description: str, scope: str) -> dict[str, Any]:
+def _missing(
+    series: str, expr: str, description: str, scope: str, summary: str = ""
+) -> dict[str, Any]:
     return {
         "alert": "TrainprofRuleInputMissing",
         "expr": expr,
@@ -214,7 +225,7 @@ def _missing(series: str, expr: str, description: str, scope: str) -> dict[str, 
             "trainprof_rule_version": "1",
         },
         "annotations": {
-            "summary": f"A series the rules read is absent: {series}.",
+            "summary": summary or f"A series the rules read is absent: {series}.",
             "description": description,
         },
     }

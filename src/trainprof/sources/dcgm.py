@@ -59,6 +59,8 @@ LABELS_MAP = "gpu:trainprof_dcgm_labels:info"
 JOB_MAP = "gpu_job:trainprof_dcgm_labels:info"
 # Each job GPU's framebuffer (used + free + reserved MiB) on the same labels.
 FB_TOTAL_MAP = "gpu_job:trainprof_dcgm_fb_total:mebibytes"
+# GPUs more than one job claims (time-slicing, MPS): one series cannot be split between jobs.
+SHARED = "count by (uuid) (gpu:trainprof_gpu_job:info) > 1"
 UTILIZATION = "(DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_PROF_GR_ENGINE_ACTIVE)"
 USED, FREE, RESERVED = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
 # NVML's total includes the driver's reservation, which dcgm reports apart.
@@ -208,8 +210,11 @@ def job_recordings(options: SourceOptions) -> list[dict[str, str]]:
     )
     rules.append(
         {
+            # A shared GPU is left out (and named by an alert): joining it to two jobs would
+            # be a many-to-many match, which fails the whole rule for every GPU.
             "record": JOB_MAP,
-            "expr": f"{LABELS_MAP}\n* on (uuid) group_left ({jl})\ngpu:trainprof_gpu_job:info",
+            "expr": f"{LABELS_MAP}\n* on (uuid) group_left ({jl})\n"
+            f"(gpu:trainprof_gpu_job:info unless on (uuid) ({SHARED}))",
         }
     )
     rules.append(
