@@ -824,7 +824,11 @@ def test_a_cluster_with_only_dcgm_and_node_exporter_gets_the_sources_group(rende
     docs = objects(rendered["sources"])
     (rule,) = by_kind(docs, "PrometheusRule")
     names = [g["name"] for g in rule["spec"]["groups"]]
-    assert names[:2] == ["trainprof.sources.devices", "trainprof.sources"]
+    assert names[:3] == [
+        "trainprof.sources.devices",
+        "trainprof.sources.inventory",
+        "trainprof.sources",
+    ]
     assert names.count("trainprof.LowGPUUtilization") == 1
     assert names.count("trainprof.CPUBottleneck") == 1
     rules_text = yaml.safe_dump(rule["spec"])

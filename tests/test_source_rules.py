@@ -386,8 +386,12 @@ def test_load_balancing_is_left_out_with_gpus_from_dcgm_and_says_why():
     compiled = compile_rules(config)
     assert [r.name for r in compiled.rules] == ["BatchSize"]
     assert any("LoadBalancing needs its GPU signals from trainprof" in w for w in compiled.warnings)
-    names = [g["name"] for g in compiled.groups[:2]]
-    assert names == ["trainprof.sources.devices", "trainprof.sources"]
+    names = [g["name"] for g in compiled.groups[:3]]
+    assert names == [
+        "trainprof.sources.devices",
+        "trainprof.sources.inventory",
+        "trainprof.sources",
+    ]
 
 
 def test_the_trainprof_source_compiles_exactly_as_without_the_setting():

@@ -200,9 +200,12 @@ def compile_rules(config: RulesConfig) -> Compiled:
     adapters = _sources_group(config, every_scrape)
     if adapters:
         groups.insert(0, adapters)
-    devices = sources.device_group(config.source, _source_options(config))
-    if devices:
-        groups.insert(0, devices)
+    options = _source_options(config)
+    slow = [
+        sources.device_group(config.source, options),
+        sources.inventory_group(config.source, options),
+    ]
+    groups[:0] = [g for g in slow if g is not None]
     state = _state_rules(compiled)
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)

@@ -28,6 +28,7 @@ __all__ = [
     "SourceOptions",
     "adapter_groups",
     "device_group",
+    "inventory_group",
     "normalisation_group",
     "parse_sources",
     "signal_sources",
@@ -40,29 +41,55 @@ DEVICE_GROUP = "trainprof.sources.devices"
 # job's series within a minute.
 DEVICE_SCRAPES = 4
 DEVICE_INTERVAL = 60.0
+INVENTORY_GROUP = "trainprof.sources.inventory"
+# Every device's recordings, which no rule reads: every 20 scrapes, at most 5 minutes apart.
+INVENTORY_SCRAPES = 20
+INVENTORY_INTERVAL = 300.0
 HEALTH_RULE = "TrainprofHealth"
 
 
 def adapter_groups(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
     """The groups that map `sources` into trainprof's series, in evaluation order: the
-    device group (dcgm) first, whose maps the per-scrape group reads."""
-    groups = [device_group(sources, options), normalisation_group(sources, options)]
+    device and inventory groups (dcgm) first, whose maps and totals the others read."""
+    groups = [
+        device_group(sources, options),
+        inventory_group(sources, options),
+        normalisation_group(sources, options),
+    ]
     return [g for g in groups if g is not None]
+
+
+def _every(options: SourceOptions, scrapes: int, longest: float) -> str:
+    return format_duration(
+        max(options.scrape_interval, min(longest, scrapes * options.scrape_interval))
+    )
 
 
 def device_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
     """`trainprof.sources.devices` when dcgm is a source: which device each dcgm-exporter
-    series is and which job it works for (the maps), every device's recordings in trainprof's
-    labels, and the alerts naming a dcgm series that is absent."""
+    series is and which job it works for (the maps the per-scrape gauges join), and the
+    alerts naming dcgm series that are absent or a GPU jobs share."""
     if "dcgm" not in sources:
         return None
-    every = min(DEVICE_INTERVAL, DEVICE_SCRAPES * options.scrape_interval)
-    rules: list[dict[str, Any]] = dcgm.device_recordings(options) + dcgm.job_recordings(options)
-    rules += dcgm.activity_recordings() + _missing_dcgm(options)
+    rules: list[dict[str, Any]] = dcgm.map_recordings(options) + dcgm.job_recordings(options)
+    rules += _missing_dcgm(options)
     return {
         "name": DEVICE_GROUP,
-        "interval": format_duration(max(every, options.scrape_interval)),
+        "interval": _every(options, DEVICE_SCRAPES, DEVICE_INTERVAL),
         "rules": rules,
+    }
+
+
+def inventory_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, Any] | None:
+    """`trainprof.sources.inventory` when dcgm is a source: every device's utilization,
+    memory, activities and power in trainprof's labels, for dashboards and queries, and the
+    alerts naming a field a device does not serve."""
+    if "dcgm" not in sources:
+        return None
+    return {
+        "name": INVENTORY_GROUP,
+        "interval": _every(options, INVENTORY_SCRAPES, INVENTORY_INTERVAL),
+        "rules": dcgm.inventory_recordings() + _missing_dcgm_fields(),
     }
 
 
@@ -133,6 +160,21 @@ def _missing_dcgm(options: SourceOptions) -> list[dict[str, Any]]:
         ),
         _missing(
             "DCGM_FI_DEV_GPU_UTIL",
+            f"gpu:trainprof_gpu_job:info\nand on (uuid)\n({dcgm.SHARED})",
+            "GPU {{ $labels.uuid }} works for job {{ $labels.training_job }} and at least one "
+            "other: dcgm-exporter's series of a shared GPU cannot be told apart by job, so it "
+            "is left out of every job's GPU rules while it is shared.",
+            scope="shared_gpu",
+            summary="A GPU works for more than one job: its dcgm-exporter series are left out.",
+        ),
+    ]
+
+
+def _missing_dcgm_fields() -> list[dict[str, Any]]:
+    """`TrainprofRuleInputMissing` for a field a dcgm device does not serve."""
+    return [
+        _missing(
+            "DCGM_FI_DEV_GPU_UTIL",
             "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
             "gpu:trainprof_gpu_utilization:ratio",
             "GPU {{ $labels.uuid }} on {{ $labels.node }} serves neither "
@@ -147,15 +189,6 @@ def _missing_dcgm(options: SourceOptions) -> list[dict[str, Any]]:
             "GPU {{ $labels.uuid }} on {{ $labels.node }} does not serve both "
             "DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so its memory rules cannot fire.",
             scope="gpu",
-        ),
-        _missing(
-            "DCGM_FI_DEV_GPU_UTIL",
-            f"gpu:trainprof_gpu_job:info\nand on (uuid)\n({dcgm.SHARED})",
-            "GPU {{ $labels.uuid }} works for job {{ $labels.training_job }} and at least one "
-            "other: dcgm-exporter's series of a shared GPU cannot be told apart by job, so it "
-            "is left out of every job's GPU rules while it is shared.",
-            scope="shared_gpu",
-            summary="A GPU works for more than one job: its dcgm-exporter series are left out.",
         ),
     ]
 

@@ -114,17 +114,17 @@ def device(metric: str) -> str:
     return joined(metric, "*", LABELS_MAP, WRITTEN, DEVICE_LABELS)
 
 
-def device_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """The map of dcgm-exporter's label spellings, then each device's recordings through it,
-    in evaluation order (`device_group`, every few scrapes: a device's labels change when a
+def map_recordings(options: SourceOptions) -> list[dict[str, str]]:
+    """The map of dcgm-exporter's label spellings and what the job maps read from it, in
+    evaluation order (`device_group`, every few scrapes: a device's labels change when a
     pod takes it, not at every scrape).
 
     The fold runs once, on one field per device; every other recording is a join on the
     map, which costs a fraction of the fold:
 
-    >>> [r["record"] for r in device_recordings(SourceOptions())][:3]
-    ['gpu:trainprof_dcgm_labels:info', 'gpu:trainprof_gpu_utilization:ratio', \
-'gpu:trainprof_gpu_memory_used:bytes']
+    >>> [r["record"] for r in map_recordings(SourceOptions())]
+    ['gpu:trainprof_dcgm_labels:info', 'gpu:trainprof_gpu_device:info', \
+'gpu:trainprof_gpu_memory_total:bytes']
     """
     served = f"{USED} or DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     return [
@@ -135,6 +135,19 @@ def device_recordings(options: SourceOptions) -> list[dict[str, str]]:
             "expr": f"group without (trainprof_kept_node) (\n  {fold(served, options)}\n)",
         },
         {
+            "record": "gpu:trainprof_gpu_device:info",
+            "expr": f"group by ({', '.join(DEVICE_LABELS)}) ({LABELS_MAP})",
+        },
+        {"record": "gpu:trainprof_gpu_memory_total:bytes", "expr": device(f"{FB_TOTAL} * {MIB}")},
+    ]
+
+
+def inventory_recordings() -> list[dict[str, str]]:
+    """Every device's utilization, memory, profiling activities and power in trainprof's
+    labels, for dashboards, queries and the alerts naming a field a device does not serve
+    (no rule reads them: `inventory_group`, every few minutes)."""
+    rules = [
+        {
             # GPU_UTIL is not served for MIG instances nor by some products' DCGM: fall back
             # per device (`or` matches a device's fields, which carry the same labels) to the
             # graphics engine's activity, the same fraction of busy time.
@@ -142,22 +155,12 @@ def device_recordings(options: SourceOptions) -> list[dict[str, str]]:
             "expr": device(UTILIZATION),
         },
         {"record": "gpu:trainprof_gpu_memory_used:bytes", "expr": device(f"{USED} * {MIB}")},
-        {"record": "gpu:trainprof_gpu_memory_total:bytes", "expr": device(f"{FB_TOTAL} * {MIB}")},
         {
             "record": "gpu:trainprof_gpu_memory_used:ratio",
             "expr": "gpu:trainprof_gpu_memory_used:bytes / gpu:trainprof_gpu_memory_total:bytes",
         },
-        {
-            "record": "gpu:trainprof_gpu_device:info",
-            "expr": f"group by ({', '.join(DEVICE_LABELS)}) ({LABELS_MAP})",
-        },
     ]
-
-
-def activity_recordings() -> list[dict[str, str]]:
-    """dcgm's profiling activities and power, normalised for dashboards and queries (no
-    rule reads them)."""
-    rules = [
+    rules += [
         {"record": f"gpu:trainprof_gpu_{name}:ratio", "expr": device(metric)}
         for metric, name in ACTIVITIES.items()
     ]
