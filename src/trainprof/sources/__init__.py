@@ -1,18 +1,22 @@
 """Source adapters: recording rules that put dcgm-exporter's and node_exporter's series in
 trainprof's units and labels, so a cluster that already runs them needs no second poller.
 
-    adapter_groups(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
+>>> groups = adapter_groups(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
+>>> [(g["name"], g["interval"], len(g["rules"])) for g in groups]
+[('trainprof.sources.devices', '1m', 10), ('trainprof.sources.inventory', '5m', 11), \
+('trainprof.sources', '15s', 23)]
 
-gives two rule groups. `trainprof.sources.devices` (dcgm only, every four scrapes, at most a
-minute apart) folds dcgm-exporter's label spellings once into a map from each of its series
-to trainprof's labels and the job the GPU works for, records every device in trainprof's
-labels, and holds the `TrainprofRuleInputMissing` alerts naming an absent dcgm series.
-`trainprof.sources` (every scrape) joins dcgm-exporter's own series to those maps (no label
-is rewritten per scrape), takes node_exporter's rates and ratios, and names an absent
+With dcgm, `trainprof.sources.devices` (every four scrapes, at most a minute apart) folds
+dcgm-exporter's label spellings once into a map from each of its series to trainprof's
+labels and the job its GPU works for, and holds the `TrainprofRuleInputMissing` alerts
+naming absent dcgm series; `trainprof.sources.inventory` (every 20 scrapes, at most five
+minutes apart) records every device in trainprof's labels for dashboards and queries.
+`trainprof.sources` (every scrape) joins dcgm-exporter's own series to the maps (no label is
+rewritten per scrape), takes node_exporter's rates and ratios, and names an absent
 node_exporter series. Chained recordings stay in one group, ordered, so Prometheus, Thanos
-Ruler, Mimir and vmalert evaluate them alike; the per-scrape group reads the maps as of
-their last evaluation. The `trainprof` source needs no normalisation: its exporter already
-serves trainprof's names.
+Ruler, Mimir and vmalert evaluate them alike; the other groups read the maps as of their
+last evaluation. The `trainprof` source needs no normalisation: its exporter already serves
+trainprof's names.
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
 
 
 def default_rules_text(generator: str) -> str:
-    """`rules/trainprof.sources.rules.yaml`: the group for dcgm-exporter and node_exporter
+    """`rules/trainprof.sources.rules.yaml`: the groups for dcgm-exporter and node_exporter
     with the default options (a `node` label on node_exporter's targets, PyTorchJob pods)."""
     from trainprof.render import to_yaml
 
