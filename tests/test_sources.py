@@ -426,18 +426,13 @@ def test_a_gpu_two_jobs_share_is_left_out_and_named_while_the_others_keep_their_
     own = {"node": HOST, "gpu": "1", "uuid": "GPU-own", "namespace": "ns", "training_job": "a"}
     shared = [
         {
-            "exp_labels": {
-                "alertname": "TrainprofRuleInputMissing",
-                "rule": "TrainprofHealth",
-                "severity": "warning",
-                "affects": "sources",
-                "trainprof_rule_version": "1",
-                "input": "DCGM_FI_DEV_GPU_UTIL",
-                "scope": "shared_gpu",
-                "uuid": "GPU-shared",
-                "namespace": "ns",
-                "training_job": job,
-            },
+            **_missing(
+                "DCGM_FI_DEV_GPU_UTIL",
+                "shared_gpu",
+                uuid="GPU-shared",
+                namespace="ns",
+                training_job=job,
+            ),
             "exp_annotations": {
                 "summary": "A GPU works for more than one job: its dcgm-exporter series are "
                 "left out.",
