@@ -197,15 +197,7 @@ def compile_rules(config: RulesConfig) -> Compiled:
         }
         groups.append(group)
         compiled.append(CompiledRule(instance, build, output, group))
-    adapters = _sources_group(config, every_scrape)
-    if adapters:
-        groups.insert(0, adapters)
-    options = _source_options(config)
-    slow = [
-        sources.device_group(config.source, options),
-        sources.inventory_group(config.source, options),
-    ]
-    groups[:0] = [g for g in slow if g is not None]
+    groups[:0] = _adapter_groups(config, every_scrape)
     state = _state_rules(compiled)
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)
@@ -234,17 +226,17 @@ def _applicable(config: RulesConfig, warnings: list[str]) -> RulesConfig:
     return dataclasses.replace(config, rules=tuple(kept))
 
 
-def _sources_group(config: RulesConfig, every_scrape: list[dict[str, Any]]) -> dict | None:
-    """`trainprof.sources` for a `source` setting naming dcgm or node_exporter: the
-    adapters' normalisation, then the rules' per-scrape recordings, then the alerts naming
-    a missing input."""
-    group = sources.normalisation_group(config.source, _source_options(config))
-    if group is None:
-        return None
-    rules = group["rules"]
-    first_alert = next((i for i, r in enumerate(rules) if "alert" in r), len(rules))
-    rules[first_alert:first_alert] = every_scrape
-    return group
+def _adapter_groups(config: RulesConfig, every_scrape: list[dict[str, Any]]) -> list[dict]:
+    """The adapters' groups for a `source` setting naming dcgm or node_exporter, in their
+    order; the rules' per-scrape recordings go into `trainprof.sources`, after its
+    normalisation and before the alerts naming a missing input."""
+    groups = sources.adapter_groups(config.source, _source_options(config))
+    for group in groups:
+        if group["name"] == sources.GROUP:
+            rules = group["rules"]
+            first_alert = next((i for i, r in enumerate(rules) if "alert" in r), len(rules))
+            rules[first_alert:first_alert] = every_scrape
+    return groups
 
 
 def _source_options(config: RulesConfig) -> sources.SourceOptions:

@@ -52,7 +52,7 @@ ACTIVITIES = {
 
 
 # The labels a map adds to dcgm-exporter's own: a join on a device's series ignores them.
-WRITTEN = DEVICE_LABELS[:1] + DEVICE_LABELS[2:]
+WRITTEN = tuple(label for label in DEVICE_LABELS if label != "gpu")
 # Every dcgm-exporter device series' own labels plus trainprof's, value 1 (the fold, once).
 LABELS_MAP = "gpu:trainprof_dcgm_labels:info"
 # The same for the GPUs working for a job, with the job's labels.
