@@ -10,9 +10,12 @@ Every output carries `node` (from the configured label) and, per core, `cpu`.
 input of the group and costs about as much per series as everything else the group reads.
 A core's modes add up to the time that passed (/proc/stat counts each core's every tick in
 exactly one mode), so the shares are the rates themselves and only the `idle` and `iowait`
-counters are read: a quarter of the series. Each per-core ratio is one rule straight from the
-counters: recording the two rates first and the ratios from them wrote four series per core
-at every scrape where two suffice, which cost more than taking `iowait`'s rate twice.
+counters are read: a quarter of the series, each once. `iowait`'s share is recorded first;
+the busy share is 1 minus the `idle` rate minus that recording, in the same group and so at
+the same instant. Reading a recorded series costs Prometheus a fifth of taking a counter's
+rate (about 2 against 10 us at 1,000 nodes x 64 cores), so this beats taking the `iowait`
+rate a second time, and beats recording the two rates first (four series per core written
+at every scrape where two suffice).
 The price is the scrape's timing jitter: Prometheus divides by the interval between its
 scrapes' timestamps, node_exporter read the counters a few milliseconds after each, so a
 share can be off by that jitter over the interval (0.1 % for 15 ms in 15 s); the ratios are
@@ -35,17 +38,19 @@ def on_node(metric: str, options: SourceOptions) -> str:
     return coalesce(metric, "node", (options.node_label,))
 
 
-def cpu_seconds(modes: str, options: SourceOptions) -> str:
-    """Per core: the seconds per second spent in `modes` (a matcher on `mode`).
+def cpu_seconds(mode: str, options: SourceOptions) -> str:
+    """Per core: the seconds per second spent in `mode`.
 
     The node label is set on the rates, not the selectors: a range needs a bare selector.
+    `max`, not `sum`: a node_exporter scraped by two jobs serves each core's counter twice,
+    and a sum would count its time twice.
 
-    >>> cpu_seconds('="iowait"', SourceOptions())
-    'sum by (node, cpu) (irate(node_cpu_seconds_total{mode="iowait"}[45s]))'
+    >>> cpu_seconds("iowait", SourceOptions())
+    'max by (node, cpu) (irate(node_cpu_seconds_total{mode="iowait"}[45s]))'
     """
     w = format_duration(3 * options.scrape_interval)
-    rates = on_node(f"irate(node_cpu_seconds_total{{mode{modes}}}[{w}])", options)
-    return f"sum by (node, cpu) ({rates})"
+    rates = on_node(f'irate(node_cpu_seconds_total{{mode="{mode}"}}[{w}])', options)
+    return f"max by (node, cpu) ({rates})"
 
 
 def recordings(options: SourceOptions) -> list[dict[str, str]]:
@@ -59,18 +64,18 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
         for field in ("MemFree", "Buffers", "Cached", "SReclaimable")
     )
     available = f"({n('node_memory_MemAvailable_bytes')} or {estimate})"
-    idle = cpu_seconds('=~"idle|iowait"', options)
-    iowait = cpu_seconds('="iowait"', options)
+    idle = cpu_seconds("idle", options)
+    iowait = cpu_seconds("iowait", options)
     received = n(f'rate(node_network_receive_bytes_total{{device!="lo"}}[{w}])')
     sent = n(f'rate(node_network_transmit_bytes_total{{device!="lo"}}[{w}])')
     return [
         {
-            "record": "cpu:trainprof_cpu_utilization:ratio",
-            "expr": f"clamp(1 - {idle}, 0, 1)",
-        },
-        {
             "record": "cpu:trainprof_cpu_iowait:ratio",
             "expr": f"clamp({iowait}, 0, 1)",
+        },
+        {
+            "record": "cpu:trainprof_cpu_utilization:ratio",
+            "expr": f"clamp(1 - {idle} - cpu:trainprof_cpu_iowait:ratio, 0, 1)",
         },
         {
             "record": "node:trainprof_cpu_utilization:ratio",
