@@ -12,10 +12,12 @@ A core's modes add up to the time that passed (/proc/stat counts each core's eve
 exactly one mode), so the shares are the rates themselves and only the `idle` and `iowait`
 counters are read: a quarter of the series, each once. `iowait`'s share is recorded first;
 the busy share is 1 minus the `idle` rate minus that recording, in the same group and so at
-the same instant. Reading a recorded series costs Prometheus a fifth of taking a counter's
-rate (about 2 against 10 us at 1,000 nodes x 64 cores), so this beats taking the `iowait`
-rate a second time, and beats recording the two rates first (four series per core written
-at every scrape where two suffice).
+the same instant. node_exporter on Linux serves both modes for every core; a core without
+`iowait` would have no busy share, and a node without it raises TrainprofRuleInputMissing.
+Reading a recorded series costs Prometheus a fifth of taking a counter's rate (about 2
+against 10 us at 1,000 nodes x 64 cores), so this beats taking the `iowait` rate a second
+time, and beats recording the two rates first (four series per core written at every
+scrape where two suffice).
 The price is the scrape's timing jitter: Prometheus divides by the interval between its
 scrapes' timestamps, node_exporter read the counters a few milliseconds after each, so a
 share can be off by that jitter over the interval (0.1 % for 15 ms in 15 s); the ratios are
