@@ -1,7 +1,8 @@
 """How long the compiled default rules take to evaluate for 1,000 nodes x 8 GPUs.
 
     python benchmarks/rules_at_scale.py [--nodes 1000] [--gpus 8] [--cores 64] [--jobs 100]
-        [--engine prometheus|victoriametrics] [--minutes 7] [--scan 15s|60s] [--unhealthy 1]
+        [--engine prometheus|victoriametrics] [--minutes 10] [--baseline 3] [--scan 15s|60s]
+        [--unhealthy 1]
         [--source trainprof|dcgm,node_exporter|dcgm|node_exporter] [--attribution pod|assignment]
 
 A fake exporter serves the series of `--nodes` hosts (the real SampleAccumulator's output for
@@ -20,10 +21,16 @@ rules' windows have filled, it prints each group's evaluation time (Prometheus:
 over the rounds since the windows filled), the series its expressions select, and the sum,
 the single-core cost of one evaluation round, with the engines' resident memory. The fake
 exporter and the engine's scraping share the machine's cores with the rule evaluation, so on
-a small machine those times are upper bounds. Then it stops serving (Prometheus stops
-ingesting and marks the series stale) and runs every rule's expression as an instant query
-at the moment serving stopped, keeping the fastest of five: the undisturbed cost (on
-VictoriaMetrics, while it keeps ingesting). On Prometheus it also prints the costliest rules
+a small machine those times wait for a core as well as compute. They also leave out what the
+rules cost the engine outside a group's evaluation (Go's garbage collector, which runs on
+other threads and rescans the whole heap). So it also reads the CPU time the engine
+processes use from the windows filling to the end of `--minutes`, and compares it with the
+CPU they used over `--baseline` minutes of ingestion alone before the rules were loaded (the
+engine starts with an empty rule file; the rules come with a SIGHUP): the difference is the
+rules' own CPU. Then it stops serving (Prometheus stops ingesting and marks the series
+stale) and runs every rule's expression as an instant query at the moment serving stopped,
+keeping the fastest of five: the undisturbed cost (on VictoriaMetrics, while it keeps
+ingesting). On Prometheus it also prints the costliest rules
 of the `trainprof.sources` group (the adapters' normalisation), each with its evaluation time
 in the engine and its fastest query.
 """
@@ -33,10 +40,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.server
+import os
 import random
 import re
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -44,6 +54,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from _procs import cpu_seconds
 from prometheus_client import CollectorRegistry, generate_latest
 from source_fleet import NAMESPACE, SourceFleet
 
@@ -335,6 +346,38 @@ def _sink():
 
 
 SOURCES_GROUP = "trainprof.sources"
+NO_RULES = "groups: []\n"
+WARM_UP = 60  # seconds of ingestion before the baseline: every series created
+ENGINES = ("prometheus", "victoria-metrics", "vmalert")
+
+
+def engine_pids(workdir: Path) -> list[int]:
+    """The engine processes started on `workdir` (Prometheus; or VictoriaMetrics and vmalert)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if Path(argv[0].decode()).name in ENGINES and str(workdir).encode() in b" ".join(argv):
+            pids.append(int(entry))
+    return pids
+
+
+def engine_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) the engine processes have used so far."""
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+def load_rules(workdir: Path, pids: list[int], rules: str) -> None:
+    """Write the rule file and have the evaluator (Prometheus or vmalert) reload it."""
+    (workdir / "rules.yaml").write_text(rules)
+    for pid in pids:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if Path(argv[0].decode()).name in ("prometheus", "vmalert"):
+            os.kill(pid, signal.SIGHUP)
 
 
 def _source(text: str) -> tuple[str, ...]:
@@ -372,7 +415,21 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=64)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--engine", choices=("prometheus", "victoriametrics"), default="prometheus")
-    parser.add_argument("--minutes", type=float, default=7)
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=10,
+        help="how long to run with the rules loaded; the CPU they use is measured from the "
+        "moment their windows fill (4.5 min) to the end: leave at least 5 min, the longest "
+        "group interval",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=float,
+        default=3,
+        help="minutes of ingestion alone, before the rules are loaded, to measure the engine's "
+        "CPU without them",
+    )
     parser.add_argument(
         "--unhealthy",
         type=float,
@@ -417,14 +474,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="rules-at-scale-"))
     target = f"127.0.0.1:{server.server_address[1]}"
     try:
-        with engine(args.engine, workdir, target, to_yaml({"groups": groups})) as (base, alert):
+        # Started with no rules: first the engine's CPU while it only ingests, then the rules.
+        with engine(args.engine, workdir, target, NO_RULES) as (base, alert):
             started = time.monotonic()
-            rounds: dict[str, list[float]] = {}
-            # the adapter groups' rules, by group and position
-            per_rule: dict[tuple[str, int], list[float]] = {}
-            filled: dict[str, tuple[float, float]] = {}
-            while time.monotonic() - started < args.minutes * 60:
-                time.sleep(15)
+            pids = engine_pids(workdir)
+
+            def poll() -> None:
                 up = get_json(f"{base}/api/v1/query?query=scrape_samples_scraped", timeout=120)[
                     "data"
                 ]["result"]
@@ -433,8 +488,29 @@ def main() -> None:
                     f"{up[0]['value'][1] if up else 0} series per scrape",
                     flush=True,
                 )
+
+            while time.monotonic() - started < WARM_UP:
+                time.sleep(15)
+                poll()
+            quiet_from = (time.monotonic(), engine_cpu(pids))
+            while time.monotonic() - quiet_from[0] < args.baseline * 60:
+                time.sleep(15)
+                poll()
+            without = (engine_cpu(pids) - quiet_from[1]) / (time.monotonic() - quiet_from[0])
+            load_rules(workdir, pids, to_yaml({"groups": groups}))
+            started = time.monotonic()
+            cpu_from: tuple[float, float] | None = None
+            rounds: dict[str, list[float]] = {}
+            # the adapter groups' rules, by group and position
+            per_rule: dict[tuple[str, int], list[float]] = {}
+            filled: dict[str, tuple[float, float]] = {}
+            while time.monotonic() - started < args.minutes * 60:
+                time.sleep(15)
+                poll()
                 # Once the 4m10s windows are full, keep every round's evaluation times.
                 if time.monotonic() - started > 270:
+                    if cpu_from is None:
+                        cpu_from = (time.monotonic(), engine_cpu(pids))
                     if alert is None:
                         for g in get_json(f"{base}/api/v1/rules", timeout=120)["data"]["groups"]:
                             rounds.setdefault(g["name"], []).append(float(g["evaluationTime"]))
@@ -456,14 +532,21 @@ def main() -> None:
                         # its mean over the whole run, first (smaller) evaluations included.
                         rounds[g] = [total / count] if count else [float("nan")]
             memory = {args.engine: resident_bytes(base)}
+            if alert is not None:
+                memory["vmalert"] = resident_bytes(alert)
+            if cpu_from is None:
+                sys.exit("--minutes must leave time after the rules' windows fill (4.5 min)")
+            # The same engine ingesting the same series, with and without the rules: the
+            # difference is the rules' own CPU (evaluation, the recordings' writes, alert
+            # templates, and the garbage collection all of that causes, which a group's
+            # evaluation time leaves out).
+            with_rules = (engine_cpu(pids) - cpu_from[1]) / (time.monotonic() - cpu_from[0])
+            at = time.time()
             # Stop serving: with ingestion and rule evaluation off the cores, the instant
             # queries below, all at the moment serving stopped, measure evaluation alone.
             # VictoriaMetrics 1.79 answered such queries with most scraped series missing,
             # so there they run while it keeps ingesting (upper bounds).
-            at = time.time()
             fleet.stopped = alert is None
-            if alert is not None:
-                memory["vmalert"] = resident_bytes(alert)
             fastest_rule = {
                 (g["name"], i): _fastest(base, r["expr"], at)
                 for g in groups
@@ -497,6 +580,12 @@ def main() -> None:
             share = {name: 15 / every.get(name, 15) for name, _ in medians}
             total = sum(d * share[name] for name, d in medians)
             fastest = sum(q * 15 / every.get(name, 15) for name, q in quiet.items())
+            rules_cpu = (with_rules - without) * 15
+            print(
+                f"engine CPU, still ingesting: {with_rules * 100:.1f}% of one core with the rules "
+                f"loaded, {without * 100:.1f}% without; the rules' own: {rules_cpu:.2f} s per "
+                f"15 s ({100 * rules_cpu / 15:.1f}% of one core)"
+            )
             print(
                 f"all groups, {args.nodes} nodes x {args.gpus} GPUs x {args.cores} cores, "
                 f"{args.jobs} jobs, source {','.join(args.source)}, "
