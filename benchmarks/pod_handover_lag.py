@@ -1,0 +1,138 @@
+"""How long after a pod takes a GPU its job's gauges carry it, on a live Prometheus (dcgm).
+
+    python benchmarks/pod_handover_lag.py [--handovers 6] [--every 100]
+
+A loopback server serves what dcgm-exporter serves for one GPU (the captured label set of
+../shared/real-exporters, the GPU's `pod` label naming the pod that holds it) and
+kube-state-metrics' `kube_pod_labels` for two pods of two jobs. A real Prometheus scrapes it
+every 15 s with the rules compiled for `source: dcgm`. Every `--every` seconds (plus a random
+part of a scrape interval, so the handovers fall at every phase of the scrapes and of the
+device group) the GPU passes to the other pod, and the script polls, once a second, for the
+first sample of `gpu_job:trainprof_gpu_utilization:ratio` naming the new job. It prints each
+lag and their spread. The per-scrape join reads the job map that `trainprof.sources.devices`
+records once a minute, so the lag is up to that minute plus a scrape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import random
+import statistics
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+from source_fleet import DCGM, LABEL, SAMPLE
+
+from trainprof.localstack import get_json, prometheus
+from trainprof.render import to_yaml
+from trainprof.rules.compiler import compile_rules
+from trainprof.rules.config import load_config
+
+FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE")
+PODS = {"worker-a-0": "job-a", "worker-b-0": "job-b"}
+JOB_LABEL = "label_training_kubeflow_org_job_name"
+
+
+def captured_labels() -> dict[str, str]:
+    """The captured GPU's labels (from its GPU_UTIL line), pod and namespace left to set."""
+    for line in DCGM.read_text().splitlines():
+        m = SAMPLE.match(line)
+        if m and m.group(1) == "DCGM_FI_DEV_GPU_UTIL":
+            return dict(LABEL.findall(m.group(2)))
+    raise SystemExit(f"{DCGM}: no DCGM_FI_DEV_GPU_UTIL sample")
+
+
+class Gpu:
+    """One GPU held by one pod at a time."""
+
+    def __init__(self) -> None:
+        self.labels = {**captured_labels(), "namespace": "default"}
+        self.pod = "worker-a-0"
+
+    def body(self) -> bytes:
+        labels = {**self.labels, "pod": self.pod}
+        text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        values = {"DCGM_FI_DEV_GPU_UTIL": 50, "DCGM_FI_DEV_FB_USED": 9000}
+        lines = [f"{f}{{{text}}} {values.get(f, 11000)}" for f in FIELDS]
+        lines += [
+            f'kube_pod_labels{{namespace="default",pod="{pod}",{JOB_LABEL}="{job}"}} 1'
+            for pod, job in PODS.items()
+        ]
+        return ("\n".join(lines) + "\n").encode()
+
+
+def serve(gpu: Gpu) -> http.server.ThreadingHTTPServer:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = gpu.body()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def carries(base: str, job: str) -> bool:
+    query = f'gpu_job:trainprof_gpu_utilization:ratio{{training_job="{job}"}}'
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    return bool(get_json(url, timeout=10)["data"]["result"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--handovers", type=int, default=6)
+    parser.add_argument("--every", type=float, default=100)
+    args = parser.parse_args()
+    config = {
+        "scrape_interval": "15s",
+        "source": "dcgm",
+        "rules": [{"rule": "LowGPUUtilization"}],
+    }
+    groups = compile_rules(load_config(config)).groups
+    gpu = Gpu()
+    server = serve(gpu)
+    workdir = Path(tempfile.mkdtemp(prefix="pod-handover-"))
+    scrape = (
+        "global: {scrape_interval: 15s, evaluation_interval: 15s}\n"
+        "rule_files: [rules.yaml]\nscrape_configs:\n- job_name: dcgm\n  static_configs:\n"
+        f"  - targets: ['127.0.0.1:{server.server_address[1]}']\n"
+    )
+    lags = []
+    try:
+        with prometheus(
+            "prometheus", workdir, scrape, {"rules.yaml": to_yaml({"groups": groups})}
+        ) as base:
+            deadline = time.monotonic() + 180
+            while not carries(base, PODS[gpu.pod]):
+                if time.monotonic() > deadline:
+                    raise SystemExit("the first pod's job never appeared in 3 min")
+                time.sleep(1)
+            for _ in range(args.handovers):
+                time.sleep(args.every + random.uniform(0, 15))
+                gpu.pod = next(p for p in PODS if p != gpu.pod)
+                handed = time.monotonic()
+                while not carries(base, PODS[gpu.pod]):
+                    time.sleep(1)
+                lags.append(time.monotonic() - handed)
+                print(f"  handover to {gpu.pod}: its job after {lags[-1]:.0f} s", flush=True)
+    finally:
+        server.shutdown()
+    print(
+        f"{len(lags)} handovers: the new job's gauges after {min(lags):.0f} to "
+        f"{max(lags):.0f} s (median {statistics.median(lags):.0f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
