@@ -16,15 +16,14 @@ records once a minute, so the lag is up to that minute plus a scrape.
 from __future__ import annotations
 
 import argparse
-import http.server
 import random
 import statistics
 import tempfile
-import threading
 import time
 import urllib.parse
 from pathlib import Path
 
+from _procs import serve_exposition
 from source_fleet import DCGM, LABEL, SAMPLE
 
 from trainprof.localstack import get_json, prometheus
@@ -65,24 +64,6 @@ class Gpu:
         return ("\n".join(lines) + "\n").encode()
 
 
-def serve(gpu: Gpu) -> http.server.ThreadingHTTPServer:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = gpu.body()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def carries(base: str, job: str) -> bool:
     query = f'gpu_job:trainprof_gpu_utilization:ratio{{training_job="{job}"}}'
     url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
@@ -101,7 +82,7 @@ def main() -> None:
     }
     groups = compile_rules(load_config(config)).groups
     gpu = Gpu()
-    server = serve(gpu)
+    server = serve_exposition(gpu.body)
     workdir = Path(tempfile.mkdtemp(prefix="pod-handover-"))
     scrape = (
         "global: {scrape_interval: 15s, evaluation_interval: 15s}\n"

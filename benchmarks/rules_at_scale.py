@@ -54,7 +54,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from _procs import cpu_seconds
+from _procs import cpu_seconds, serve_exposition
 from prometheus_client import CollectorRegistry, generate_latest
 from source_fleet import NAMESPACE, SourceFleet
 
@@ -176,24 +176,7 @@ class AdapterFleet:
 
 
 def serve(fleet: Fleet | AdapterFleet) -> http.server.ThreadingHTTPServer:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if fleet.stopped:
-                self.send_error(503)
-                return
-            body = fleet.body()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_exposition(lambda: None if fleet.stopped else fleet.body())
 
 
 TRIES = 5
