@@ -46,7 +46,6 @@ import re
 import shutil
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -331,6 +330,7 @@ def _sink():
 SOURCES_GROUP = "trainprof.sources"
 NO_RULES = "groups: []\n"
 WARM_UP = 60  # seconds of ingestion before the baseline: every series created
+FILL = 270  # seconds after the rules load before their longest window (4m10s) is full
 ENGINES = ("prometheus", "victoria-metrics", "vmalert")
 
 
@@ -441,6 +441,11 @@ def main() -> None:
         "(pod) or the ranks' trainprof_gpu_assignment_info",
     )
     args = parser.parse_args()
+    if args.minutes * 60 < FILL + 60:
+        parser.error(
+            f"--minutes {args.minutes:g} leaves no time to measure after the rules' windows "
+            f"fill ({FILL / 60:g} min): give at least {FILL / 60 + 1:g}"
+        )
     if args.source == ("trainprof",):
         fleet: Fleet | AdapterFleet = Fleet(
             args.nodes, args.gpus, args.cores, args.jobs, unhealthy=args.unhealthy
@@ -491,7 +496,7 @@ def main() -> None:
                 time.sleep(15)
                 poll()
                 # Once the 4m10s windows are full, keep every round's evaluation times.
-                if time.monotonic() - started > 270:
+                if time.monotonic() - started > FILL:
                     if cpu_from is None:
                         cpu_from = (time.monotonic(), engine_cpu(pids))
                     if alert is None:
@@ -517,8 +522,7 @@ def main() -> None:
             memory = {args.engine: resident_bytes(base)}
             if alert is not None:
                 memory["vmalert"] = resident_bytes(alert)
-            if cpu_from is None:
-                sys.exit("--minutes must leave time after the rules' windows fill (4.5 min)")
+            assert cpu_from is not None  # --minutes is checked to outlast FILL
             # The same engine ingesting the same series, with and without the rules: the
             # difference is the rules' own CPU (evaluation, the recordings' writes, alert
             # templates, and the garbage collection all of that causes, which a group's
