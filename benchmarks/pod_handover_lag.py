@@ -24,7 +24,7 @@ import urllib.parse
 from pathlib import Path
 
 from _procs import serve_exposition
-from source_fleet import DCGM, LABEL, SAMPLE
+from source_fleet import DCGM, _capture
 
 from trainprof.localstack import get_json, prometheus
 from trainprof.render import to_yaml
@@ -37,11 +37,11 @@ JOB_LABEL = "label_training_kubeflow_org_job_name"
 
 
 def captured_labels() -> dict[str, str]:
-    """The captured GPU's labels (from its GPU_UTIL line), pod and namespace left to set."""
-    for line in DCGM.read_text().splitlines():
-        m = SAMPLE.match(line)
-        if m and m.group(1) == "DCGM_FI_DEV_GPU_UTIL":
-            return dict(LABEL.findall(m.group(2)))
+    """The captured GPU's labels (from its GPU_UTIL sample), pod and namespace left to set."""
+    samples, _ = _capture(DCGM)
+    for name, labels, _value in samples:
+        if name == "DCGM_FI_DEV_GPU_UTIL":
+            return labels
     raise SystemExit(f"{DCGM}: no DCGM_FI_DEV_GPU_UTIL sample")
 
 
