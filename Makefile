@@ -32,13 +32,13 @@ test: setup
 	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest
 
 generate: $(VENV)/.installed
-	$(PY) -m trainprof.generate
+	$(PY) -m trainprof.generation.generate
 
 check: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m trainprof.generate --check
+	$(PY) -m trainprof.generation.generate --check
 	promtool check rules rules/trainprof.rules.yaml rules/trainprof.sources.rules.yaml
 	amtool check-config alerting/alertmanager.example.yml
 	HELM_CACHE_HOME=$$(mktemp -d) HELM_CONFIG_HOME=$$(mktemp -d) HELM_DATA_HOME=$$(mktemp -d) \

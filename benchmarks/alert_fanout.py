@@ -30,8 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from trainprof.localstack import get_json, prometheus
-from trainprof.render import to_yaml
+from trainprof.engines.localstack import get_json, prometheus
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 

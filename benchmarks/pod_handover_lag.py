@@ -26,8 +26,8 @@ from pathlib import Path
 from _procs import serve_exposition
 from source_fleet import DCGM, _capture
 
-from trainprof.localstack import get_json, prometheus
-from trainprof.render import to_yaml
+from trainprof.engines.localstack import get_json, prometheus
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 

@@ -13,7 +13,7 @@ import resource
 import tempfile
 import time
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 from trainprof.replay import replay
 from trainprof.replay.synthetic import write_system
 

@@ -27,7 +27,7 @@ from trainprof.replay.synthetic import write_system
 CHILD = r"""
 import hashlib, json, resource, sys, time
 from trainprof.replay import replay
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 t = time.perf_counter()
 sources = tuple(sys.argv[3].split(",")) if sys.argv[3] else None
 collect = parse_duration(sys.argv[4]) if sys.argv[4] else None

@@ -57,12 +57,12 @@ from _procs import cpu_seconds, serve_exposition
 from prometheus_client import CollectorRegistry, generate_latest
 from source_fleet import NAMESPACE, SourceFleet
 
-from trainprof.durations import format_duration, parse_duration
-from trainprof.localstack import get_json, prometheus, victoria_metrics, vmalert
-from trainprof.render import to_yaml
+from trainprof.contract.durations import format_duration, parse_duration
+from trainprof.contract.sampling import GpuSample, HostSample, SampleAccumulator
+from trainprof.engines.localstack import get_json, prometheus, victoria_metrics, vmalert
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
-from trainprof.sampling import GpuSample, HostSample, SampleAccumulator
 from trainprof.sources import parse_sources
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from trainprof.contract.sampling import SampleAccumulator  # noqa: E402
 from trainprof.exporter.collector import SourceRunner  # noqa: E402
 from trainprof.exporter.sampler import Sampler  # noqa: E402
 from trainprof.exporter.sources import default_sources  # noqa: E402
 from trainprof.exporter.sources.gpu import GpuSource  # noqa: E402
-from trainprof.sampling import SampleAccumulator  # noqa: E402
 
 from fakes import FakeNvml, h100s  # noqa: E402
 

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 from trainprof.replay import replay
 from trainprof.replay.synthetic import write_steps, write_system
 

@@ -169,7 +169,7 @@ LIVE_RULES = {
 def live_job(prometheus_bin, tmp_path_factory):
     """A real Prometheus scraping a small training job (see live_job.py for what serves the
     metrics) with LIVE_RULES loaded; yields (base URL, the job, the rule configuration)."""
-    from trainprof.render import to_yaml
+    from trainprof.generation.render import to_yaml
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import load_config
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from trainprof.sampling import HostSample
+from trainprof.contract.sampling import HostSample
 
 GIB = 2**30
 _GPM_NAMES = {getattr(pynvml, n): n for n in dir(pynvml) if n.startswith("NVML_GPM_METRIC_")}

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import trainprof.exporter
+from trainprof.engines.localstack import stop_process
 from trainprof.exporter.sources.gpu import GpuSource
-from trainprof.localstack import stop_process
 
 from fakes import GIB, FakeGpu, FakeNvml, ScriptedCpu, ScriptedHostCounters
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from trainprof.sampling import HostSample
+from trainprof.contract.sampling import HostSample
 
 
 def js_distance(p_counts: Sequence[int], q_counts: Sequence[int]) -> float | None:

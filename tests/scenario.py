@@ -29,19 +29,19 @@ from typing import Any
 
 import yaml
 
-from trainprof.durations import format_duration, parse_duration
-from trainprof.promtool import encode, series_text
-from trainprof.render import to_yaml
-from trainprof.replay.synthetic import segment_at, values_at
-from trainprof.rules.compiler import compile_rules, required_inputs
-from trainprof.rules.config import load_config
-from trainprof.sampling import (
+from trainprof.contract.durations import format_duration, parse_duration
+from trainprof.contract.sampling import (
     BottleneckGrid,
     GpuSample,
     HostSample,
     SampleAccumulator,
     samples_of,
 )
+from trainprof.engines.promtool import encode, series_text
+from trainprof.generation.render import to_yaml
+from trainprof.replay.synthetic import segment_at, values_at
+from trainprof.rules.compiler import compile_rules, required_inputs
+from trainprof.rules.config import load_config
 
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 DEFAULT_RULES = Path(__file__).resolve().parent.parent / "rules" / "trainprof.rules.yaml"

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from trainprof import metrics as contract
-from trainprof.sampling import HostSample, SampleAccumulator
+from trainprof.contract import metrics as contract
+from trainprof.contract.sampling import HostSample, SampleAccumulator
 
 
 @dataclasses.dataclass

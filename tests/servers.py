@@ -1,4 +1,4 @@
-"""Real servers for tests: Prometheus and Alertmanager (from trainprof.localstack), webhook
+"""Real servers for tests: Prometheus and Alertmanager (from trainprof.engines.localstack), webhook
 sinks, the actions receiver and a fake Kubernetes API, on 127.0.0.1 and free ports."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from trainprof.localstack import alertmanager, free_port, get_json, prometheus, query
+from trainprof.engines.localstack import alertmanager, free_port, get_json, prometheus, query
 
 __all__ = ["alertmanager", "free_port", "get_json", "prometheus", "query"]
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from trainprof.alerting import files, routing
-from trainprof.names import HEALTH_RULE, STATE_RULE
+from trainprof.contract.names import HEALTH_RULE, STATE_RULE
 from trainprof.rules import catalog
 from trainprof.rules.model import FAMILIES, SEVERITIES
 

@@ -33,10 +33,10 @@ from trainprof.actions.audit import history
 from trainprof.actions.config import load_actions_config
 from trainprof.alerting import files, routing
 from trainprof.alerting.model import Timing
-from trainprof.render import to_yaml
+from trainprof.contract.sampling import GpuSample, HostSample
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
-from trainprof.sampling import GpuSample, HostSample
 
 from scripted_exporter import ScriptedHost, scripted_exporter
 from servers import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from trainprof.chart import chart_config, helm_values
+from trainprof.deploy.chart import chart_config, helm_values
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import ConfigError, load_config
 

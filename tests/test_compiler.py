@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from trainprof import metrics as contract
-from trainprof.render import to_yaml
+from trainprof.contract import metrics as contract
+from trainprof.generation.render import to_yaml
 from trainprof.rules import catalog
 from trainprof.rules.compiler import compile_rules, required_inputs
 from trainprof.rules.config import default_config, load_config

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from trainprof.cli import main
+from trainprof.contract.validation import ConfigError, regex_problem
 from trainprof.rules.config import default_config, load_config
 from trainprof.rules.files import read_config
-from trainprof.validation import ConfigError, regex_problem
 
 
 def compile_text(tmp_path, capsys, text: str, suffix: str = "yaml", *flags: str):

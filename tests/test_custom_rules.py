@@ -13,7 +13,7 @@ import yaml
 from test_alerting import amtool_routes
 from trainprof.alerting import files, routing
 from trainprof.dashboards import iter_panels, job, panels
-from trainprof.render import to_yaml
+from trainprof.generation.render import to_yaml
 from trainprof.replay.tensors import replay_trial
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import ConfigError, load_config

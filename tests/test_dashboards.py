@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 
-from trainprof import metrics as contract
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_DASHBOARD
 from trainprof.dashboards import DASHBOARDS, fleet, job, panel_queries
 from trainprof.dashboards import iter_panels as panels
 from trainprof.dashboards.panels import grafanalib_json, modernize
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate, series_labels
-from trainprof.names import JOB_DASHBOARD
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import default_config, load_config
 

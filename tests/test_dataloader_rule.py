@@ -10,7 +10,7 @@ import pytest
 import trainprof
 from conftest import require_module
 from trainprof.rules.config import default_config
-from trainprof.training_state import TrainingState
+from trainprof.training.state import TrainingState
 
 
 @pytest.fixture(autouse=True)

@@ -101,7 +101,7 @@ def test_generate_refuses_outside_a_checkout(tmp_path):
     (tmp_path / "docs" / "metrics.md").write_text("my notes\n")
     for argv in (
         [sys.executable, "-m", "trainprof.cli", "generate"],
-        [sys.executable, "-m", "trainprof.generate"],
+        [sys.executable, "-m", "trainprof.generation.generate"],
     ):
         result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
         assert result.returncode == 2, result.stderr

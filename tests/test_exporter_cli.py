@@ -12,8 +12,9 @@ import urllib.request
 
 import pytest
 
-from trainprof import identity, recording
 from trainprof.cli import main
+from trainprof.contract import recording
+from trainprof.training import identity
 
 from servers import free_port
 

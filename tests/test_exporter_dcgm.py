@@ -30,12 +30,12 @@ from real_exporters import (
     variant,
 )
 from trainprof.cli import main
+from trainprof.contract.sampling import HostSample
 from trainprof.exporter.sources import dcgm_exporter
 from trainprof.exporter.sources.dcgm_exporter import DcgmExporterSource, FetchError, parse
-from trainprof.render import to_yaml
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
-from trainprof.sampling import HostSample
 
 from fakes import ScriptedCpu
 from servers import _loopback, prometheus, query, wait_for

@@ -25,7 +25,7 @@ import pytest
 
 import trainprof.exporter
 from trainprof.exporter.sources.gpu import GpuSource
-from trainprof.render import to_yaml
+from trainprof.generation.render import to_yaml
 from trainprof.replay import replay
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config

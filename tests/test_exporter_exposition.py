@@ -18,12 +18,12 @@ from prometheus_client.core import InfoMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
+from trainprof.contract.sampling import SampleAccumulator
 from trainprof.exporter.collector import SourceRunner
 from trainprof.exporter.exposition import Renderer, ScrapeBodies, wants_gzip, wants_openmetrics
 from trainprof.exporter.sampler import Sampler
 from trainprof.exporter.sources import default_sources, set_procfs
 from trainprof.exporter.sources.gpu import GpuSource
-from trainprof.sampling import SampleAccumulator
 
 from fakes import FakeNvml, ScriptedCpu, h100s
 from procfs import Procfs

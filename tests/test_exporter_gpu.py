@@ -8,11 +8,11 @@ import pynvml
 import pytest
 from prometheus_client import CollectorRegistry
 
+from trainprof.contract.sampling import SampleAccumulator
 from trainprof.exporter.collector import ExporterCollector, SourceRunner
 from trainprof.exporter.sampler import Sampler
 from trainprof.exporter.sources import default_sources
 from trainprof.exporter.sources.gpu import RETRY_OPEN_SECONDS, GpuSource
-from trainprof.sampling import SampleAccumulator
 
 from fakes import FakeGpu, FakeNvml, ScriptedCpu, h100s
 

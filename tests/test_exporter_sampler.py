@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import HostSample, SampleAccumulator
 from trainprof.exporter.collector import SourceRunner
 from trainprof.exporter.recorder import Recorder
 from trainprof.exporter.sampler import Sampler
-from trainprof.sampling import HostSample, SampleAccumulator
 
 from fakes import ScriptedCpu
 

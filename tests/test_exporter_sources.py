@@ -8,13 +8,13 @@ import logging
 import psutil
 import pytest
 
+from trainprof.contract.sampling import HostSample, SampleAccumulator
 from trainprof.exporter.collector import SourceRunner
 from trainprof.exporter.sources import DISK_EXCLUDE, default_sources, set_procfs
 from trainprof.exporter.sources.cpu import CpuSource
 from trainprof.exporter.sources.disk import DiskSource
 from trainprof.exporter.sources.memory import MemorySource
 from trainprof.exporter.sources.network import NetworkSource
-from trainprof.sampling import HostSample, SampleAccumulator
 
 from procfs import Procfs
 

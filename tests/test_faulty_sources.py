@@ -10,11 +10,11 @@ import time
 import psutil
 
 import trainprof.exporter
+from trainprof.contract.sampling import HostSample, sample_value
 from trainprof.exporter.collector import SourceRunner
 from trainprof.exporter.sources import set_procfs
 from trainprof.exporter.sources.cpu import CpuSource
 from trainprof.exporter.sources.gpu import GpuSource
-from trainprof.sampling import HostSample, sample_value
 
 from fakes import FakeNvml, ScriptedCpu, h100s
 from procfs import Procfs
@@ -112,8 +112,8 @@ def test_gpu_utilization_above_100_percent_is_clamped_and_negative_power_left_ou
 
 
 def test_a_stalled_sampler_reports_every_collector_as_failed():
+    from trainprof.contract.sampling import SampleAccumulator
     from trainprof.exporter.sampler import Sampler
-    from trainprof.sampling import SampleAccumulator
 
     now = [100.0]
     cpu = ScriptedCpu([([0.5], [0.0])])

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainprof import file_sd
-from trainprof.localstack import prometheus, query, stop_process
+from trainprof.deploy import file_sd
+from trainprof.engines.localstack import prometheus, query, stop_process
 
 from servers import wait_for_targets
 

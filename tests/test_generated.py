@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import yaml
 
-from trainprof import generate
+from trainprof.generation import generate
 
 
 def test_committed_artifacts_match_the_generator(root):

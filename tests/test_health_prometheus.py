@@ -10,7 +10,7 @@ import torch
 
 import trainprof
 import trainprof.torch as tt
-from trainprof.render import to_yaml
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 

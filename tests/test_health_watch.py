@@ -7,7 +7,7 @@ import torch
 
 import trainprof
 import trainprof.torch as tt
-from trainprof import metrics as contract
+from trainprof.contract import metrics as contract
 
 
 @pytest.fixture(autouse=True)
@@ -201,7 +201,7 @@ def test_log_loss_and_log_metric_without_a_watcher():
 
 
 def test_every_health_series_is_in_the_contract_with_its_labels():
-    from trainprof.health.state import HealthState
+    from trainprof.training.health.state import HealthState
 
     state = HealthState(token_values=(0, 1))
     state.observe_save(3, 1.0)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainprof import chart
 from trainprof.cli import main as cli
+from trainprof.deploy import chart
 
 from helm_render import CHART, Loader, by_kind, helm_env, objects, render, run_helm
 

@@ -1,7 +1,7 @@
 """The chart's relabelling, applied by a real Prometheus to real training ranks.
 
 The PodMonitor and ServiceMonitor that `helm template` renders are translated one to one into
-`relabel_configs` (trainprof.relabel.to_prometheus) and given to a real Prometheus whose
+`relabel_configs` (trainprof.deploy.relabel.to_prometheus) and given to a real Prometheus whose
 `file_sd` targets carry the `__meta_kubernetes_pod_*` labels Kubernetes SD would give the
 pods of a PyTorchJob, a JobSet and a Volcano job. The targets are real ranks (the training
 API, run as inside a pod: KUBERNETES_SERVICE_HOST set) and a real exporter on 127.0.0.1.
@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 import trainprof.exporter
-from trainprof import relabel
+from trainprof.deploy import relabel
+from trainprof.engines.localstack import get_json, prometheus, query, stop_process
 from trainprof.exporter.sources.gpu import GpuSource
-from trainprof.localstack import get_json, prometheus, query, stop_process
 
 from fakes import GIB, FakeGpu, FakeNvml
 from helm_render import by_kind, helm_env, objects, render
@@ -243,7 +243,7 @@ def kubernetes_like_scrape(chart_relabelings, prometheus_bin, tmp_path_factory):
 def _fast_chart_rules() -> list[dict]:
     """LowGPUUtilization as the chart compiles it (GPU alerts joined to the GPU's job), at a
     speed a test can wait for: 1 s scrapes and evaluations, a 5 s window, 2 s of patience."""
-    from trainprof.chart import chart_config
+    from trainprof.deploy.chart import chart_config
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import load_config
 

@@ -21,9 +21,9 @@ import pytest
 
 import trainprof
 from test_exporter_server import get, start
-from trainprof import httpserve
 from trainprof.actions.audit import history
 from trainprof.actions.config import load_actions_config
+from trainprof.contract import httpserve
 from trainprof.exporter import webconfig
 
 from servers import actions_receiver, wait_for
@@ -263,7 +263,7 @@ def test_slow_loris_connections_do_not_block_alertmanagers_deliveries(tmp_path, 
 
 
 def test_a_rank_caps_its_connections_and_closes_silent_ones(monkeypatch):
-    from trainprof import rank_server
+    from trainprof.training import rank_server
 
     monkeypatch.setattr(rank_server, "HEADER_TIMEOUT", 0.5)
     session = trainprof.start(port=0, addr="127.0.0.1", training_job="loris")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainprof.identity import resolve
+from trainprof.training.identity import resolve
 
 TORCHRUN = {
     "RANK": "5",

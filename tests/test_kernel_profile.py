@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import trainprof
-from trainprof.sampling import sample_value
+from trainprof.contract.sampling import sample_value
 from trainprof.trace import read_trace, summarize
 from trainprof.trace.live import KernelProfile
 from trainprof.trace.series import KernelSeries

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from trainprof import metrics as contract
+from trainprof.contract import metrics as contract
 from trainprof.rules import catalog
 
 UNIT_SUFFIX = {

@@ -6,7 +6,7 @@ import time
 
 import yaml
 
-from trainprof.render import to_yaml
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 

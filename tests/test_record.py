@@ -11,10 +11,10 @@ import time
 import pytest
 
 import trainprof
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay import replay
-from trainprof.sampling import GpuSample, HostSample
-from trainprof.step_recorder import rank_path
+from trainprof.training.step_recorder import rank_path
 
 
 @pytest.fixture(autouse=True)

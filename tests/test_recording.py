@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainprof import recording
-from trainprof.sampling import GpuSample, HostSample, SampleAccumulator, samples_of
+from trainprof.contract import recording
+from trainprof.contract.sampling import GpuSample, HostSample, SampleAccumulator, samples_of
 
 
 def _sample(t):

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from trainprof import recording
+from trainprof.contract import recording
 
 STEPS = 300
 

@@ -16,7 +16,7 @@ from html.parser import HTMLParser
 import pytest
 
 import trainprof
-from trainprof import recording
+from trainprof.contract import recording
 from trainprof.replay import Query, load_timeline, replay
 
 # The loop measures its own phases with its own clock: the oracle the report is checked against.

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from replay_contract import VERDICT_KEYS
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay import ReplayError, replay
 from trainprof.replay.synthetic import write_steps, write_system
-from trainprof.sampling import GpuSample, HostSample
 
 START = 1_700_000_000  # 2023-11-14 22:13:20 UTC: t0 is the minute before, 22:13:00
 T0 = START - 20

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from trainprof.promtool import encode, run_rules
+from trainprof.engines.promtool import encode, run_rules
 from trainprof.replay import replay
 from trainprof.replay.chunks import ChunkedStore, Plan, run_chunked, shifted
 from trainprof.replay.reach import LOOKBACK, UNBOUNDED, selectors, warmups

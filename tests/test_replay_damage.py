@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay import ReplayError, replay
 from trainprof.replay.synthetic import write_system
-from trainprof.sampling import GpuSample, HostSample
 
 START = 1_700_000_000
 STARVED = {

@@ -18,12 +18,12 @@ import re
 import pytest
 
 from real_exporters import DCGM, NODE, read_capture
-from trainprof.promtool import run_rules
+from trainprof.contract.sampling import GpuSample, HostSample
+from trainprof.engines.promtool import run_rules
 from trainprof.replay import cadence
 from trainprof.replay import exporters as exporters_module
 from trainprof.replay.exporters import Exporters
 from trainprof.replay.timeline import Timeline, scrape
-from trainprof.sampling import GpuSample, HostSample
 from trainprof.sources import SourceOptions, adapter_groups
 
 START = 1_700_000_000.0  # t0 is 20 s before: the minute it falls in

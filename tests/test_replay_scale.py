@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from trainprof.promtool import encode, series_text
+from trainprof.contract.sampling import BottleneckGrid, SampleAccumulator, samples_of
+from trainprof.engines.promtool import encode, series_text
 from trainprof.replay import load_timeline, replay
 from trainprof.replay.series_store import SeriesStore
 from trainprof.replay.synthetic import write_system
 from trainprof.replay.timeline import TIMESTAMP_SERIES, host_identity, scrape
-from trainprof.sampling import BottleneckGrid, SampleAccumulator, samples_of
 
 START = 1_700_000_000
 
@@ -146,8 +146,8 @@ def test_a_long_replay_shows_progress_on_a_terminal_only(tmp_path, monkeypatch):
 def test_compact_samples_give_back_what_sagemaker_output_holds(tmp_path, budget):
     """Replay holds SageMaker samples packed, in memory and past a budget in a temporary
     file; each reads back as the sample it was."""
+    from trainprof.contract.sampling import GpuSample, HostSample
     from trainprof.replay.compact import CompactSamples
-    from trainprof.sampling import GpuSample, HostSample
 
     samples = CompactSamples(budget)
     original = [
@@ -175,8 +175,8 @@ def test_compact_samples_give_back_what_sagemaker_output_holds(tmp_path, budget)
 
 
 def test_compact_samples_past_the_budget_keep_the_gpus_of_the_samples_kept():
+    from trainprof.contract.sampling import GpuSample, HostSample
     from trainprof.replay.compact import CompactSamples
-    from trainprof.sampling import GpuSample, HostSample
 
     samples = CompactSamples(budget=1)
     for k in range(5):

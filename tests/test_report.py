@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.dashboards.alerts import times_triggered
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
 from trainprof.replay.synthetic import write_system
 from trainprof.report import from_prometheus
 from trainprof.report.queries import grafana_builtins
 from trainprof.rules.config import alerting
-from trainprof.sampling import GpuSample, HostSample
 
 from browser import dump_dom, screenshot
 from servers import get_json, wait_for_firing

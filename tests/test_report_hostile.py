@@ -8,9 +8,9 @@ import re
 import subprocess
 import sys
 
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.report.format import visible
-from trainprof.sampling import GpuSample, HostSample
 
 from browser import _run, dump_dom
 

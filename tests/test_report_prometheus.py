@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler
 
 import yaml
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 from trainprof.report import from_prometheus
 from trainprof.rules.compiler import compile_rules
 

@@ -7,7 +7,7 @@ import subprocess
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from trainprof.sampling import (
+from trainprof.contract.sampling import (
     BottleneckGrid,
     GpuSample,
     HostSample,

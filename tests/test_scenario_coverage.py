@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainprof.names import alert_name
+from trainprof.contract.names import alert_name
 from trainprof.rules import catalog
 
 from scenario import load_cases

@@ -14,10 +14,10 @@ import jsonschema
 import pytest
 import yaml
 
-from trainprof import schemas
 from trainprof.actions.config import load_actions_config
+from trainprof.contract.validation import ConfigError
+from trainprof.generation import schemas
 from trainprof.rules.config import load_config
-from trainprof.validation import ConfigError
 
 
 def _schema(root, path):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainprof.health.trees import DamagedTrees, tree_depth, trees_from_columns
 from trainprof.replay.smdebug import fold, read_trial
 from trainprof.replay.tensors import replay_trial
 from trainprof.rules.config import load_config
+from trainprof.training.health.trees import DamagedTrees, tree_depth, trees_from_columns
 
 from smdebug_writer import write_trial, xgboost_trees
 
@@ -161,6 +161,6 @@ def test_a_trial_of_deep_trees_is_quiet_and_one_of_only_damaged_trees_is_not_jud
 def test_docstring_examples_run():
     import doctest
 
-    from trainprof.health import trees
+    from trainprof.training.health import trees
 
     assert doctest.testmod(trees).failed == 0

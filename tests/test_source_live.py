@@ -16,8 +16,8 @@ from real_exporters import ScriptedExporters, gpu_labels, serve, variant
 from trainprof.dashboards import fleet, job, panel_queries
 from trainprof.dashboards.panels import grafanalib_json, modernize
 from trainprof.dashboards.queries import interpolate
-from trainprof.localstack import prometheus, victoria_metrics, vmalert
-from trainprof.render import to_yaml
+from trainprof.engines.localstack import prometheus, victoria_metrics, vmalert
+from trainprof.generation.render import to_yaml
 from trainprof.report import build, from_prometheus
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import yaml
 
-from trainprof.promtool import series_text
-from trainprof.render import to_yaml
+from trainprof.engines.promtool import series_text
+from trainprof.generation.render import to_yaml
 from trainprof.sources import SourceOptions, normalisation_group
 
 HOST = "gpu-host-1"

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from real_exporters import DCGM, NODE, gpu_labels, read_capture, variant
-from trainprof.promtool import series_text
-from trainprof.render import to_yaml
+from trainprof.engines.promtool import series_text
+from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 

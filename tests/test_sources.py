@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from real_exporters import DCGM, NODE, gpu_labels, mig_instances, read_capture, variant
-from trainprof.promtool import series_text
-from trainprof.render import to_yaml
+from trainprof.engines.promtool import series_text
+from trainprof.generation.render import to_yaml
 from trainprof.sources import SourceOptions, adapter_groups, parse_sources
 
 HOST = "lke529760-766837-0a634ab30000"  # the captured GPU's Hostname

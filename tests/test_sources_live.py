@@ -13,8 +13,8 @@ import contextlib
 import threading
 
 from real_exporters import ScriptedExporters, gpu_labels, serve, variant
-from trainprof.localstack import prometheus, victoria_metrics, vmalert
-from trainprof.render import to_yaml
+from trainprof.engines.localstack import prometheus, victoria_metrics, vmalert
+from trainprof.generation.render import to_yaml
 from trainprof.sources import SourceOptions, adapter_groups
 
 from servers import query, wait_for, webhook_sink

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from trainprof import docs
 from trainprof.dashboards import iter_panels, job, panels
+from trainprof.generation import docs
 from trainprof.replay.synthetic import write_system
 from trainprof.report import build, from_replay, render
 from trainprof.rules import catalog

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import trainprof
 from conftest import require_module
-from trainprof import timing
+from trainprof.training import timing
 
 
 class FakeClock:

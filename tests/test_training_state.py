@@ -9,8 +9,10 @@ import statistics
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from trainprof import identity, metrics, process, timing, training_state
-from trainprof.training_state import (
+from trainprof.contract import metrics
+from trainprof.training import identity, process, timing
+from trainprof.training import state as training_state
+from trainprof.training.state import (
     OUTLIER_MIN_STEPS,
     TrainingState,
     bounded_label_value,

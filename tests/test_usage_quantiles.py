@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 import random
 
-from trainprof import metrics as contract
-from trainprof.promtool import run_rules, series_text
-from trainprof.sampling import GpuSample, HostSample, SampleAccumulator, samples_of
+from trainprof.contract import metrics as contract
+from trainprof.contract.sampling import GpuSample, HostSample, SampleAccumulator, samples_of
+from trainprof.engines.promtool import run_rules, series_text
 
 HISTOGRAMS = (
     "trainprof_cpu_utilization_sampled_ratio",

@@ -20,8 +20,8 @@ import urllib.request
 import pytest
 import yaml
 
-from trainprof.durations import parse_duration
-from trainprof.localstack import victoria_metrics
+from trainprof.contract.durations import parse_duration
+from trainprof.engines.localstack import victoria_metrics
 
 from scenario import load_cases, promtool_files
 

@@ -10,7 +10,7 @@ Importing the package is cheap and needs only prometheus-client. In a training s
 """
 
 from trainprof._version import __version__
-from trainprof.session import (
+from trainprof.training.session import (
     add,
     current,
     data,

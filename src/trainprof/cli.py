@@ -44,9 +44,9 @@ def _missing_extra(module: str | None, command: str) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     """Every sub-command is a module with `add_parser(subparsers)` and `run(args) -> int`."""
-    from trainprof import export, generate
     from trainprof.actions import cli as actions
     from trainprof.exporter import cli as exporter
+    from trainprof.generation import export, generate
     from trainprof.replay import cli as replay
     from trainprof.report import cli as report
     from trainprof.rules import cli as rules

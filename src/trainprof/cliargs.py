@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from trainprof.names import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
+from trainprof.contract.names import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -39,7 +39,7 @@ __all__ = [
 
 def duration(text: str) -> float:
     """A DURATION argument (500ms, 15s, 4m10s) in seconds; longer than zero."""
-    from trainprof.durations import parse_duration
+    from trainprof.contract.durations import parse_duration
 
     try:
         seconds = parse_duration(text)

@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainprof.names import EXIT_FAILED
-from trainprof.sampling import GpuSample, HostSample
+from trainprof.contract.names import EXIT_FAILED
+from trainprof.contract.sampling import GpuSample, HostSample
 
 JOB = "demo"
 DEMO_RULES: dict[str, Any] = {
@@ -221,7 +221,7 @@ def _webhook(say: _Printer) -> tuple[http.server.ThreadingHTTPServer, str]:
 def _alertmanager_config(webhook: str) -> str:
     from trainprof.alerting import files, routing
     from trainprof.alerting.model import Timing
-    from trainprof.render import to_yaml
+    from trainprof.generation.render import to_yaml
 
     # Pages go out at once; tickets wait 10 s for the pages that may inhibit them (two
     # minutes in the generated routing).
@@ -262,7 +262,7 @@ def _prometheus_config(targets: dict[str, int], alertmanager: str) -> str:
 
 
 def _firing(base: str) -> dict[tuple, dict]:
-    from trainprof.localstack import get_json
+    from trainprof.engines.localstack import get_json
 
     out = {}
     for alert in get_json(f"{base}/api/v1/alerts")["data"]["alerts"]:
@@ -302,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import trainprof
     import trainprof.exporter
-    from trainprof.localstack import alertmanager, prometheus
-    from trainprof.render import to_yaml
+    from trainprof.engines.localstack import alertmanager, prometheus
+    from trainprof.generation.render import to_yaml
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import load_config
 

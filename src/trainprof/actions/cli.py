@@ -103,7 +103,7 @@ def _summary(config) -> str:
 
 def _rbac(config, namespace: str) -> int:
     from trainprof.actions import kubernetes
-    from trainprof.render import to_yaml
+    from trainprof.generation.render import to_yaml
 
     if not config.kubernetes:
         print("error: the configuration has no kubernetes target", file=sys.stderr)

@@ -35,11 +35,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from trainprof import httpserve
 from trainprof.actions import kubernetes, local
-from trainprof.durations import parse_duration
-from trainprof.rules import catalog
-from trainprof.validation import (
+from trainprof.contract import httpserve
+from trainprof.contract.durations import parse_duration
+from trainprof.contract.validation import (
     ConfigError,
     Problem,
     Problems,
@@ -49,6 +48,7 @@ from trainprof.validation import (
     parse_yaml,
     read_text,
 )
+from trainprof.rules import catalog
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
@@ -264,7 +264,7 @@ class _Checker(Problems):
 def parse_listen(value: Any) -> tuple[str, int]:
     """("127.0.0.1", 9095) from "127.0.0.1:9095"; IPv6 as "[::1]:9095".
 
-    The syntax is `trainprof.httpserve.parse_listen_address`'s; the receiver also asks for
+    The syntax is `trainprof.contract.httpserve.parse_listen_address`'s; the receiver also asks for
     an IP address (or localhost) and a fixed port, so its exposure is explicit.
     """
     try:

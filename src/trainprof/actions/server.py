@@ -20,7 +20,7 @@ has not proven it holds the token:
     502 a stop failed (Alertmanager retries; what was done is not done again)
     200 everything else: each alert's decision is in the response and the audit log
 
-Connections are served by `trainprof.httpserve` (64 at most; a client that has not sent its
+Connections are served by `trainprof.contract.httpserve` (64 at most; a client that has not sent its
 request headers within 5 s, or holds a slot that a new client needs while it sends nothing,
 is closed, so slow-loris clients cannot block Alertmanager's deliveries). The audit log
 records a path without its query string: a token pasted there never reaches the log.
@@ -37,12 +37,12 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from trainprof import httpserve
 from trainprof.actions import decide
 from trainprof.actions.audit import AuditLog
 from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import PayloadError, parse
-from trainprof.httpserve import RateLimiter
+from trainprof.contract import httpserve
+from trainprof.contract.httpserve import RateLimiter
 
 __all__ = ["ActionsHTTPServer", "RateLimiter", "Receiver", "tls_context"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainprof.alerting import routing
 from trainprof.alerting.model import InhibitRule, Route
-from trainprof.render import to_yaml
+from trainprof.generation.render import to_yaml
 from trainprof.rules import catalog
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import RulesConfig, default_config

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from trainprof.alerting.model import InhibitRule, Matcher, Route, Timing
-from trainprof.names import HEALTH_RULE, STATE_RULE
+from trainprof.contract.names import HEALTH_RULE, STATE_RULE
 from trainprof.rules import catalog
 from trainprof.rules.model import FAMILIES, SEVERITIES, RuleSpec
 

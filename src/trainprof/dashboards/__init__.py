@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig
 

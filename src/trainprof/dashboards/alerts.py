@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from trainprof.contract.durations import format_duration
 from trainprof.dashboards.queries import RANGE, Scope
-from trainprof.durations import format_duration
 from trainprof.rules.config import RuleInstance
 from trainprof.rules.promql import Matcher, quote
 

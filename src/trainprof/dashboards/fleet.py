@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from grafanalib import core
 
-from trainprof import metrics as contract
+from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import FLEET_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
-from trainprof.durations import format_duration
-from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 

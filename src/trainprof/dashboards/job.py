@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from grafanalib import core
 
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
 from trainprof.dashboards.kernels import kernels_row
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
-from trainprof.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RuleInstance, RulesConfig
 

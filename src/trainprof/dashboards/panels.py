@@ -27,7 +27,7 @@ from grafanalib import core
 from grafanalib._gen import DashboardEncoder
 
 from trainprof.dashboards.alerts import FIRING, OK, PENDING
-from trainprof.render import to_json
+from trainprof.generation.render import to_json
 
 # The first schema version whose panel model this module writes (Grafana 10.4 and later
 # load it without migrating anything we rely on).

@@ -18,7 +18,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
-from trainprof import metrics as contract
+from trainprof.contract import metrics as contract
 from trainprof.rules.config import RulesConfig, default_config  # noqa: F401 (doctest)
 from trainprof.rules.model import RECORD_NAME
 from trainprof.rules.promql import Matcher, selector

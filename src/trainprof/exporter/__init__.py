@@ -88,9 +88,9 @@ class Exporter:
 def rules_inputs(path: str) -> tuple[Any, float]:
     """The threshold pairs and datapoint interval a rule configuration needs:
     (BottleneckGrid, seconds). Raises trainprof.rules.config.ConfigError."""
+    from trainprof.contract.sampling import BottleneckGrid
     from trainprof.rules.compiler import required_inputs
     from trainprof.rules.files import read_config
-    from trainprof.sampling import BottleneckGrid
 
     needs = required_inputs(read_config(path))
     grid = BottleneckGrid.default().including(
@@ -127,7 +127,7 @@ def start(
                     `collectors` (default all: cpu, memory, disk, network, gpu), GPU through
                     `nvml` (default: `import pynvml`)
     identity        labels on every series, e.g. {"training_job": "bert", "node": "n1"};
-                    default: trainprof.identity.exporter_labels() (the ranks' policy)
+                    default: trainprof.training.identity.exporter_labels() (the ranks' policy)
     rules_config    a rule configuration file: count its off-grid bottleneck thresholds too
                     (or pass `grid`), and sample at its datapoint_interval
     record          write every sample to this recording file (.gz: compressed)
@@ -138,16 +138,16 @@ def start(
     names the address or file), ValueError for bad arguments, ConfigError for a bad
     `rules_config`. Nothing is left running when it raises.
     """
-    from trainprof import metrics as contract
+    from trainprof.contract import metrics as contract
+    from trainprof.contract.httpserve import listen
+    from trainprof.contract.sampling import SampleAccumulator
     from trainprof.exporter import sources as sources_module
     from trainprof.exporter.collector import ExporterCollector, SourceRunner
     from trainprof.exporter.exposition import ScrapeBodies
     from trainprof.exporter.recorder import Recorder
     from trainprof.exporter.sampler import Sampler
     from trainprof.exporter.server import MetricsServer
-    from trainprof.httpserve import listen
-    from trainprof.identity import exporter_labels
-    from trainprof.sampling import SampleAccumulator
+    from trainprof.training.identity import exporter_labels
 
     interval = datapoint_interval
     if rules_config is not None:

@@ -189,11 +189,12 @@ def _run_record(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or `stop` is set); the exit code."""
-    from trainprof import exporter, identity
+    from trainprof import exporter
     from trainprof.exporter import webconfig
     from trainprof.exporter.server import parse_listen_address
     from trainprof.exporter.sources import default_sources, set_procfs
     from trainprof.rules.config import ConfigError
+    from trainprof.training import identity
 
     _configure_logging(args.log_level)
     try:

@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.core import Metric as MetricFamily
 
-from trainprof import metrics as contract
 from trainprof._version import __version__
+from trainprof.contract import metrics as contract
+from trainprof.contract.sampling import HostSample
 from trainprof.exporter.once import Once
 from trainprof.exporter.sources import Source
-from trainprof.sampling import HostSample
 
 log = logging.getLogger("trainprof.exporter")
 

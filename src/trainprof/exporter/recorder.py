@@ -12,9 +12,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from trainprof import recording
 from trainprof._version import __version__
-from trainprof.sampling import HostSample
+from trainprof.contract import recording
+from trainprof.contract.sampling import HostSample
 
 log = logging.getLogger("trainprof.exporter")
 

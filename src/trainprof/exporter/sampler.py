@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 
 from prometheus_client.core import Metric as MetricFamily
 
+from trainprof.contract.sampling import HostSample, SampleAccumulator
 from trainprof.exporter.collector import SourceRunner, health_families
 from trainprof.exporter.once import Once
-from trainprof.sampling import HostSample, SampleAccumulator
 
 log = logging.getLogger("trainprof.exporter")
 

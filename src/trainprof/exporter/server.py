@@ -1,8 +1,8 @@
 """The HTTP side: `/metrics` from cached bodies, a landing page, TLS and basic auth.
 
-Served by `trainprof.httpserve` (one thread per connection, HTTP/1.1 keep-alive as Prometheus
-scrapes, a connection cap that evicts clients that never send a request, a header deadline,
-deferred TLS handshakes, one write per response).
+Served by `trainprof.contract.httpserve` (one thread per connection, HTTP/1.1 keep-alive as
+Prometheus scrapes, a connection cap that evicts clients that never send a request, a header
+deadline, deferred TLS handshakes, one write per response).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import html
 import socket
 from urllib.parse import urlsplit
 
-from trainprof import httpserve
 from trainprof._version import __version__
+from trainprof.contract import httpserve
 from trainprof.exporter.exposition import (
     OPENMETRICS,
     TEXT,
@@ -28,7 +28,7 @@ DEFAULT_PORT = 9945
 
 
 def parse_listen_address(text: str) -> tuple[str, int]:
-    """`--web.listen-address`: see `trainprof.httpserve.parse_listen_address`."""
+    """`--web.listen-address`: see `trainprof.contract.httpserve.parse_listen_address`."""
     return httpserve.parse_listen_address(text, default_port=DEFAULT_PORT)
 
 

@@ -34,8 +34,15 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainprof.httpserve import EncryptedKey, RateLimiter, refuse_passphrase
-from trainprof.validation import ConfigError, Problems, check_deep, describe, parse_yaml, read_text
+from trainprof.contract.httpserve import EncryptedKey, RateLimiter, refuse_passphrase
+from trainprof.contract.validation import (
+    ConfigError,
+    Problems,
+    check_deep,
+    describe,
+    parse_yaml,
+    read_text,
+)
 
 _TOP = ("tls_server_config", "http_server_config", "basic_auth_users")
 _TLS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")

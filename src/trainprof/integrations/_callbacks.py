@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from trainprof import session as api
+from trainprof.training import session as api
 
 
 class HookTimeline:

@@ -35,8 +35,8 @@ from typing import Any
 
 import transformers
 
-from trainprof import session as api
 from trainprof.integrations._callbacks import HookTimeline, batch_size, ensure_started, guarded
+from trainprof.training import session as api
 
 
 class TrainprofCallback(transformers.TrainerCallback):

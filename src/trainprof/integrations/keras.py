@@ -28,8 +28,8 @@ from typing import Any
 
 import keras
 
-from trainprof import session as api
 from trainprof.integrations._callbacks import HookTimeline, ensure_started, guarded
+from trainprof.training import session as api
 
 
 class TrainprofCallback(keras.callbacks.Callback):

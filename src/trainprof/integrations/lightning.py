@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainprof import session as api
 from trainprof.integrations._callbacks import HookTimeline, batch_size, ensure_started, guarded
+from trainprof.training import session as api
 
 try:
     import lightning.pytorch as pl

@@ -12,7 +12,7 @@ Every `save_interval` boosting rounds (rounds 0, save_interval, ...) the callbac
   (`trainprof_xgboost_feature_importance_top_ratio{top}`, importance type "weight" as
   SageMaker's `feature_importance/weight` by default) for FeatureImportanceOverweight;
 - the depth of the deepest tree so far (`trainprof_xgboost_tree_depth`, root at 0) for
-  TreeDepth, measured on the trees' JSON dump by `trainprof.health.trees.tree_depth`
+  TreeDepth, measured on the trees' JSON dump by `trainprof.training.health.trees.tree_depth`
   (replay measures a trial's `trees` collection with the same function);
 - the last value of the first evaluation metric of each evaluation set as a loss (the set
   named "train" in mode train, the others in mode eval) at the round number, for
@@ -26,9 +26,9 @@ from typing import Any
 
 import xgboost
 
-from trainprof import session as api
-from trainprof.health.trees import tree_depth
 from trainprof.integrations._callbacks import ensure_started
+from trainprof.training import session as api
+from trainprof.training.health.trees import tree_depth
 
 
 class TrainprofCallback(xgboost.callback.TrainingCallback):

@@ -19,19 +19,19 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from trainprof.names import HEALTH_RULE
-from trainprof.promtool import run_rules
+from trainprof.contract.names import HEALTH_RULE
+from trainprof.contract.sampling import BottleneckGrid, HostSample
+from trainprof.engines.promtool import run_rules
 from trainprof.replay import chunks, recorded, sagemaker
 from trainprof.replay.cadence import SlowAlerts
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import MAX_GAP, Damage, main_span
 from trainprof.replay.exporters import Exporters, check_sources, held_gpu_readings
 from trainprof.replay.timeline import PhaseTotals, Step, Timeline, instants, scrape
-from trainprof.rule_status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
-from trainprof.sampling import BottleneckGrid, HostSample
+from trainprof.rules.status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.sources.options import parse_sources
 
 FORMATS = ("auto", "sagemaker", "trainprof")
@@ -644,7 +644,7 @@ def _query_times(end: float, scrape_interval: float, points: int) -> list[float]
 
 
 def _seconds(duration: str) -> float:
-    from trainprof.durations import parse_duration
+    from trainprof.contract.durations import parse_duration
 
     return parse_duration(duration)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 
 Labels = dict[str, str]
 

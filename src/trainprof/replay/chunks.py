@@ -37,7 +37,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from trainprof.promtool import RuleRun, run_rules
+from trainprof.engines.promtool import RuleRun, run_rules
 from trainprof.replay import reach
 from trainprof.replay.series_store import TOKEN_OVERHEAD, SeriesStore, _num, _Run
 

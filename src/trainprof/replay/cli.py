@@ -88,7 +88,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainprof.promtool import PromtoolError
+    from trainprof.engines.promtool import PromtoolError
     from trainprof.replay import ReplayError, replay, smdebug
     from trainprof.rules.config import ConfigError
 
@@ -148,7 +148,7 @@ def _count(n: int | None) -> str:
 
 
 def print_table(result: ReplayResult, out: IO[str] | None = None) -> None:
-    from trainprof.rule_status import measured_text
+    from trainprof.rules.status import measured_text
 
     out = out or sys.stdout
     minutes = (result.end - result.start) / 60
@@ -205,7 +205,7 @@ def _sources_line(result: ReplayResult) -> str:
 
 def _run_trial(args: argparse.Namespace) -> int:
     """A SageMaker Debugger tensor trial: the tensor rules, with `first_fired_step`."""
-    from trainprof.promtool import PromtoolError
+    from trainprof.engines.promtool import PromtoolError
     from trainprof.replay.smdebug import TrialError
     from trainprof.replay.tensors import replay_trial
     from trainprof.rules.config import ConfigError

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO
 
-from trainprof.sampling import GpuSample, HostSample
+from trainprof.contract.sampling import GpuSample, HostSample
 
 _NONE = float("nan")  # a missing value inside an array of doubles
 # Packed samples kept in memory before they move to the temporary file.

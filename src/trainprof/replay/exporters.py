@@ -22,7 +22,7 @@ that passed, split between the modes as the samples read in between were (busy t
 counters when the recording has them. A scrape with no new sample since the last one finds
 no node_exporter series (a gap in the recording is a missed scrape).
 
-    >>> from trainprof.sampling import GpuSample, HostSample
+    >>> from trainprof.contract.sampling import GpuSample, HostSample
     >>> from trainprof.replay.series_store import SeriesStore
     >>> from trainprof.replay.timeline import Timeline
     >>> sample = HostSample(60.5, cpu_utilization=[0.8], cpu_iowait=[0.1],
@@ -74,8 +74,8 @@ import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay.series_store import SeriesStore
-from trainprof.sampling import GpuSample, HostSample
 from trainprof.sources.options import SourceOptions
 
 DCGM_JOB, DCGM_PORT = "nvidia-dcgm-exporter", 9400

@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 
 # Prometheus' default lookback of an instant selector (promtool's unit tests keep it).
 LOOKBACK = 300.0

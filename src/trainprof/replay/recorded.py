@@ -18,11 +18,11 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from trainprof import recording
+from trainprof.contract import recording
+from trainprof.contract.sampling import HostSample
 from trainprof.replay.damage import Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import PhaseTotals, Step
-from trainprof.sampling import HostSample
-from trainprof.training_state import bounded_label_value, canonical_mode
+from trainprof.training.state import bounded_label_value, canonical_mode
 
 
 def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:

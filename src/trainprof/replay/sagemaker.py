@@ -27,11 +27,11 @@ import os
 import re
 from collections.abc import Sequence
 
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import EARLIEST, LATEST, Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
-from trainprof.sampling import GpuSample, HostSample
-from trainprof.training_state import canonical_mode
+from trainprof.training.state import canonical_mode
 
 SYSTEM_FILE = re.compile(r"^(\d+)\.(algo-\d+)\.json$")
 TRACE_FILE = re.compile(r"^(\d+)_(\d+)-(.+)_pythontimeline\.json$")

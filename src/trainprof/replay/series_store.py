@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Iterator
 from typing import IO, Protocol
 
-from trainprof.promtool import series_text
+from trainprof.engines.promtool import series_text
 
 # Memory the encoded text may take before it moves to the spill file.
 BUDGET = 32 * 1024 * 1024

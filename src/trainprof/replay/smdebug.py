@@ -10,7 +10,7 @@ A trial as smdebug wrote it:
 
 `read_trial` reads every event file (damaged records and files are skipped and listed in
 `Trial.problems`); `fold` feeds the saved tensors, step by step, through the same reductions
-(`trainprof.health.reductions`) and `HealthState` as `trainprof.torch.watch`, and returns
+(`trainprof.training.health.reductions`) and `HealthState` as `trainprof.torch.watch`, and returns
 one snapshot of the health series per saved step.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from trainprof.health.state import HealthState
-from trainprof.health.trees import DamagedTrees, tree_depth, trees_from_columns
 from trainprof.replay.damage import Damage
 from trainprof.replay.tfrecord import TensorEvent, decode_event, read_records
+from trainprof.training.health.state import HealthState
+from trainprof.training.health.trees import DamagedTrees, tree_depth, trees_from_columns
 
 _EVENT_FILE = re.compile(r"^(\d+)_(.+)\.tfevents$")
 # Fallbacks when a tensor is in no collection file: smdebug's default naming.
@@ -164,8 +164,8 @@ def fold(
     in `trial.problems` once the fold ends."""
     import torch
 
-    from trainprof import metrics as contract
-    from trainprof.health import reductions as r
+    from trainprof.contract import metrics as contract
+    from trainprof.training.health import reductions as r
 
     state = state or HealthState()
     include = re.compile(include_regex) if include_regex else None

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 
 HEALTHY = {"cpu": 0.3, "iowait": 0.0, "gpu_util": 0.9, "gpu_mem": 0.5, "mem": 0.3}
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainprof.health.state import HealthState
-from trainprof.promtool import run_rules, series_text
+from trainprof.engines.promtool import run_rules, series_text
 from trainprof.replay import smdebug
+from trainprof.training.health.state import HealthState
 
 # Synthetic time between two saved steps: one scrape and one rule evaluation per saved step.
 STEP_SECONDS = 60.0

@@ -17,10 +17,10 @@ import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
+from trainprof.contract.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
 from trainprof.replay.exporters import NAMESPACE, Exporters
 from trainprof.replay.series_store import SeriesStore
-from trainprof.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
-from trainprof.training_state import TrainingState
+from trainprof.training.state import TrainingState
 
 EXPORTER_JOB = "trainprof"
 EXPORTER_PORT = 9945

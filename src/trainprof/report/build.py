@@ -18,9 +18,9 @@ from trainprof.report import format as fmt
 from trainprof.report import svg, usage
 from trainprof.report.collect import Collected, Points, Series
 from trainprof.report.queries import signals
-from trainprof.rule_status import measured_text
 from trainprof.rules.config import RuleInstance, alerting
 from trainprof.rules.model import Signal
+from trainprof.rules.status import measured_text
 
 MAX_LINES = 12  # series per chart; more would be unreadable
 MAX_ALERT_ROWS = 25

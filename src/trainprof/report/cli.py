@@ -123,7 +123,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainprof.promtool import PromtoolError
+    from trainprof.engines.promtool import PromtoolError
     from trainprof.replay import ReplayError, smdebug
     from trainprof.report import ReportError, build, from_replay, from_trial, render
     from trainprof.rules.config import ConfigError

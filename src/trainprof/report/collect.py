@@ -20,10 +20,10 @@ from typing import Any
 from trainprof.dashboards.queries import presence, presence_names
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
-from trainprof.rule_status import RuleStatus, decide, status_queries
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
+from trainprof.rules.status import RuleStatus, decide, status_queries
 
 Points = list[tuple[float, float]]
 Series = list[tuple[dict[str, str], Points]]
@@ -345,7 +345,7 @@ class Prometheus:
 
 def parse_time(text: str, now: float) -> float:
     """Unix seconds, RFC 3339 (2026-07-10T10:00:00Z), or now / now-3h."""
-    from trainprof.durations import parse_duration
+    from trainprof.contract.durations import parse_duration
 
     text = text.strip()
     if text == "now":
@@ -383,7 +383,7 @@ def _extreme(
 ) -> float | None:
     """The first (op=min) or last (op=max) time any of `selectors` had a sample within
     `seconds` before `at`: found coarsely (about 5000 steps), then to the second."""
-    from trainprof.durations import format_duration
+    from trainprof.contract.durations import format_duration
 
     def search(window: float, resolution: float, when: float) -> float | None:
         found = []
@@ -582,7 +582,7 @@ def _verdicts(
     """Each rule's alerts with the evaluation at which each started firing, derived from the
     alert's own expression and `for:` over the range (stored ALERTS samples can be missing,
     and are only seen to a query step)."""
-    from trainprof.durations import parse_duration
+    from trainprof.contract.durations import parse_duration
 
     config = compiled.config
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}

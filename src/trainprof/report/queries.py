@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract.durations import format_duration
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
-from trainprof.durations import format_duration
 from trainprof.report import usage
 from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules  # noqa: F401
 from trainprof.rules.config import RuleInstance, default_config  # noqa: F401

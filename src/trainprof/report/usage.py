@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
+from trainprof.contract.quantiles import histogram_quantile
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import RANGE, Scope
-from trainprof.quantiles import histogram_quantile
 from trainprof.sources.gauges import gauges_for
 
 QUANTILES = ("p50", "p90", "p95", "p99")

@@ -26,8 +26,8 @@ import re
 from typing import Any
 
 from trainprof import sources
-from trainprof.durations import format_duration
-from trainprof.names import (
+from trainprof.contract.durations import format_duration
+from trainprof.contract.names import (
     HEALTH_GROUP,
     HEALTH_RULE,
     JOB_DASHBOARD,

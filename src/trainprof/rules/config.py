@@ -29,13 +29,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from trainprof.durations import parse_duration
-from trainprof.rules import catalog
-from trainprof.rules.model import PATIENCE_MODES, SEVERITIES, RuleSpec
-from trainprof.rules.params import COUNT, MICROS, MINUTES, PERCENT
-from trainprof.rules.promql import LABEL_NAME, Matcher
-from trainprof.sources.options import SourceOptions, parse_sources
-from trainprof.validation import (
+from trainprof.contract.durations import parse_duration
+from trainprof.contract.validation import (
     ConfigError,
     Problem,  # noqa: F401  (re-exported: rule configuration errors are ConfigError)
     Problems,
@@ -46,6 +41,11 @@ from trainprof.validation import (
     short,
     template_problem,
 )
+from trainprof.rules import catalog
+from trainprof.rules.model import PATIENCE_MODES, SEVERITIES, RuleSpec
+from trainprof.rules.params import COUNT, MICROS, MINUTES, PERCENT
+from trainprof.rules.promql import LABEL_NAME, Matcher
+from trainprof.sources.options import SourceOptions, parse_sources
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainprof/trainprof/blob/main/docs/rules.md"
 DEFAULT_GRAFANA_URL = "http://localhost:3000"

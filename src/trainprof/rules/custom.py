@@ -196,7 +196,7 @@ def definition(
     path: str, item: Mapping[str, Any], problem: Callable[[str, str], None], reserved: set[str]
 ) -> Definition | None:
     """Check a `custom:` entry; every problem goes to `problem(path, message)`."""
-    from trainprof.validation import nearest
+    from trainprof.contract.validation import nearest
 
     ok = True
     for key in item:

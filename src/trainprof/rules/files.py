@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from trainprof.contract.validation import ConfigError, Problem, parse_yaml, read_text
 from trainprof.rules import sdk
 from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig, load_config
-from trainprof.validation import ConfigError, Problem, parse_yaml, read_text
 
 FORMATS = ("rules", "prometheusrule", "helm-values")
 OUTPUT_NAMES = {
@@ -99,12 +99,12 @@ def render(
     warn: Callable[[str], None] | None = None,
 ) -> str:
     """`compiled` in one of FORMATS; `warn` hears what helm-values could not include."""
-    from trainprof import render as r
+    from trainprof.generation import render as r
 
     if fmt == "rules":
         return r.to_yaml({"groups": compiled.groups}, generator)
     if fmt == "helm-values":
-        from trainprof.chart import helm_values
+        from trainprof.deploy.chart import helm_values
 
         return helm_values(compiled, generator, warn)
     return r.to_yaml(r.prometheus_rule(compiled.groups, name, namespace, labels or {}), generator)

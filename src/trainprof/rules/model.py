@@ -25,9 +25,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
-from trainprof import metrics as contract
-from trainprof.durations import format_duration
-from trainprof.names import RECORD_NAME, record_name
+from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
+from trainprof.contract.names import RECORD_NAME, record_name
 from trainprof.rules import promql
 from trainprof.rules.params import Param, params_of
 

@@ -28,7 +28,7 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-from trainprof.metrics import MODES
+from trainprof.contract.metrics import MODES
 
 
 def _number(value: Any) -> float:
@@ -52,7 +52,7 @@ def _number(value: Any) -> float:
 
 
 def _short(value: Any) -> str:
-    from trainprof.validation import short
+    from trainprof.contract.validation import short
 
     return short(value)
 

@@ -23,8 +23,8 @@ import math
 import re
 from typing import Any
 
+from trainprof.contract.validation import nearest
 from trainprof.rules import catalog
-from trainprof.validation import nearest
 
 _ACTIONS = ("ActionList", "StopTraining", "Email", "SMS")
 

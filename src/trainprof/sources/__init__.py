@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainprof.durations import format_duration
+from trainprof.contract.durations import format_duration
 from trainprof.sources import dcgm, gauges, node_exporter
 from trainprof.sources.options import SOURCES, SourceOptions, parse_sources
 
@@ -136,7 +136,7 @@ def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
 def default_rules_text(generator: str) -> str:
     """`rules/trainprof.sources.rules.yaml`: the groups for dcgm-exporter and node_exporter
     with the default options (a `node` label on node_exporter's targets, PyTorchJob pods)."""
-    from trainprof.render import to_yaml
+    from trainprof.generation.render import to_yaml
 
     both, options = ("dcgm", "node_exporter"), SourceOptions()
     return to_yaml({"groups": adapter_groups(both, options)}, generator)

@@ -26,7 +26,7 @@ clamped to 0..1.
 
 from __future__ import annotations
 
-from trainprof.durations import format_duration
+from trainprof.contract.durations import format_duration
 from trainprof.sources.labels import coalesce, strip_port
 from trainprof.sources.options import SourceOptions
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from trainprof.durations import parse_duration
+from trainprof.contract.durations import parse_duration
 from trainprof.trace.series import KernelSeries
 
 log = logging.getLogger("trainprof")

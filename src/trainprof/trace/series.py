@@ -19,9 +19,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import HistogramMetricFamily
 
-from trainprof import metrics as contract
-from trainprof.metrics import bucket_label
-from trainprof.sampling import Families
+from trainprof.contract import metrics as contract
+from trainprof.contract.metrics import bucket_label
+from trainprof.contract.sampling import Families
 from trainprof.trace import classify
 from trainprof.trace.load import Trace
 from trainprof.trace.summary import launch_latencies, summarize

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from trainprof.sampling import HostSample
+from trainprof.contract.sampling import HostSample
 
 COLLECTORS = ("cpu", "memory", "disk", "network", "gpu")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from trainprof.sampling import HostSample
+from trainprof.contract.sampling import HostSample
 
 
 class CpuSource:

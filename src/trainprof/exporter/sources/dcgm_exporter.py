@@ -41,8 +41,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.exporter.once import Once
-from trainprof.sampling import GpuSample, HostSample
 from trainprof.sources.dcgm import ACTIVITIES, MIB
 
 log = logging.getLogger("trainprof.exporter")

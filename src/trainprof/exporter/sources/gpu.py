@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.exporter.once import Once
-from trainprof.sampling import GpuSample, HostSample
 
 log = logging.getLogger("trainprof.exporter")
 

@@ -6,8 +6,8 @@ import re
 
 import psutil
 
+from trainprof.contract.sampling import HostSample
 from trainprof.exporter.sources import NETWORK_EXCLUDE
-from trainprof.sampling import HostSample
 
 
 class NetworkSource:

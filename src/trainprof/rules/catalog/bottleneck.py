@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, TypeVar
 
-from trainprof import metrics as contract
-from trainprof.durations import format_duration
-from trainprof.promtool import SAFE_SCRAPES
+from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
+from trainprof.engines.promtool import SAFE_SCRAPES
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
     RATIO_UNIT,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainprof import metrics as contract
-from trainprof.names import NOT_STARTED_ALERT
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import NOT_STARTED_ALERT
 from trainprof.rules.catalog._text import HOST, JOB
 from trainprof.rules.model import (
     NUMBER_UNIT,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainprof import metrics as contract
-from trainprof.durations import format_duration, parse_duration
+from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration, parse_duration
 from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
 from trainprof.rules.model import (
     NUMBER_UNIT,

@@ -1,7 +1,7 @@
 """SageMaker Debugger's tensor rules: the model's health rather than the machine's.
 
 They read the reductions the training process publishes (`trainprof.torch.watch`,
-`trainprof.log_loss`, the framework and XGBoost callbacks; `trainprof.health.state`): per
+`trainprof.log_loss`, the framework and XGBoost callbacks; `trainprof.training.health.state`): per
 collection the smallest and largest value of each reduction over its tensors
 (`aggregate="min"` / `"max"`), and per tensor only for tensors watched with `include_regex`.
 SageMaker evaluated these rules at every saved step; here they are evaluated every

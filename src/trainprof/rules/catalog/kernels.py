@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainprof.durations import format_duration
+from trainprof.contract.durations import format_duration
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
     RATIO_UNIT,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainprof import metrics as contract
-from trainprof.durations import format_duration
+from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
 from trainprof.rules.model import Build, Recording, RuleOutput, RuleSpec
 from trainprof.rules.params import SummaryParams
 from trainprof.rules.promql import selector

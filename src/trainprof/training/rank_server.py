@@ -1,4 +1,4 @@
-"""The `/metrics` server inside a training process, on `trainprof.httpserve`.
+"""The `/metrics` server inside a training process, on `trainprof.contract.httpserve`.
 
 The training loop shares its process (and the GIL) with this server, so it is capped harder
 than the exporter: at most `MAX_CONNECTIONS` connections (one thread each; a client that has
@@ -24,7 +24,7 @@ import time
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from trainprof import httpserve
+from trainprof.contract import httpserve
 from trainprof.exporter.exposition import wants_gzip
 
 MAX_CONNECTIONS = 16

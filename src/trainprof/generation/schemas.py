@@ -54,7 +54,7 @@ def _number(**bounds: Any) -> dict[str, Any]:
 
 
 def _kind_schema(kind: Any) -> dict[str, Any]:
-    from trainprof.metrics import MODES
+    from trainprof.contract.metrics import MODES
 
     name = getattr(kind, "name", "")
     if name == "percent":

@@ -43,13 +43,13 @@ from typing import Any
 from prometheus_client.core import Metric as MetricFamily
 from prometheus_client.registry import CollectorRegistry
 
-from trainprof import metrics as contract
-from trainprof import process
-from trainprof.health.state import HealthState
-from trainprof.identity import Identity, resolve
-from trainprof.metrics import TRAINING_IDENTITY
-from trainprof.timing import NOOP, HotPath, Phase, Step, TimedIterable
-from trainprof.training_state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
+from trainprof.contract import metrics as contract
+from trainprof.contract.metrics import TRAINING_IDENTITY
+from trainprof.training import process
+from trainprof.training.health.state import HealthState
+from trainprof.training.identity import Identity, resolve
+from trainprof.training.state import STEP_REMAINDER_PHASE, TrainingState, canonical_mode
+from trainprof.training.timing import NOOP, HotPath, Phase, Step, TimedIterable
 
 log = logging.getLogger("trainprof")
 
@@ -269,7 +269,7 @@ class Session:
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's current value (tests and debugging)."""
-        from trainprof.sampling import sample_value
+        from trainprof.contract.sampling import sample_value
 
         return sample_value(self.families(), name, **labels)
 
@@ -300,7 +300,7 @@ class Session:
 
     def _record(self, path: str, identity: Identity) -> None:
         from trainprof._version import __version__
-        from trainprof.step_recorder import StepRecorder, rank_path
+        from trainprof.training.step_recorder import StepRecorder, rank_path
 
         rank = identity.rank
         path = rank_path(path, rank, identity.world_size)
@@ -323,7 +323,7 @@ class Session:
         self._hot.step_log = self.recorder.log
 
     def _serve(self, addr: str, ports: Sequence[int]) -> None:
-        from trainprof import rank_server
+        from trainprof.training import rank_server
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self))
@@ -353,7 +353,7 @@ class Session:
             return dict(self._state.phases)
 
     def _announce(self, directory: str, identity: Identity) -> None:
-        from trainprof import file_sd
+        from trainprof.deploy import file_sd
 
         port = self.port
         if port is None:  # not serving: nothing for Prometheus to find
@@ -373,7 +373,7 @@ class Session:
     def _shutdown(self) -> None:
         file_sd_path, self._file_sd = self._file_sd, None
         if file_sd_path:
-            from trainprof import file_sd
+            from trainprof.deploy import file_sd
 
             file_sd.remove(file_sd_path)
         server, self.server, self.port = self.server, None, None
@@ -513,7 +513,7 @@ def start(
 
     Identity (`training_job`, `node`, `rank`, `local_rank`, `world_size`): explicit
     arguments, else the environment (torchrun, SLURM, MPI, `TRAINPROF_JOB`, `TRAINPROF_NODE`;
-    see `trainprof.identity`).
+    see `trainprof.training.identity`).
 
     - `port`: serve here instead of `TRAINPROF_BASE_PORT` (default 9946) + local rank;
       0 picks a free port (see `current().port`). `serve=False` serves nothing: register
@@ -539,7 +539,7 @@ def start(
       exporter already runs on the node) or a missing `trainprof[exporter]` extra logs one
       warning and training goes on without it.
     - `file_sd_dir` (or `TRAINPROF_FILE_SD_DIR`): write this rank's Prometheus `file_sd`
-      target there (`trainprof.file_sd`; SLURM and bare metal), removed again on `stop()`.
+      target there (`trainprof.deploy.file_sd`; SLURM and bare metal), removed again on `stop()`.
     - `kernel_profile` (or `TRAINPROF_KERNEL_PROFILE`): run `torch.profiler` for a window of
       steps on a schedule and publish the kernel-level series (`trainprof_kernel_*`): True or
       "on" for 20 steps every 10 minutes after 10 warm-up steps, or settings such as
@@ -635,7 +635,7 @@ def _start_kernel_profiler(value: Any, identity: Identity) -> Any:
 def _start_system_exporter(rules_config: str | None, identity: Any) -> Any:
     try:
         from trainprof import exporter
-        from trainprof.metrics import EXPORTER_IDENTITY
+        from trainprof.contract.metrics import EXPORTER_IDENTITY
 
         port = int(os.environ.get("TRAINPROF_EXPORTER_PORT", exporter.DEFAULT_PORT))
         labels = {k: v for k, v in identity.labels().items() if k in EXPORTER_IDENTITY}

@@ -23,8 +23,8 @@ Identity of a training rank, each label from exactly one place:
                   metric relabelling folds into `rank` and drops, so a stored series has one
                   `rank` and Prometheus never renames one to `exported_rank`.
 
-The process emits no `training_job` or `node` inside Kubernetes (trainprof.identity), so the
-target labels above are the only ones.
+The process emits no `training_job` or `node` inside Kubernetes (trainprof.training.identity), so
+the target labels above are the only ones.
 
     >>> to_prometheus([{"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod",
     ...                 "action": "Replace"}])
@@ -219,7 +219,7 @@ def kubernetes_scrape_configs(
 
 
 def kubernetes_scrape_text(generator: str) -> str:
-    from trainprof.render import header, to_yaml
+    from trainprof.generation.render import header, to_yaml
 
     return (
         header(generator)
@@ -233,7 +233,7 @@ FILE_SD_GLOB = "/shared/prometheus/trainprof/*.json"
 
 
 def file_sd_scrape_configs(pattern: str = FILE_SD_GLOB) -> dict[str, Any]:
-    """SLURM / bare metal: the ranks announce themselves (trainprof.file_sd); the node
+    """SLURM / bare metal: the ranks announce themselves (trainprof.deploy.file_sd); the node
     exporters are listed by hand or by your inventory."""
     return {
         "scrape_configs": [
@@ -253,7 +253,7 @@ def file_sd_scrape_configs(pattern: str = FILE_SD_GLOB) -> dict[str, Any]:
 
 
 def file_sd_scrape_text(generator: str) -> str:
-    from trainprof.render import header, to_yaml
+    from trainprof.generation.render import header, to_yaml
 
     return (
         header(generator)

@@ -32,9 +32,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Sample
 
-from trainprof import metrics as contract
-from trainprof.metrics import bucket_label, threshold_label
-from trainprof.quantiles import histogram_quantile
+from trainprof.contract import metrics as contract
+from trainprof.contract.metrics import bucket_label, threshold_label
+from trainprof.contract.quantiles import histogram_quantile
 
 
 def _used_ratio(ratio: float | None, used: float | None, total: float | None) -> float | None:

@@ -39,7 +39,7 @@ class ExportError(Exception):
 
 def files(kind: str, config=None, config_name: str | None = None) -> dict[str, str]:
     """Output-relative path -> content for one kind of artifact."""
-    from trainprof import generate
+    from trainprof.generation import generate
 
     prefix = _PREFIX[kind]
     makers: dict[str, Callable[[], str]] = {

@@ -1,8 +1,8 @@
 """The training API's recording: every step of this rank, for `trainprof replay`.
 
 `trainprof.start(record="run.jsonl.gz")` writes this rank's process and step records (the
-`trainprof.recording` format) beside what `trainprof exporter --record` writes for the host,
-so a job can be replayed later with other rule parameters. The hot path only appends a tuple
+`trainprof.contract.recording` format) beside what `trainprof exporter --record` writes for the
+host, so a job can be replayed later with other rule parameters. The hot path only appends a tuple
 to a list; a background thread writes the list out every second.
 """
 
@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from trainprof import recording
+from trainprof.contract import recording
 
 log = logging.getLogger("trainprof")
 

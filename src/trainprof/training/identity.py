@@ -22,7 +22,7 @@ Inside Kubernetes (`KUBERNETES_SERVICE_HOST` is set) the scrape configuration ow
 Emitting them from the process too would make Prometheus rename one copy to `exported_*`, so
 there they come only from an argument or `TRAINPROF_JOB` / `TRAINPROF_NODE`. `rank` stays the
 process's own (torchrun's RANK is exact for each process of a pod); a pod with no rank
-variable emits none and the chart's PodMonitor fills in the pod's index (trainprof.relabel).
+variable emits none and the chart's PodMonitor fills in the pod's index (trainprof.deploy.relabel).
 Set job and node through the downward API when you would rather not relabel (and then do
 not relabel):
 
@@ -53,7 +53,7 @@ import re
 import socket
 from collections.abc import Mapping
 
-from trainprof.training_state import bounded_label_value
+from trainprof.training.state import bounded_label_value
 
 _INT_SOURCES = {
     "rank": ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"),

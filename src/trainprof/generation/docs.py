@@ -3,9 +3,9 @@ the rule catalog (with the PromQL each rule compiles to under SageMaker's defaul
 
 from __future__ import annotations
 
-from trainprof import metrics as contract
-from trainprof.durations import format_duration
-from trainprof.names import alert_name
+from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
+from trainprof.contract.names import alert_name
 from trainprof.rules import catalog
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import default_config
@@ -23,7 +23,7 @@ def metrics_md() -> str:
         "# Metrics\n",
         "Every series the trainprof exporter (`source: exporter`) and the training API "
         "(`source: training`) publish. The rule compiler only selects metrics from this "
-        "table (`src/trainprof/metrics.py`).\n",
+        "table (`src/trainprof/contract/metrics.py`).\n",
         "Identity labels are not repeated per metric: exporter series may carry "
         f"`{'`, `'.join(contract.EXPORTER_IDENTITY)}` and training series "
         f"`{'`, `'.join(contract.TRAINING_IDENTITY)}`. `training_job` and `node` come "
@@ -149,7 +149,7 @@ def rules_md() -> str:
             f"patience as `{instance.patience_mode}`):\n",
             "```yaml",
         ]
-        from trainprof.render import to_yaml
+        from trainprof.generation.render import to_yaml
 
         stripped = [{k: v for k, v in r.items() if k != "annotations"} for r in group["rules"]]
         out.append(to_yaml(stripped).rstrip())

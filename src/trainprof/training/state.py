@@ -32,9 +32,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.core import Metric as MetricFamily
 
-from trainprof import metrics as contract
-from trainprof.metrics import bucket_label, threshold_label
-from trainprof.sampling import Families, sample_value
+from trainprof.contract import metrics as contract
+from trainprof.contract.metrics import bucket_label, threshold_label
+from trainprof.contract.sampling import Families, sample_value
 
 log = logging.getLogger("trainprof")
 

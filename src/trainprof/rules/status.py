@@ -16,9 +16,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from trainprof.contract.durations import format_duration, parse_duration
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
-from trainprof.durations import format_duration, parse_duration
-from trainprof.promtool import SAFE_SCRAPES
+from trainprof.engines.promtool import SAFE_SCRAPES
 from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
 from trainprof.rules.promql import quote

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from trainprof.durations import format_duration
+from trainprof.contract.durations import format_duration
 
 # promtool's unit-test engine refuses a query loading more than 10,000 samples: ranges the
 # rules and replay read over one series per scrape stay within this many scrapes.
@@ -150,7 +150,7 @@ def firing_alerts(output: str | Iterable[str]) -> dict[float, list[dict[str, str
     """{evaluation time (s): [alert labels]} from promtool's report of an `alerts_test`
     (its text, or its lines). Evaluations reporting the same alerts share one list: at a
     1 s evaluation a long replay reports the same few alerts thousands of times."""
-    from trainprof.durations import parse_duration
+    from trainprof.contract.durations import parse_duration
 
     firing: dict[float, list[dict[str, str]]] = {}
     seen: dict[str, list[dict[str, str]]] = {}
@@ -288,7 +288,7 @@ def run_rules(
     """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
     evaluation times)) over the same series and rules; `ordered`: groups evaluated in the
     order given at each time, as chained groups need."""
-    from trainprof.render import to_yaml
+    from trainprof.generation.render import to_yaml
 
     promtool = promtool or shutil.which("promtool")
     if promtool is None:
@@ -343,7 +343,7 @@ def run_rules(
 def _query_results(
     output: Iterable[str],
 ) -> dict[str, dict[float, list[tuple[dict[str, str], float]]]]:
-    from trainprof.durations import parse_duration
+    from trainprof.contract.durations import parse_duration
 
     results: dict[str, dict[float, list]] = {}
     current = None

@@ -42,7 +42,7 @@ import weakref
 from collections.abc import Iterator
 from typing import IO, Any
 
-from trainprof.sampling import GpuSample, HostSample
+from trainprof.contract.sampling import GpuSample, HostSample
 
 VERSION = 1
 _GPU_FIELDS = {

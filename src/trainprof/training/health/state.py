@@ -1,8 +1,8 @@
 """From saved reductions to the training-health series: the one reduction-to-metrics path.
 
 `trainprof.torch.watch` (live) and `trainprof replay` of a SageMaker Debugger trial both reduce
-tensors with `trainprof.health.reductions` and fold the results into a `HealthState`, so the
-tensor rules see the same series either way. Plain Python floats only: no torch, no clocks.
+tensors with `trainprof.training.health.reductions` and fold the results into a `HealthState`, so
+the tensor rules see the same series either way. Plain Python floats only: no torch, no clocks.
 
     >>> state = HealthState()
     >>> for step, loss in [(0, .30), (4, .33), (8, .31), (12, .30), (16, .28)]:
@@ -29,9 +29,9 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric as MetricFamily
 
-from trainprof import metrics as contract
-from trainprof.metrics import threshold_label
-from trainprof.sampling import Families, sample_value
+from trainprof.contract import metrics as contract
+from trainprof.contract.metrics import threshold_label
+from trainprof.contract.sampling import Families, sample_value
 
 # Reduction name -> the gauge it is published as. `allclose` is not published itself: it
 # extends or resets the tensor's run of unchanged saves.

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from time import perf_counter
 from typing import Any, Literal, Protocol
 
-from trainprof.training_state import TrainingState
+from trainprof.training.state import TrainingState
 
 
 class _Timed(Protocol):

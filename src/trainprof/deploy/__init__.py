@@ -1,0 +1,1 @@
+"""Deployment: the Helm chart, its values schema, scrape relabelling and file_sd targets."""

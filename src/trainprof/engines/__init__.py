@@ -1,0 +1,2 @@
+"""Rule engines trainprof drives: promtool as a batch engine, and a local Prometheus and
+Alertmanager on 127.0.0.1."""
