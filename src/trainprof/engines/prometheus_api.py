@@ -10,11 +10,13 @@ A protected server is reached with an `Access` (`read_access`, the options
 `add_access_arguments` adds): a bearer token or basic auth read from files, extra headers such
 as a tenant's X-Scope-OrgID, TLS with a CA, a client certificate or no verification.
 
-Every call goes through `PrometheusAPI.get`, in four steps, each the one place for its
-concern: `_open` (the request, its headers, TLS and timeout; where redirects are decided),
-`_read` (the body), `_decode` (the JSON envelope, `status: success`) and the typed readers
-(`instant`, `range`, `label_values`) that turn `data` into Python values. A failure is a
-`PrometheusAPIError`, one sentence naming the server and never the credentials sent.
+Every call goes through `PrometheusAPI.get`, in steps that are each the one place for their
+concern: `_open` (the request with its headers, TLS and timeout; redirects as urllib follows
+them), `_read` (the body, whole), `_decode` (the JSON envelope, `status: success`),
+`_refused` (an HTTP error status), and the typed readers (`instant`, `range`,
+`label_values`, ...) that turn `data` into Python values. A failure is a `PrometheusAPIError`:
+one sentence naming the server, the headers sent left out (a server's own error text is
+quoted as it came).
 """
 
 from __future__ import annotations
