@@ -30,7 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-from trainprof.engines.localstack import get_json, prometheus
+from trainprof.engines.localstack import prometheus
+from trainprof.engines.prometheus_api import PrometheusAPI
 from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
@@ -106,7 +107,7 @@ def measure(rule: dict, address: str, readings: int) -> tuple[float, int]:
             deadline = time.monotonic() + 60 + 10 * readings
             while len(seen) < readings + 2 and time.monotonic() < deadline:
                 time.sleep(1)
-                group = get_json(f"{base}/api/v1/rules")["data"]["groups"][0]
+                group = PrometheusAPI(base, timeout=5.0).rule_groups()[0]
                 if group["lastEvaluation"] == last or group["evaluationTime"] == 0:
                     continue
                 last = group["lastEvaluation"]

@@ -20,13 +20,13 @@ import random
 import statistics
 import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 
 from _procs import serve_exposition
 from source_fleet import DCGM, _capture
 
-from trainprof.engines.localstack import get_json, prometheus
+from trainprof.engines.localstack import prometheus
+from trainprof.engines.prometheus_api import PrometheusAPI
 from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
@@ -66,8 +66,7 @@ class Gpu:
 
 def carries(base: str, job: str) -> bool:
     query = f'gpu_job:trainprof_gpu_utilization:ratio{{training_job="{job}"}}'
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
-    return bool(get_json(url, timeout=10)["data"]["result"])
+    return bool(PrometheusAPI(base, timeout=10).query(query)["result"])
 
 
 def main() -> None:

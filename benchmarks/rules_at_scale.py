@@ -49,7 +49,6 @@ import statistics
 import tempfile
 import threading
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -59,7 +58,8 @@ from source_fleet import NAMESPACE, SourceFleet
 
 from trainprof.contract.durations import format_duration, parse_duration
 from trainprof.contract.sampling import GpuSample, HostSample, SampleAccumulator
-from trainprof.engines.localstack import get_json, prometheus, victoria_metrics, vmalert
+from trainprof.engines.localstack import prometheus, victoria_metrics, vmalert
+from trainprof.engines.prometheus_api import PrometheusAPI
 from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
@@ -184,11 +184,11 @@ TRIES = 5
 def _fastest(base: str, expr: str, at: float) -> float:
     """Seconds of the fastest of TRIES instant queries of `expr`: the least disturbed by the
     scrapes that share the machine's cores."""
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr, 'time': at})}"
+    api = PrometheusAPI(base, timeout=300)
     best = float("inf")
     for _ in range(TRIES):
         t = time.perf_counter()
-        get_json(url, timeout=300)
+        api.query(expr, at)
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -246,11 +246,10 @@ def series_touched(base: str, exprs: list[str], at: float) -> int:
         ):
             if m.group(1) not in NOT_METRICS and not m.group(1).isdigit():
                 selectors.add(m.group(1) + (m.group(2) or ""))
+    api = PrometheusAPI(base, timeout=300)
     total = 0
     for sel in selectors:
-        query = {"query": f"count({sel})", "time": at}
-        url = f"{base}/api/v1/query?{urllib.parse.urlencode(query)}"
-        result = get_json(url, timeout=300)["data"]["result"]
+        result = api.query(f"count({sel})", at)["result"]
         total += int(float(result[0]["value"][1])) if result else 0
     return total
 
@@ -468,9 +467,7 @@ def main() -> None:
             pids = engine_pids(workdir)
 
             def poll() -> None:
-                up = get_json(f"{base}/api/v1/query?query=scrape_samples_scraped", timeout=120)[
-                    "data"
-                ]["result"]
+                up = PrometheusAPI(base, timeout=120).query("scrape_samples_scraped")["result"]
                 print(
                     f"  {time.monotonic() - started:5.0f}s: "
                     f"{up[0]['value'][1] if up else 0} series per scrape",
@@ -500,7 +497,7 @@ def main() -> None:
                     if cpu_from is None:
                         cpu_from = (time.monotonic(), engine_cpu(pids))
                     if alert is None:
-                        for g in get_json(f"{base}/api/v1/rules", timeout=120)["data"]["groups"]:
+                        for g in PrometheusAPI(base, timeout=120).rule_groups():
                             rounds.setdefault(g["name"], []).append(float(g["evaluationTime"]))
                             if g["name"].startswith(SOURCES_GROUP):
                                 for i, r in enumerate(g["rules"]):

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from trainprof.deploy import file_sd
-from trainprof.engines.localstack import prometheus, query, stop_process
+from trainprof.engines.localstack import prometheus, stop_process
 
-from servers import wait_for_targets
+from servers import query, wait_for_targets
 
 HERE = Path(__file__).resolve().parent
 SLURM = {"SLURM_JOB_NAME": "bert", "SLURM_JOB_ID": "42", "SLURMD_NODENAME": "gpu-node-07"}

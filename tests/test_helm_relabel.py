@@ -21,12 +21,12 @@ import yaml
 
 import trainprof.exporter
 from trainprof.deploy import relabel
-from trainprof.engines.localstack import get_json, prometheus, query, stop_process
+from trainprof.engines.localstack import prometheus, stop_process
 from trainprof.exporter.sources.gpu import GpuSource
 
 from fakes import GIB, FakeGpu, FakeNvml
 from helm_render import by_kind, helm_env, objects, render
-from servers import wait_for_targets
+from servers import get_json, query, wait_for_targets
 
 HERE = Path(__file__).resolve().parent
 KUBERNETES_ENV = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}

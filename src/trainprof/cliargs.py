@@ -14,7 +14,8 @@ argument types from here, so no sub-CLI reaches into `trainprof.cli` or another 
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 from trainprof.contract.names import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
@@ -28,12 +29,15 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "EXIT_OK",
+    "add_json_argument",
     "add_rule_config_arguments",
     "add_source_argument",
     "source_setting",
     "duration",
     "label",
     "positive_int",
+    "write_json",
+    "write_output",
 ]
 
 
@@ -121,3 +125,51 @@ def add_source_argument(parser: argparse.ArgumentParser) -> None:
         "(dcgm-exporter's GPU series), node_exporter (its host series), or a combination "
         "such as dcgm,node_exporter (default: the configuration's source, else trainprof)",
     )
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--json FILE|-: write `what` (the verdicts, the summary) as JSON; see `write_json`."""
+    parser.add_argument(
+        "--json", metavar="FILE", help=f"write {what} as JSON to FILE, or - for stdout"
+    )
+
+
+def write_json(path: str, doc: Any) -> int:
+    """Write `doc` as indented JSON to the file at `path`, or to stdout for -, as
+    `write_output` does.
+
+    >>> write_json("-", {"rules": {"CPUBottleneck": {"fired": True}}})
+    {
+      "rules": {
+        "CPUBottleneck": {
+          "fired": true
+        }
+      }
+    }
+    0
+    """
+    import json
+
+    return write_output(path, json.dumps(doc, indent=2) + "\n")
+
+
+def write_output(path: str, text: str) -> int:
+    """Write `text` to the file at `path`, or to stdout for -; the exit code: EXIT_OK, or
+    EXIT_FAILED with the error on stderr.
+
+    >>> import contextlib
+    >>> with contextlib.redirect_stderr(sys.stdout):
+    ...     write_output("/nonexistent/verdicts.json", "{}")
+    error: cannot write /nonexistent/verdicts.json: No such file or directory
+    1
+    """
+    if path == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

@@ -35,6 +35,7 @@ from typing import Any
 
 from trainprof.contract.names import EXIT_FAILED
 from trainprof.contract.sampling import GpuSample, HostSample
+from trainprof.engines.prometheus_api import PrometheusAPI
 
 JOB = "demo"
 DEMO_RULES: dict[str, Any] = {
@@ -261,11 +262,9 @@ def _prometheus_config(targets: dict[str, int], alertmanager: str) -> str:
     )
 
 
-def _firing(base: str) -> dict[tuple, dict]:
-    from trainprof.engines.localstack import get_json
-
+def _firing(api: PrometheusAPI) -> dict[tuple, dict]:
     out = {}
-    for alert in get_json(f"{base}/api/v1/alerts")["data"]["alerts"]:
+    for alert in api.alerts():
         if alert["state"] != "firing":
             continue
         labels = alert["labels"]
@@ -368,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"http://127.0.0.1:{session.port}/metrics\n",
                     flush=True,
                 )
+                api = PrometheusAPI(prom, timeout=5.0)
                 loop.start()
                 say("act 1: every batch is decoded on the CPU while the GPU waits")
                 act = 1
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                             "act 2: batches come prefetched, the batch is bigger, the GPU is "
                             "kept busy"
                         )
-                    now = _firing(prom)
+                    now = _firing(api)
                     for key in now.keys() - seen.keys():
                         alert = now[key]
                         fired.setdefault(key[0], time.monotonic() - started)

@@ -1,18 +1,17 @@
 """A local Prometheus and Alertmanager for the demo and the tests: the real Debian binaries,
-on 127.0.0.1 and a free high port, stopped by PID when the `with` block ends.
+on 127.0.0.1 and a free high port, stopped by PID when the `with` block ends; read them with
+`engines.prometheus_api`.
 
     with prometheus("prometheus", workdir, config_text, {"rules.yaml": rules}) as base:
-        query(base, "up")["data"]["result"]
+        PrometheusAPI(base).query("up")["result"]
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import subprocess
 import time
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,15 +21,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def get_json(url: str, timeout: float = 5.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def query(base: str, expr: str) -> dict:
-    return get_json(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:

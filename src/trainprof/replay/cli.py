@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from typing import IO, TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, source_setting
+from trainprof.cliargs import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    add_json_argument,
+    duration,
+    source_setting,
+)
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
     from trainprof.replay import ReplayResult
+    from trainprof.replay.tensors import TrialReplay
 
 
 def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
@@ -81,39 +87,27 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         "--source, trainprof's exporter reads its GPUs from that dcgm-exporter "
         "(--collector.gpu.dcgm-exporter)",
     )
-    replay.add_argument(
-        "--json", metavar="FILE", help="write the verdicts as JSON to FILE, or - for stdout"
-    )
+    add_json_argument(replay, "the verdicts")
     return replay
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainprof.cliargs import write_json
     from trainprof.engines.promtool import PromtoolError
-    from trainprof.replay import ReplayError, replay, smdebug
+    from trainprof.replay import ReplayError, ReplayResult, smdebug
     from trainprof.rules.config import ConfigError
 
-    if smdebug.looks_like_trial(args.source):
-        if args.sources not in (None, ("trainprof",)) or args.collect_interval is not None:
-            print(
-                f"error: {args.source} is a tensor trial: its rules read the saved tensors, "
-                "not an exporter, so --source and --collect-interval do not apply",
-                file=sys.stderr,
-            )
-            return EXIT_BAD_INPUT
-        return _run_trial(args)
-    try:
-        result = replay(
-            args.source,
-            args.rules,
-            scrape_interval=args.scrape_interval,
-            datapoint_interval=args.datapoint_interval,
-            fmt=args.format,
-            training_job=args.job,
-            progress=args.json != "-",
-            sources=args.sources,
-            collect_interval=args.collect_interval,
+    trial = smdebug.looks_like_trial(args.source)
+    if trial and (args.sources not in (None, ("trainprof",)) or args.collect_interval is not None):
+        print(
+            f"error: {args.source} is a tensor trial: its rules read the saved tensors, "
+            "not an exporter, so --source and --collect-interval do not apply",
+            file=sys.stderr,
         )
-    except (ReplayError, ConfigError) as e:
+        return EXIT_BAD_INPUT
+    try:
+        result = _replay_trial(args) if trial else _replay(args)
+    except (ReplayError, smdebug.TrialError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (PromtoolError, FileNotFoundError) as e:
@@ -122,19 +116,32 @@ def run(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.json:
-        text = json.dumps(result.as_json(), indent=2, sort_keys=False) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                with open(args.json, "w", encoding="utf-8") as f:
-                    f.write(text)
-            except OSError as e:
-                print(f"error: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
-                return EXIT_FAILED
-    if args.json != "-":
+        failed = write_json(args.json, result.as_json())
+        if failed:
+            return failed
+    if args.json == "-":
+        return 0
+    if isinstance(result, ReplayResult):
         print_table(result)
+    else:
+        _print_trial_table(args.source, result)
     return 0
+
+
+def _replay(args: argparse.Namespace) -> ReplayResult:
+    from trainprof.replay import replay
+
+    return replay(
+        args.source,
+        args.rules,
+        scrape_interval=args.scrape_interval,
+        datapoint_interval=args.datapoint_interval,
+        fmt=args.format,
+        training_job=args.job,
+        progress=args.json != "-",
+        sources=args.sources,
+        collect_interval=args.collect_interval,
+    )
 
 
 def _when(t: float | None) -> str:
@@ -203,40 +210,20 @@ def _sources_line(result: ReplayResult) -> str:
     )
 
 
-def _run_trial(args: argparse.Namespace) -> int:
+def _replay_trial(args: argparse.Namespace) -> TrialReplay:
     """A SageMaker Debugger tensor trial: the tensor rules, with `first_fired_step`."""
-    from trainprof.engines.promtool import PromtoolError
-    from trainprof.replay.smdebug import TrialError
     from trainprof.replay.tensors import replay_trial
-    from trainprof.rules.config import ConfigError
     from trainprof.rules.files import read_config
     from trainprof.rules.tensors import default_tensor_config
 
-    try:
-        config = read_config(args.rules) if args.rules else default_tensor_config()
-        result = replay_trial(args.source, config, training_job=args.job)
-    except (TrialError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (PromtoolError, FileNotFoundError) as e:
-        print(f"error: the rule engine failed: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
-    text = json.dumps(result.as_json(), indent=2) + "\n"
-    if args.json == "-":
-        sys.stdout.write(text)
-        return 0
-    if args.json:
-        try:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            print(f"error: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
-            return EXIT_FAILED
+    config = read_config(args.rules) if args.rules else default_tensor_config()
+    return replay_trial(args.source, config, training_job=args.job)
+
+
+def _print_trial_table(source: str, result: TrialReplay) -> None:
     steps = result.steps
     print(
-        f"Replayed the tensor trial {args.source}\n  {len(steps)} saved steps"
+        f"Replayed the tensor trial {source}\n  {len(steps)} saved steps"
         + (f" ({steps[0]} to {steps[-1]})" if steps else "")
         + "\n"
     )
@@ -246,4 +233,3 @@ def _run_trial(args: argparse.Namespace) -> int:
         print(
             f"  {name:<28} {'yes' if verdict.fired else 'no':<6} {'-' if first is None else first}"
         )
-    return 0

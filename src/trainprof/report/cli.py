@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_source_argument, duration
+from trainprof.engines.prometheus_api import add_access_arguments
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -81,32 +82,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         "Prometheus: the server's, default the configuration's)",
     )
     add_source_argument(report)
-    auth = report.add_argument_group(
-        "access to a Prometheus that asks who is calling (with --prometheus)"
-    )
-    auth.add_argument(
-        "--bearer-token-file", metavar="FILE", help="send the token in FILE as a bearer token"
-    )
-    auth.add_argument("--basic-auth-user", metavar="NAME", help="basic auth user name")
-    auth.add_argument(
-        "--basic-auth-password-file", metavar="FILE", help="basic auth password, read from FILE"
-    )
-    auth.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="an extra header, e.g. 'X-Scope-OrgID: team-a' for a Mimir, Cortex or Thanos "
-        "tenant (repeatable)",
-    )
-    auth.add_argument("--ca-file", metavar="FILE", help="CA certificates to verify the server")
-    auth.add_argument("--cert-file", metavar="FILE", help="client certificate (mutual TLS)")
-    auth.add_argument("--key-file", metavar="FILE", help="the client certificate's key")
-    auth.add_argument(
-        "--insecure-skip-verify",
-        action="store_true",
-        help="do not verify the server's certificate (testing only)",
-    )
+    add_access_arguments(report)
     report.add_argument(
         "--trace",
         nargs="+",
@@ -123,6 +99,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainprof.engines.prometheus_api import PrometheusAPIError
     from trainprof.engines.promtool import PromtoolError
     from trainprof.replay import ReplayError, smdebug
     from trainprof.report import ReportError, build, from_replay, from_trial, render
@@ -155,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except ReportError as e:
+    except (ReportError, PrometheusAPIError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT if e.bad_input else EXIT_FAILED
     except (PromtoolError, FileNotFoundError) as e:
@@ -176,16 +153,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, text: str, what: str, code: int) -> int:
-    if args.output == "-":
-        sys.stdout.write(text)
-        return code
-    try:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        print(f"error: cannot write {args.output}: {e.strerror or e}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"wrote {args.output} ({len(text) // 1024} KiB): {what}", file=sys.stderr)
+    from trainprof.cliargs import write_output
+
+    failed = write_output(args.output, text)
+    if failed:
+        return failed
+    if args.output != "-":
+        print(f"wrote {args.output} ({len(text) // 1024} KiB): {what}", file=sys.stderr)
     return code
 
 
@@ -226,8 +200,9 @@ def _trace_only_report(args: argparse.Namespace, kernels):
 
 
 def _from_prometheus(args: argparse.Namespace) -> Collected:
+    from trainprof.engines.prometheus_api import access_from_args
     from trainprof.report import ReportError, from_prometheus
-    from trainprof.report.collect import parse_time, read_access
+    from trainprof.report.collect import parse_time
     from trainprof.rules.files import read_config
 
     if not args.job:
@@ -238,16 +213,7 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         end = parse_time(args.end, now) if args.end else None
     except ValueError as e:
         raise ReportError(f"--from/--to: {e}") from None
-    access = read_access(
-        bearer_token_file=args.bearer_token_file,
-        basic_auth_user=args.basic_auth_user,
-        basic_auth_password_file=args.basic_auth_password_file,
-        headers=args.header,
-        ca_file=args.ca_file,
-        cert_file=args.cert_file,
-        key_file=args.key_file,
-        insecure_skip_verify=args.insecure_skip_verify,
-    )
+    access = access_from_args(args)
     config = read_config(args.rules, scrape_interval=args.scrape_interval, source=args.source)
     return from_prometheus(
         args.prometheus,

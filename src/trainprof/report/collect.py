@@ -1,23 +1,27 @@
 """Getting the report's numbers: from a Prometheus server, or from a replay.
 
 Both run the same queries (`report.queries`) and end in a `Collected`: every query's series,
-and each rule's alerts with the time each started firing.
+and each rule's alerts with the time each started firing. Prometheus is read through
+`engines.prometheus_api`; this module decides what to ask it and shapes the answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
-import json
 import math
 import re
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator
 
 from trainprof.dashboards.queries import presence, presence_names
+from trainprof.engines.prometheus_api import (
+    Access,
+    Points,
+    PrometheusAPI,
+    PrometheusAPIError,
+    Series,
+)
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rules.compiler import Compiled, compile_rules
@@ -25,8 +29,6 @@ from trainprof.rules.config import RulesConfig, alerting
 from trainprof.rules.promql import quote
 from trainprof.rules.status import RuleStatus, decide, status_queries
 
-Points = list[tuple[float, float]]
-Series = list[tuple[dict[str, str], Points]]
 POINTS = 200
 
 
@@ -180,167 +182,13 @@ def from_trial(
 # --- Prometheus ------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class Access:
-    """How to reach a Prometheus that asks who is calling: the headers to send (bearer
-    token, basic auth, X-Scope-OrgID for Mimir, Cortex and Thanos tenants) and TLS."""
-
-    headers: dict[str, str] = dataclasses.field(default_factory=dict)
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    insecure_skip_verify: bool = False
-
-    def context(self):
-        import ssl
-
-        try:
-            ctx = ssl.create_default_context(cafile=self.ca_file)
-            if self.cert_file:
-                ctx.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
-        except (OSError, ssl.SSLError, ValueError) as e:
-            raise ReportError(f"TLS options: {getattr(e, 'strerror', None) or e}") from None
-        if self.insecure_skip_verify:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
-
-
-def _no_passphrase() -> str:
-    raise ValueError("the client key is encrypted; give an unencrypted key file")
-
-
-def read_access(
-    bearer_token_file: str | None = None,
-    basic_auth_user: str | None = None,
-    basic_auth_password_file: str | None = None,
-    headers: Sequence[str] = (),
-    ca_file: str | None = None,
-    cert_file: str | None = None,
-    key_file: str | None = None,
-    insecure_skip_verify: bool = False,
-) -> Access:
-    """The report's --bearer-token-file, --basic-auth-*, --header and TLS options; secrets
-    are read from files so they never sit in a shell history or a process list."""
-    import base64
-
-    sent: dict[str, str] = {}
-    for header in headers:
-        name, sep, value = header.partition(":")
-        if not sep or not re.fullmatch(r"[A-Za-z0-9-]+", name.strip()):
-            raise ReportError(f"--header {name.strip()!r}...: expected 'Name: value'")
-        if "\n" in value or "\r" in value:
-            raise ReportError(f"--header {name.strip()}: the value holds a line break")
-        sent[name.strip()] = value.strip()
-    if bearer_token_file and (basic_auth_user or basic_auth_password_file):
-        raise ReportError("give --bearer-token-file or --basic-auth-user, not both")
-    if bearer_token_file:
-        sent["Authorization"] = f"Bearer {_secret(bearer_token_file, '--bearer-token-file')}"
-    if basic_auth_password_file and not basic_auth_user:
-        raise ReportError("--basic-auth-password-file needs --basic-auth-user")
-    if basic_auth_user:
-        password = (
-            _secret(basic_auth_password_file, "--basic-auth-password-file")
-            if basic_auth_password_file
-            else ""
-        )
-        pair = f"{basic_auth_user}:{password}".encode()
-        sent["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-    if key_file and not cert_file:
-        raise ReportError("--key-file needs --cert-file")
-    return Access(sent, ca_file, cert_file, key_file, insecure_skip_verify)
-
-
-def _secret(path: str, option: str) -> str:
+@contextlib.contextmanager
+def _as_report_error() -> Iterator[None]:
+    """The client's failures as the report's own (`ReportError`, with the same exit code)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            value = f.read().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ReportError(
-            f"{option} {path}: cannot read: {getattr(e, 'strerror', None) or e}"
-        ) from None
-    if not value or "\n" in value:
-        raise ReportError(f"{option} {path}: expected one line holding the secret")
-    return value
-
-
-class Prometheus:
-    """The few calls of Prometheus' HTTP API the report makes."""
-
-    def __init__(self, url: str, timeout: float = 60.0, access: Access | None = None):
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ReportError(
-                f"--prometheus {url!r} is not an http(s) URL (e.g. http://prometheus:9090)"
-            )
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self.access = access or Access()
-        self._context = self.access.context() if parsed.scheme == "https" else None
-
-    def _get(self, path: str, params: dict[str, str]) -> Any:
-        """The `data` of Prometheus' answer: a dict for queries, a list for label values."""
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        request = urllib.request.Request(url, headers=self.access.headers)
-        try:
-            with urllib.request.urlopen(
-                request, timeout=self.timeout, context=self._context
-            ) as response:
-                doc = json.loads(response.read())
-        except urllib.error.HTTPError as e:
-            if e.code in (401, 403):
-                raise ReportError(
-                    f"Prometheus at {self.url} refused the credentials (HTTP {e.code}): "
-                    "see --bearer-token-file, --basic-auth-user, --header",
-                    bad_input=False,
-                ) from None
-            try:
-                body = json.loads(e.read())
-                message = body["error"]
-            except (ValueError, KeyError, TypeError):
-                # Prometheus explains a refused query in JSON; anything else is not it.
-                raise ReportError(
-                    f"{self.url} did not answer like Prometheus (HTTP {e.code} "
-                    f"for {path}): is it the Prometheus URL?",
-                    bad_input=False,
-                ) from None
-            raise ReportError(
-                f"Prometheus at {self.url} rejected a query: {message}\n{params.get('query', '')}",
-                bad_input=False,
-            ) from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise ReportError(
-                f"cannot reach Prometheus at {self.url}: {reason}", bad_input=False
-            ) from None
-        except ValueError:
-            raise ReportError(
-                f"{self.url} did not answer like Prometheus (not JSON)", bad_input=False
-            ) from None
-        if doc.get("status") != "success":
-            raise ReportError(f"Prometheus at {self.url}: {doc.get('error', doc)}", bad_input=False)
-        return doc["data"]
-
-    def instant(self, expr: str, at: float) -> Series:
-        data = self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
-        if data["resultType"] == "scalar":
-            return [({}, [(at, float(data["result"][1]))])]
-        return [(r["metric"], [(at, float(r["value"][1]))]) for r in data["result"]]
-
-    def range(self, expr: str, start: float, end: float, step: float) -> Series:
-        """Values at `end` and every `step` before it back to `start` (Prometheus counts
-        steps from the start; counting from the end keeps the last value at `end`)."""
-        start = end - math.ceil((end - start) / step - 1e-9) * step
-        data = self._get(
-            "/api/v1/query_range",
-            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
-        )
-        return [
-            (r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]
-        ]
-
-    def label_values(self, label: str, match: str) -> list[str]:
-        return self._get(f"/api/v1/label/{label}/values", {"match[]": match})
+        yield
+    except PrometheusAPIError as e:
+        raise ReportError(str(e), e.bad_input) from None
 
 
 def parse_time(text: str, now: float) -> float:
@@ -379,7 +227,7 @@ def _presence(job: str, namespace: str | None, source: tuple[str, ...]) -> list[
 
 
 def _extreme(
-    api: Prometheus, op: str, selectors: list[str], seconds: float, at: float
+    api: PrometheusAPI, op: str, selectors: list[str], seconds: float, at: float
 ) -> float | None:
     """The first (op=min) or last (op=max) time any of `selectors` had a sample within
     `seconds` before `at`: found coarsely (about 5000 steps), then to the second."""
@@ -407,6 +255,7 @@ def _extreme(
     return search(window, 1, when) or coarse
 
 
+@_as_report_error()
 def from_prometheus(
     url: str,
     training_job: str,
@@ -423,7 +272,7 @@ def from_prometheus(
     resubmitted job) is narrowed to one run: the latest, or `run` (its number or start)."""
     import time
 
-    api = Prometheus(url, access=access)
+    api = PrometheusAPI(url, access=access)
     now = now if now is not None else time.time()
     presence = _presence(training_job, namespace, config.source)
     asked_start, asked_end = start, end
@@ -506,7 +355,7 @@ class Run:
 
 
 def find_runs(
-    api: Prometheus, job: str, namespace: str | None, start: float, end: float
+    api: PrometheusAPI, job: str, namespace: str | None, start: float, end: float
 ) -> list[Run]:
     """The runs of `job` between `start` and `end`, oldest first: each distinct value of
     the job's earliest process start time (a resubmitted job starts again)."""
@@ -554,7 +403,7 @@ def _utc(t: float) -> str:
 
 
 def _no_such_job(
-    api: Prometheus, job: str, namespace: str | None, where: str, source: tuple[str, ...]
+    api: PrometheusAPI, job: str, namespace: str | None, where: str, source: tuple[str, ...]
 ) -> str:
     import difflib
 
@@ -572,7 +421,7 @@ def _no_such_job(
 
 
 def _verdicts(
-    api: Prometheus,
+    api: PrometheusAPI,
     compiled: Compiled,
     job: str,
     namespace: str | None,
@@ -627,7 +476,12 @@ def _verdicts(
 
 
 def _alerts_series(
-    api: Prometheus, config: RulesConfig, job: str, namespace: str | None, start: float, end: float
+    api: PrometheusAPI,
+    config: RulesConfig,
+    job: str,
+    namespace: str | None,
+    start: float,
+    end: float,
 ) -> dict[str, list[FiredAlert]]:
     """Each rule's rising edges of ALERTS at its evaluation interval."""
     out: dict[str, list[FiredAlert]] = {}

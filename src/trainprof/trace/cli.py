@@ -7,11 +7,10 @@ reported on stderr and skipped; the others are still summarized, and the exit co
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED
+from trainprof.cliargs import EXIT_BAD_INPUT, add_json_argument, write_json
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -29,9 +28,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         description="Summarize Kineto traces, one per rank (rank from distributedInfo, else 0).",
     )
     summarize.add_argument("traces", nargs="+", metavar="TRACE", help=".json or .json.gz")
-    summarize.add_argument(
-        "--json", metavar="FILE", help="write the summary as JSON to FILE, or - for stdout"
-    )
+    add_json_argument(summarize, "the summary")
     summarize.add_argument(
         "--top", type=int, default=15, metavar="N", help="kernels to list (default: 15)"
     )
@@ -77,16 +74,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     summary = summarize_all(traces, args.top)
     if args.json:
-        text = json.dumps(summary, indent=2, sort_keys=False) + "\n"
-        if args.json == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                with open(args.json, "w", encoding="utf-8") as f:
-                    f.write(text)
-            except OSError as e:
-                print(f"error: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
-                return EXIT_FAILED
+        failed = write_json(args.json, summary)
+        if failed:
+            return failed
     else:
         paths = {str(t.rank): t.path for t in traces}
         for rank, s in summary["ranks"].items():
