@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     session = trainprof.start(
         port=0, addr="127.0.0.1", training_job=JOB, node=node, rank=0, local_rank=0, world_size=1
     )
-    from trainprof.exporter.sources import default_sources
+    from trainprof.exporter.sources.collectors import default_sources
 
     exporter = trainprof.exporter.start(
         0,

@@ -48,7 +48,7 @@ from trainprof.contract.validation import (
     parse_yaml,
     read_text,
 )
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
@@ -172,7 +172,7 @@ class _Checker(Problems):
             return ("127.0.0.1", 9095)
 
     def rules(self, value: Any) -> dict[str, str]:
-        names = [r.name for r in catalog.alerting_rules()]
+        names = [r.name for r in registry.alerting_rules()]
         if not isinstance(value, Mapping) or not value:
             self.problem(
                 "rules",

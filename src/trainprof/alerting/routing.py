@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from trainprof.alerting.model import InhibitRule, Matcher, Route, Timing
 from trainprof.contract.names import HEALTH_RULE, STATE_RULE
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 from trainprof.rules.model import FAMILIES, SEVERITIES, RuleSpec
 
 PAGE = "trainprof-page"
@@ -51,7 +51,7 @@ DEFAULT_TIMING = {
 
 
 def alerting_rules() -> tuple[RuleSpec, ...]:
-    return catalog.alerting_rules()
+    return registry.alerting_rules()
 
 
 def _any_of(label: str, values: Sequence[str]) -> Matcher:
@@ -140,7 +140,7 @@ def family_members(family: str) -> tuple[str, ...]:
 def inhibited_by(spec: RuleSpec) -> tuple[str, ...]:
     """Alerting rules that `spec`'s firing alert silences, in catalog order.
 
-    >>> inhibited_by(catalog.BY_NAME["CPUBottleneck"])
+    >>> inhibited_by(registry.BY_NAME["CPUBottleneck"])
     ('LowGPUUtilization', 'BatchSize')
     """
     names = set()

@@ -32,7 +32,7 @@ from trainprof._version import __version__
 from trainprof.contract import metrics as contract
 from trainprof.contract.sampling import HostSample
 from trainprof.exporter.once import Once
-from trainprof.exporter.sources import Source
+from trainprof.exporter.sources.base import Source
 
 log = logging.getLogger("trainprof.exporter")
 

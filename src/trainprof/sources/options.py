@@ -58,3 +58,16 @@ def parse_sources(text: str) -> tuple[str, ...]:
             "node_exporter the host's, so trainprof's exporter would serve none"
         )
     return tuple(dict.fromkeys(names))
+
+
+def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
+    """Which source serves the GPU signals and which the host's, of a `source` setting.
+
+    >>> signal_sources(("dcgm",))
+    ('dcgm', 'trainprof')
+    >>> signal_sources(("trainprof", "node_exporter"))
+    ('trainprof', 'node_exporter')
+    """
+    gpu = "dcgm" if "dcgm" in names else "trainprof"
+    host = "node_exporter" if "node_exporter" in names else "trainprof"
+    return gpu, host
