@@ -17,7 +17,31 @@ from trainprof.rules.catalog.gpu import (
     LOAD_BALANCING,
     LOW_GPU_UTILIZATION,
 )
-from trainprof.rules.catalog.health import TENSOR_RULES
+from trainprof.rules.catalog.health.activations import (
+    DEAD_RELU,
+    POOR_WEIGHT_INITIALIZATION,
+    SATURATED_ACTIVATION,
+)
+from trainprof.rules.catalog.health.gradients import (
+    EXPLODING_TENSOR,
+    VANISHING_GRADIENT,
+    WEIGHT_UPDATE_RATIO,
+)
+from trainprof.rules.catalog.health.inputs import CHECK_INPUT_IMAGES, NLP_SEQUENCE_RATIO
+from trainprof.rules.catalog.health.predictions import CLASS_IMBALANCE, CONFUSION
+from trainprof.rules.catalog.health.progress import (
+    LOSS_NOT_DECREASING,
+    OVERFIT,
+    OVERTRAINING,
+    STALLED_TRAINING,
+)
+from trainprof.rules.catalog.health.tensors import (
+    ALL_ZERO,
+    SIMILAR_ACROSS_RUNS,
+    TENSOR_VARIANCE,
+    UNCHANGED_TENSOR,
+)
+from trainprof.rules.catalog.health.xgboost import FEATURE_IMPORTANCE_OVERWEIGHT, TREE_DEPTH
 from trainprof.rules.catalog.kernels import (
     LAUNCH_BOUND_STEPS,
     MEMCPY_HEAVY_STEPS,
@@ -41,6 +65,29 @@ PROFILER_RULES: tuple[RuleSpec, ...] = (
     NO_REDUCED_PRECISION,
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
+)
+# The tensor rules (family "health"), which ProfilerReport does not include.
+TENSOR_RULES: tuple[RuleSpec, ...] = (
+    VANISHING_GRADIENT,
+    EXPLODING_TENSOR,
+    LOSS_NOT_DECREASING,
+    OVERFIT,
+    OVERTRAINING,
+    STALLED_TRAINING,
+    ALL_ZERO,
+    TENSOR_VARIANCE,
+    UNCHANGED_TENSOR,
+    WEIGHT_UPDATE_RATIO,
+    DEAD_RELU,
+    SATURATED_ACTIVATION,
+    CLASS_IMBALANCE,
+    CONFUSION,
+    CHECK_INPUT_IMAGES,
+    NLP_SEQUENCE_RATIO,
+    FEATURE_IMPORTANCE_OVERWEIGHT,
+    TREE_DEPTH,
+    SIMILAR_ACROSS_RUNS,
+    POOR_WEIGHT_INITIALIZATION,
 )
 CATALOG: tuple[RuleSpec, ...] = PROFILER_RULES + TENSOR_RULES
 

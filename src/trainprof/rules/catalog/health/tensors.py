@@ -1,0 +1,286 @@
+"""What the watched tensors hold and how they change: AllZero, TensorVariance,
+UnchangedTensor, and SimilarAcrossRuns (two jobs' tensors at the same step)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trainprof.rules import promql
+from trainprof.rules.catalog._text import JOB
+from trainprof.rules.catalog.health.common import (
+    COLLECTIONS,
+    TENSOR_REGEX,
+    by_collection,
+    one_alert,
+    setting,
+    tensor_rule,
+    tensor_sel,
+    threshold_signal,
+    warn_regex,
+)
+from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Threshold
+from trainprof.rules.params import PERCENT, param, scan_interval_param
+from trainprof.rules.tensor_params import FLAG, NAMES, NUMBER, OPTIONAL_NUMBER, REGEX, STEPS, TEXT
+
+
+@dataclasses.dataclass(frozen=True)
+class AllZeroParams:
+    collection_names: tuple = param((), NAMES, COLLECTIONS)
+    tensor_regex: str | None = param(None, REGEX, TENSOR_REGEX)
+    threshold: float = param(100, PERCENT, "Percentage of zeros from which it fires.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _all_zero(b: Build[AllZeroParams]) -> RuleOutput:
+    p = b.p
+    warn_regex(b, "tensor_regex", p.tensor_regex)
+    zeros = tensor_sel(b, "trainprof_tensor_zero_ratio", "max", p.collection_names, p.tensor_regex)
+    return one_alert(
+        expr=f"max {by_collection(b)} ({zeros})\n>= {p.threshold / 100:.10g}",
+        summary="A tensor is all zeros.",
+        description=(
+            f"Job {JOB}: a tensor of collection {{{{ $labels.collection }}}} is "
+            f"{{{{ $value | humanizePercentage }}}} zeros (threshold {p.threshold:g}%)."
+        ),
+    )
+
+
+ALL_ZERO = tensor_rule(
+    name="AllZero",
+    summary="All-zero tensors",
+    detects="Some watched tensor with at least `threshold` % of its values equal to zero.",
+    recommendation=(
+        "An all-zero gradient or activation means the layer does not learn: check for dead "
+        "ReLUs, a detached graph, masked inputs, or a layer never used in forward."
+    ),
+    severity="warning",
+    parameters=AllZeroParams,
+    build=_all_zero,
+    signals=threshold_signal(
+        "Largest zero fraction",
+        RATIO_UNIT,
+        "trainprof_tensor_zero_ratio",
+        setting("threshold", "above", suffix="%"),
+        aggregate="max",
+    ),
+    differences=(
+        "Without collection_names or tensor_regex (SageMaker required one) every watched "
+        "collection is checked."
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorVarianceParams:
+    collection_names: tuple = param((), NAMES, COLLECTIONS)
+    tensor_regex: str | None = param(None, REGEX, TENSOR_REGEX)
+    max_threshold: float | None = param(None, OPTIONAL_NUMBER, "Variance above which it fires.")
+    min_threshold: float | None = param(None, OPTIONAL_NUMBER, "Variance below which it fires.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _tensor_variance(b: Build[TensorVarianceParams]) -> RuleOutput:
+    p = b.p
+    warn_regex(b, "tensor_regex", p.tensor_regex)
+    parts = []
+    if p.max_threshold is not None:
+        high = tensor_sel(b, "trainprof_tensor_variance", "max", p.collection_names, p.tensor_regex)
+        parts.append(f"max {by_collection(b)} ({high}) > {p.max_threshold:g}")
+    if p.min_threshold is not None:
+        low = tensor_sel(b, "trainprof_tensor_variance", "min", p.collection_names, p.tensor_regex)
+        parts.append(f"min {by_collection(b)} ({low}) < {p.min_threshold:g}")
+    return one_alert(
+        expr="\nor\n".join(parts),
+        summary="A tensor's variance is out of range.",
+        description=(
+            f"Job {JOB}: a tensor of collection {{{{ $labels.collection }}}} has "
+            f"variance {{{{ $value }}}} (bounds {p.min_threshold} to {p.max_threshold})."
+        ),
+    )
+
+
+def _tensor_variance_check(p: TensorVarianceParams):
+    if p.max_threshold is None and p.min_threshold is None:
+        return (("max_threshold", "TensorVariance needs max_threshold or min_threshold"),)
+    return ()
+
+
+def _variance_line(p) -> Threshold:
+    value = p.max_threshold if p.max_threshold is not None else p.min_threshold
+    fires = "above" if p.max_threshold is not None else "below"
+    return Threshold(value, f"{value:g}", fires)
+
+
+TENSOR_VARIANCE = tensor_rule(
+    name="TensorVariance",
+    summary="Tensor variance out of range",
+    detects="Some watched tensor's variance above `max_threshold` or below `min_threshold`.",
+    recommendation=(
+        "Very small variance: the tensor barely changes across its values (saturation, dead "
+        "units). Very large: exploding values; lower the learning rate or normalise."
+    ),
+    severity="warning",
+    parameters=TensorVarianceParams,
+    build=_tensor_variance,
+    signals=threshold_signal(
+        "Variance", NUMBER_UNIT, "trainprof_tensor_variance", _variance_line, aggregate="max"
+    ),
+    check=_tensor_variance_check,
+    differences=(
+        "Variance is the population variance (ddof 0), as smdebug's reduction; without any "
+        "threshold the configuration is refused (SageMaker required them too)."
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnchangedTensorParams:
+    collection_names: tuple = param((), NAMES, COLLECTIONS)
+    tensor_regex: str | None = param(None, REGEX, TENSOR_REGEX)
+    num_steps: int = param(3, STEPS, "Saved steps in a row that must all be allclose.")
+    rtol: float = param(1e-5, NUMBER, "numpy.allclose's rtol.")
+    atol: float = param(1e-8, NUMBER, "numpy.allclose's atol.")
+    equal_nan: bool = param(False, FLAG, "Accepted; NaN never equals NaN here.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _unchanged(b: Build[UnchangedTensorParams]) -> RuleOutput:
+    p = b.p
+    warn_regex(b, "tensor_regex", p.tensor_regex)
+    runs = tensor_sel(
+        b, "trainprof_tensor_unchanged_saves", "max", p.collection_names, p.tensor_regex
+    )
+    return one_alert(
+        expr=f"max {by_collection(b)} ({runs})\n>= {p.num_steps - 1}",
+        summary="A tensor has stopped changing.",
+        description=(
+            f"Job {JOB}: a tensor of collection {{{{ $labels.collection }}}} was "
+            f"allclose over its last {{{{ $value }}}} saves (num_steps {p.num_steps})."
+        ),
+    )
+
+
+def _unchanged_inputs(b: Build[UnchangedTensorParams]):
+    if (b.p.rtol, b.p.atol) != (1e-5, 1e-8):
+        b.warnings.append(
+            f"{b.path('rtol')}: the training process compares with rtol 1e-5, atol 1e-8 by "
+            "default; give trainprof.torch.watch(rules_config=...) this configuration"
+        )
+    return {"unchanged_tolerance": (b.p.rtol, b.p.atol)}
+
+
+UNCHANGED_TENSOR = tensor_rule(
+    name="UnchangedTensor",
+    summary="Tensor not changing",
+    detects=(
+        "A watched tensor allclose (rtol, atol) across its last `num_steps` saves (saves "
+        "need not be consecutive steps); a tensor saved fewer times is not judged."
+    ),
+    recommendation=(
+        "A frozen layer, a learning rate of zero, a parameter missing from the optimizer, "
+        "or gradients that never reach it."
+    ),
+    severity="warning",
+    parameters=UnchangedTensorParams,
+    build=_unchanged,
+    signals=threshold_signal(
+        "Unchanged saves in a row",
+        NUMBER_UNIT,
+        "trainprof_tensor_unchanged_saves",
+        lambda p: Threshold(p.num_steps - 1, f"{p.num_steps - 1}", "above"),
+        aggregate="max",
+    ),
+    inputs=_unchanged_inputs,
+    differences=(
+        "The training process keeps a copy of each watched tensor from its previous save "
+        "(watch(track_unchanged=False) saves that memory and disables the rule) and counts "
+        "consecutive allclose saves; `equal_nan` is accepted, NaN never compares equal."
+    ),
+)
+
+
+# --- SimilarAcrossRuns ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SimilarAcrossRunsParams:
+    other_trials: str | None = param(
+        None, TEXT, "The other job: its training_job live, its trial folder in replay."
+    )
+    collection_names: tuple = param((), NAMES, COLLECTIONS)
+    tensor_regex: str | None = param(None, REGEX, TENSOR_REGEX)
+    scan_interval_us: int = scan_interval_param()
+
+
+def _similar(b: Build[SimilarAcrossRunsParams]) -> RuleOutput:
+    p = b.p
+    warn_regex(b, "tensor_regex", p.tensor_regex)
+    other = str(p.other_trials)
+    keep = "collection, tensor, aggregate"
+
+    def norms(op: str) -> str:
+        sel = tensor_sel(b, "trainprof_tensor_l2_norm", "max", p.collection_names, p.tensor_regex)
+        sel = sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
+        return sel
+
+    def steps(op: str) -> str:
+        sel = b.sel("trainprof_tensor_last_save_step")
+        if "{" in sel:
+            return sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
+        return f"{sel}{{training_job{op}{promql.quote(other)}}}"
+
+    job = ", ".join(b.job_labels)
+    mine = f"max by ({job}, {keep}) ({norms('!=')})"
+    theirs = f"max by ({keep}) ({norms('=')})"
+    same_step = (
+        f"max by ({job}) ({steps('!=')})\n== ignoring ({job}) group_left\nmax ({steps('=')})"
+    )
+    expr = (
+        f"abs({mine}\n- on ({keep}) group_left\n{theirs})\n"
+        f"> on ({keep}) group_left ()\n(1e-05 * abs({theirs}) + 1e-08)\n"
+        f"and on ({job})\n({same_step})"
+    )
+    return one_alert(
+        expr=expr,
+        summary="Two runs' tensors differ at the same step.",
+        description=(
+            f"Job {JOB}: the L2 norm of a {{{{ $labels.collection }}}} tensor differs "
+            f"from job {other}'s at the same saved step by {{{{ $value }}}}."
+        ),
+    )
+
+
+def _similar_check(p: SimilarAcrossRunsParams):
+    if not p.other_trials:
+        return (("other_trials", "SimilarAcrossRuns needs other_trials: the job to compare with"),)
+    return ()
+
+
+SIMILAR_ACROSS_RUNS = tensor_rule(
+    name="SimilarAcrossRuns",
+    summary="Runs that should match differ",
+    detects=(
+        "Two jobs (this one and `other_trials`) at the same saved step whose watched tensors' "
+        "L2 norms differ (beyond rtol 1e-5, atol 1e-8): a supposedly reproducible run is not."
+    ),
+    recommendation=(
+        "Fix the seeds (torch, numpy, the data loader's workers), disable non-deterministic "
+        "kernels (torch.use_deterministic_algorithms), and compare the data order."
+    ),
+    severity="info",
+    parameters=SimilarAcrossRunsParams,
+    build=_similar,
+    signals=threshold_signal(
+        "L2 norms",
+        NUMBER_UNIT,
+        "trainprof_tensor_l2_norm",
+        lambda p: Threshold(0, "the other run's", "above"),
+        aggregate="max",
+    ),
+    check=_similar_check,
+    differences=(
+        "Compares the per-collection (and per-tensor, with include_regex) L2 norms of the two "
+        "jobs' latest saves when both saved the same step, not every element; live, "
+        "`other_trials` is the other job's training_job; in replay, the other trial's folder."
+    ),
+)
