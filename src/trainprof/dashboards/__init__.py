@@ -4,7 +4,8 @@
     ['dashboards/trainprof-fleet.json', 'dashboards/trainprof-job.json']
 
 Each module builds one dashboard from a rule configuration (the committed files use
-SageMaker's default ProfilerReport); `panels` is the house style over grafanalib.
+SageMaker's default ProfilerReport); `panels` is the house style over grafanalib and the
+only module that imports it.
 """
 
 from trainprof.dashboards.files import DASHBOARDS, iter_panels, panel_queries, render

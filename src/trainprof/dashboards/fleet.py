@@ -3,8 +3,6 @@ worst stragglers. A job's name links to its per-job dashboard."""
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
 from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
@@ -57,7 +55,7 @@ def _job_mean(scope: Scope, by_job: str, over: str = RATE_INTERVAL) -> str:
     )
 
 
-def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashboard:
     """The fleet dashboard; `compiled` is `config` compiled, if the caller has it already."""
     scope = Scope(config, FLEET_VARIABLES)
     s = scope.sel

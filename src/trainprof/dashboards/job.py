@@ -9,8 +9,6 @@ alerting rule with the series it watches and its threshold. Alerts link here
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
@@ -30,7 +28,7 @@ SOURCE = "src/trainprof/dashboards/job.py"
 # --- rows ------------------------------------------------------------------------------------
 
 
-def summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def summary_row(scope: Scope, compiled: Compiled) -> ui.Row:
     return ui.row(
         "Training job summary",
         [
@@ -85,7 +83,7 @@ def summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
     network = [
         target(x.network(scope, compiled, d), f"{{{{node}}}} {d}") for d in ("receive", "transmit")
     ]
@@ -138,7 +136,7 @@ def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def system_usage_table(scope: Scope, compiled: Compiled) -> core.Table:
+def system_usage_table(scope: Scope, compiled: Compiled) -> ui.Table:
     """OverallSystemUsage: per node and resource, p50/p95/p99 since the job started."""
     queries = [
         target(
@@ -186,7 +184,7 @@ def system_usage_table(scope: Scope, compiled: Compiled) -> core.Table:
     )
 
 
-def framework_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def framework_row(scope: Scope, compiled: Compiled) -> ui.Row:
     return ui.row(
         "Framework metrics summary",
         [
@@ -253,7 +251,7 @@ def framework_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def rules_summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def rules_summary_row(scope: Scope, compiled: Compiled) -> ui.Row:
     rules = compiled.alerting
     firing_by_rule = f"count by (rule) ({x.firing_alerts(scope)})"
     return ui.row(
@@ -341,7 +339,7 @@ def _override(field: str, properties: list[dict]) -> dict:
     return {"matcher": {"id": "byName", "options": field}, "properties": properties}
 
 
-def profiler_views_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def profiler_views_row(scope: Scope, compiled: Compiled) -> ui.Row:
     """The SageMaker Profiler UI's views: active time, utilization per node, step time
     distribution per rank, per-annotation durations."""
     return ui.row(
@@ -422,7 +420,7 @@ def profiler_views_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.RowPanel:
+def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> ui.Row:
     """One alerting rule: its state, how often it triggered, and each signal it compares
     with its threshold."""
     spec = instance.spec
@@ -470,7 +468,7 @@ def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.R
 # --- the dashboard ---------------------------------------------------------------------------
 
 
-def variables(config: RulesConfig | None = None) -> list[core.Template]:
+def variables(config: RulesConfig | None = None) -> list[ui.Variable]:
     """The job dashboard's variables. With a node-wide exporter (`gpu_attribution:
     assignment`) its series carry no job: "All" nodes then means the job's nodes (not `.*`,
     every node of the cluster), and the GPUs are the ones the job's ranks hold."""
@@ -517,7 +515,7 @@ def variables(config: RulesConfig | None = None) -> list[core.Template]:
     ]
 
 
-def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashboard:
     """The job dashboard; `compiled` is `config` compiled, if the caller has it already."""
     compiled = compiled or compile_rules(config)
     scope = Scope(config, JOB_VARIABLES)

@@ -7,8 +7,6 @@ Every number is over the dashboard's range and covers the profiled windows only 
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import RANGE, Scope
@@ -44,7 +42,7 @@ def launch_latency(scope: Scope, q: str, over: str = RANGE) -> str:
     return f"histogram_quantile({q}, sum by (le) (increase({buckets}[{over}])))"
 
 
-def kernels_row(scope: Scope) -> core.RowPanel:
+def kernels_row(scope: Scope) -> ui.Row:
     return ui.row(
         "GPU kernels",
         collapsed=True,

@@ -29,6 +29,13 @@ from grafanalib._gen import DashboardEncoder
 from trainprof.dashboards.alerts import FIRING, OK, PENDING
 from trainprof.generation.render import to_json
 
+# What the dashboard modules build and pass around, named here so that they need not import
+# grafanalib themselves.
+Dashboard = core.Dashboard
+Row = core.RowPanel
+Table = core.Table
+Variable = core.Template
+
 # The first schema version whose panel model this module writes (Grafana 10.4 and later
 # load it without migrating anything we rely on).
 SCHEMA_VERSION = 39
