@@ -8,6 +8,7 @@ import torch
 import trainprof
 import trainprof.torch as tt
 from trainprof.contract import metrics as contract
+from trainprof.training.health import reductions
 
 
 @pytest.fixture(autouse=True)
@@ -164,7 +165,7 @@ def test_errors_inside_hooks_never_reach_the_loop(monkeypatch):
     def broken(t):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(tt.r, "stats", broken)
+    monkeypatch.setattr(reductions, "stats", broken)
     _train(model, opt, w, 2)
     w.close()
     assert value("trainprof_instrumentation_errors_total") > 0

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainprof.contract.names import EXIT_FAILED
+from trainprof.contract.names import EXIT_FAILED, JOB_LABEL
 from trainprof.contract.sampling import GpuSample, HostSample
 
 JOB = "demo"
@@ -207,7 +207,7 @@ def _webhook(say: _Printer) -> tuple[http.server.ThreadingHTTPServer, str]:
             names = sorted({a["labels"].get("alertname", "?") for a in payload.get("alerts", [])})
             say(
                 f"  -> {receiver:<7} {payload.get('status', '?').upper():<8} "
-                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get('training_job')})"
+                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get(JOB_LABEL)})"
             )
 
         def log_message(self, *args: Any) -> None:
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         address="127.0.0.1",
         datapoint_interval=0.5,
         sources=[SimulatedGpu(loop)] + default_sources(("cpu", "memory", "disk", "network")),
-        identity={"training_job": JOB, "node": node},
+        identity={JOB_LABEL: JOB, "node": node},
     )
     training_port, exporter_port = session.port, exporter.port
     if training_port is None or exporter_port is None:

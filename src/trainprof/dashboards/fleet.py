@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
-from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD, JOB_LABEL
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
@@ -17,7 +17,7 @@ UID = FLEET_DASHBOARD.uid
 TITLE = FLEET_DASHBOARD.title
 SLUG = FLEET_DASHBOARD.slug
 SOURCE = "src/trainprof/dashboards/fleet.py"
-_UTIL = "trainprof_gpu_utilization_sampled_ratio"
+_UTIL = contract.GPU_UTILIZATION_SAMPLED_RATIO
 
 
 def idle_bound(compiled: Compiled) -> float:
@@ -29,7 +29,7 @@ def idle_bound(compiled: Compiled) -> float:
     return max(b for b in contract.UTILIZATION_BUCKETS if b <= percent / 100)
 
 
-def _job_link(field: str = "training_job") -> list[dict]:
+def _job_link(field: str = JOB_LABEL) -> list[dict]:
     url = (
         JOB_DASHBOARD.url() + "?var-training_job=${__data.fields.training_job}"
         "&var-namespace=${__data.fields.namespace}&${__url_time_range}"
@@ -64,7 +64,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashb
     bound = idle_bound(compiled or compile_rules(config))
     g = x.gauge(scope, _UTIL)
     if g is None:
-        interval = s("trainprof_sampler_interval_seconds")
+        interval = s(contract.SAMPLER_INTERVAL_SECONDS)
         idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
         idle_hours = (
             f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
@@ -81,14 +81,14 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashb
         gpu_series = g
     gpus = f"count {by_job} ({gpu_series})"
     util = _job_mean(scope, by_job, RANGE)
-    steps = s("trainprof_training_steps_total")
+    steps = s(contract.TRAINING_STEPS_TOTAL)
     step_rate = f"sum {by_job} (rate({steps}[{RATE_INTERVAL}]))"
     firing = s("ALERTS", alertstate="firing")
     alerts_by_job = f"count {by_job} ({firing})"
     ranks = f"count {by_job} (count by ({jl}, rank) ({steps}))"
     nodes = f"count {by_job} (count by ({jl}, node) ({x.node_series(scope, training_api=False)}))"
-    durations = s("trainprof_training_step_duration_seconds_sum")
-    counts = s("trainprof_training_step_duration_seconds_count")
+    durations = s(contract.TRAINING_STEP_DURATION_SECONDS + "_sum")
+    counts = s(contract.TRAINING_STEP_DURATION_SECONDS + "_count")
     mean_step = f"rate({durations}[{RANGE}]) / rate({counts}[{RANGE}])"
     stragglers = (
         f"topk(10,\n  {mean_step}\n  / on ({jl}, mode) group_left\n"

@@ -9,7 +9,8 @@ alerting rule with the series it watches and its threshold. Alerts link here
 
 from __future__ import annotations
 
-from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD, JOB_LABEL
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
@@ -93,7 +94,7 @@ def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
         [
             ui.timeseries(
                 "CPU utilization (average of the cores)",
-                [target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "{{node}}")],
+                [target(x.mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO), "{{node}}")],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -101,7 +102,7 @@ def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
             ),
             ui.timeseries(
                 "GPU utilization",
-                [target(x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), gpu)],
+                [target(x.mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO), gpu)],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -109,7 +110,7 @@ def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
             ),
             ui.timeseries(
                 "GPU memory used",
-                [target(x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), gpu)],
+                [target(x.mean(scope, contract.GPU_MEMORY_USED_SAMPLED_RATIO), gpu)],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -117,14 +118,14 @@ def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
             ),
             ui.timeseries(
                 "I/O wait (average of the cores)",
-                [target(x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), "{{node}}")],
+                [target(x.mean(scope, contract.CPU_IOWAIT_SAMPLED_RATIO), "{{node}}")],
                 unit=ui.RATIO,
                 min_value=0,
                 w=8,
             ),
             ui.timeseries(
                 "Host memory used",
-                [target(x.mean(scope, "trainprof_memory_used_sampled_ratio"), "{{node}}")],
+                [target(x.mean(scope, contract.MEMORY_USED_SAMPLED_RATIO), "{{node}}")],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -167,7 +168,7 @@ def system_usage_table(scope: Scope, compiled: Compiled) -> ui.Table:
                         "__name__": True,
                         "instance": True,
                         "job": True,
-                        "training_job": True,
+                        JOB_LABEL: True,
                         "namespace": True,
                     },
                     "indexByName": {
@@ -364,9 +365,9 @@ def profiler_views_row(scope: Scope, compiled: Compiled) -> ui.Row:
             ui.timeseries(
                 "Utilization on $node",
                 [
-                    target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "CPU"),
+                    target(x.mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO), "CPU"),
                     target(
-                        x.mean(scope, "trainprof_gpu_utilization_sampled_ratio", by="gpu"),
+                        x.mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO, by="gpu"),
                         "GPU {{gpu}}",
                     ),
                 ],
@@ -476,9 +477,9 @@ def variables(config: RulesConfig | None = None) -> list[ui.Variable]:
     in_job = 'training_job="$training_job", namespace=~"$namespace"'
     node_wide = config is not None and config.gpu_attribution == "assignment"
     gpus = (
-        "trainprof_gpu_assignment_info"
+        contract.GPU_ASSIGNMENT_INFO
         if node_wide
-        else "trainprof_gpu_utilization_sampled_ratio_count"
+        else contract.GPU_UTILIZATION_SAMPLED_RATIO + "_count"
     )
     return [
         ui.datasource_variable(),
@@ -486,7 +487,7 @@ def variables(config: RulesConfig | None = None) -> list[ui.Variable]:
             "namespace", f"label_values({job}, namespace)", label="Namespace", include_all=True
         ),
         ui.query_variable(
-            "training_job",
+            JOB_LABEL,
             f'label_values({job[:-1]}, namespace=~"$namespace"}}, training_job)',
             label="Training job",
         ),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainprof.contract.names import JOB_LABEL, JOB_LABELS
 from trainprof.sources.options import SOURCES
 
 SCHEMA_URL = "https://raw.githubusercontent.com/trainprof/trainprof/main/schemas/"
@@ -182,7 +183,7 @@ def rules_schema() -> dict[str, Any]:
                 "items": {"type": "string", "pattern": _LABEL_NAME, "not": {"pattern": "^__"}},
                 "minItems": 1,
                 "uniqueItems": True,
-                "default": ["namespace", "training_job"],
+                "default": list(JOB_LABELS),
             },
             "job_selector": {
                 "type": "object",
@@ -340,7 +341,7 @@ def actions_schema() -> dict[str, Any]:
                         "api_url": {"type": "string", "pattern": "^https?://"},
                         "token_file": text,
                         "ca_file": text,
-                        "name_label": {"type": "string", "default": "training_job"},
+                        "name_label": {"type": "string", "default": JOB_LABEL},
                     },
                     required=["resource"],
                 ),

@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.sampling import HostSample
 from trainprof.replay import recorded, sagemaker
 from trainprof.replay.compact import CompactSamples
@@ -191,7 +192,7 @@ def _recording_timeline(
                 value = record.get("datapoint_interval")
                 if isinstance(value, (int, float)) and 0 < value <= 3600:
                     interval = interval or float(value)
-                name = record.get("training_job") or record.get("job")
+                name = record.get(JOB_LABEL) or record.get("job")
                 job = job or (str(name) if name else None)
             elif kind == "host":
                 sample = recorded.host_sample(record, where, damage)

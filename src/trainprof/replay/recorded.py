@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainprof.contract import recording
+from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.sampling import HostSample
 from trainprof.replay.damage import Damage, ratio, timestamp_ok
 from trainprof.replay.timeline import PhaseTotals, Step
@@ -156,5 +157,5 @@ def phase_totals(record: dict[str, Any], where: str, damage: Damage) -> PhaseTot
 def training_job(record: dict[str, Any]) -> str | None:
     """The job a process record names (`trainprof.start(training_job=...)`), if any, as
     the rank's own series carried it (a long name cut as `bounded_label_value` cuts it)."""
-    name = record.get("training_job")
+    name = record.get(JOB_LABEL)
     return bounded_label_value(name) if isinstance(name, str) and name.strip() else None

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from trainprof.contract.names import JOB_LABEL
 from trainprof.dashboards.queries import presence, presence_names
 from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
@@ -371,7 +372,7 @@ def parse_time(text: str, now: float) -> float:
 def _presence(job: str, namespace: str | None, source: tuple[str, ...]) -> list[str]:
     """Selectors of the series that say the job existed (one per metric name, so functions
     that drop the name cannot collide)."""
-    matchers = {"training_job": job}
+    matchers = {JOB_LABEL: job}
     if namespace is not None:
         matchers["namespace"] = namespace
     inner = ", ".join(f"{k}={quote(v)}" for k, v in matchers.items())
@@ -558,7 +559,7 @@ def _no_such_job(
 ) -> str:
     import difflib
 
-    known = api.label_values("training_job", presence(source))
+    known = api.label_values(JOB_LABEL, presence(source))
     close = difflib.get_close_matches(job, known, n=3)
     message = f"no trainprof series with training_job={job!r}"
     if namespace is not None:
@@ -597,7 +598,7 @@ def _verdicts(
             # Look back far enough that an alert already pending at `start` is seen.
             series = api.range(rule["expr"], start - hold - step, end, step)
             for labels, points in series:
-                if labels.get("training_job") != job:
+                if labels.get(JOB_LABEL) != job:
                     continue
                 if namespace is not None and labels.get("namespace") != namespace:
                     continue

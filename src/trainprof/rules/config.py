@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainprof.contract.durations import parse_duration
+from trainprof.contract.names import JOB_LABELS
 from trainprof.contract.validation import (
     ConfigError,
     Problem,  # noqa: F401  (re-exported: rule configuration errors are ConfigError)
@@ -127,7 +128,7 @@ class RulesConfig:
     # Where a GPU's job comes from: the exporter's own training_job label (exporter; auto)
     # or the ranks' trainprof_gpu_assignment_info (assignment: a node-wide DaemonSet).
     gpu_attribution: str = "auto"
-    job_labels: tuple[str, ...] = ("namespace", "training_job")
+    job_labels: tuple[str, ...] = JOB_LABELS
     job_selector: tuple[Matcher, ...] = ()
     runbook_url: str = DEFAULT_RUNBOOK_URL
     grafana_url: str = DEFAULT_GRAFANA_URL
@@ -180,7 +181,7 @@ class _Loader(Problems):
             mode = "auto"
         attribution = data.get("gpu_attribution", "auto")
         self.one_of("gpu_attribution", attribution, GPU_ATTRIBUTIONS)
-        job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
+        job_labels = self.labels(data.get("job_labels", list(JOB_LABELS)))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
         source = self.source(data.get("source", "trainprof"))
@@ -243,7 +244,7 @@ class _Loader(Problems):
     def labels(self, value) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.problem("job_labels", f"expected a list of label names, got {describe(value)}")
-            return ("namespace", "training_job")
+            return JOB_LABELS
         if not value:
             self.problem(
                 "job_labels",

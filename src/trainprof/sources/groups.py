@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
+from trainprof.contract.names import VERSION_LABEL
 from trainprof.sources import dcgm, gauges, node_exporter
 from trainprof.sources.options import SourceOptions
 
@@ -164,7 +166,7 @@ def _missing_host(sources: tuple[str, ...], options: SourceOptions) -> list[dict
         # Without dcgm the nodes join their jobs only through the ranks' GPU assignment.
         alerts.append(
             _missing(
-                "trainprof_gpu_assignment_info",
+                contract.GPU_ASSIGNMENT_INFO,
                 "absent(trainprof_gpu_assignment_info)",
                 "No rank serves trainprof_gpu_assignment_info, so no node joins a training "
                 "job and no host rule can fire on node_exporter's series. Run the training "
@@ -218,7 +220,7 @@ def _missing(
             "affects": "sources",
             "input": series,
             "scope": scope,
-            "trainprof_rule_version": "1",
+            VERSION_LABEL: "1",
         },
         "annotations": {
             "summary": summary or f"A series the rules read is absent: {series}.",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract.names import JOB_LABELS
 from trainprof.rules.promql import LABEL_NAME
 
 SOURCES = ("trainprof", "dcgm", "node_exporter")
@@ -24,7 +25,7 @@ class SourceOptions:
     """
 
     node_label: str = "node"
-    job_labels: tuple[str, ...] = ("namespace", "training_job")
+    job_labels: tuple[str, ...] = JOB_LABELS
     pod_job_label: str = "label_training_kubeflow_org_job_name"
     scrape_interval: float = 15.0
 

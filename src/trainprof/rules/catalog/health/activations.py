@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     by_collection,
@@ -32,7 +33,7 @@ class DeadReluParams:
 
 
 def _dead_relu(b: Build[DeadReluParams]) -> RuleOutput:
-    dead = tensor_sel(b, "trainprof_tensor_dead_unit_ratio", "max", ("relu_output",))
+    dead = tensor_sel(b, contract.TENSOR_DEAD_UNIT_RATIO, "max", ("relu_output",))
     return one_alert(
         expr=f"max {b.by_job} ({dead})\n> {b.p.threshold_layer / 100:.10g}",
         summary="Most units of a ReLU layer are dead.",
@@ -70,7 +71,7 @@ DEAD_RELU = tensor_rule(
     signals=threshold_signal(
         "Dead ReLU units",
         RATIO_UNIT,
-        "trainprof_tensor_dead_unit_ratio",
+        contract.TENSOR_DEAD_UNIT_RATIO,
         setting("threshold_layer", "above", suffix="%"),
         aggregate="max",
     ),
@@ -100,7 +101,7 @@ class SaturatedActivationParams:
 
 def _saturated(b: Build[SaturatedActivationParams]) -> RuleOutput:
     sat = tensor_sel(
-        b, "trainprof_tensor_saturated_unit_ratio", "max", ("tanh_input", "sigmoid_input")
+        b, contract.TENSOR_SATURATED_UNIT_RATIO, "max", ("tanh_input", "sigmoid_input")
     )
     return one_alert(
         expr=f"max {by_collection(b)} ({sat})\n> {b.p.threshold_layer / 100:.10g}",
@@ -129,7 +130,7 @@ SATURATED_ACTIVATION = tensor_rule(
     signals=threshold_signal(
         "Saturated units",
         RATIO_UNIT,
-        "trainprof_tensor_saturated_unit_ratio",
+        contract.TENSOR_SATURATED_UNIT_RATIO,
         setting("threshold_layer", "above", suffix="%"),
         aggregate="max",
     ),
@@ -164,12 +165,12 @@ _ACTIVATION_INPUTS = ("relu_input", "tanh_input", "sigmoid_input")
 
 def _poor_init(b: Build[PoorWeightInitializationParams]) -> RuleOutput:
     p = b.p
-    high = tensor_sel(b, "trainprof_tensor_variance", "max", _ACTIVATION_INPUTS)
-    low = tensor_sel(b, "trainprof_tensor_variance", "min", _ACTIVATION_INPUTS)
-    spread = tensor_sel(b, "trainprof_tensor_percentile_spread", "min", ("gradients",))
-    since = b.sel("trainprof_training_loss_saves_since_improvement", mode="train")
-    early = b.sel("trainprof_tensor_last_save_step")
-    loss_early = b.sel("trainprof_training_loss_step", mode="train")
+    high = tensor_sel(b, contract.TENSOR_VARIANCE, "max", _ACTIVATION_INPUTS)
+    low = tensor_sel(b, contract.TENSOR_VARIANCE, "min", _ACTIVATION_INPUTS)
+    spread = tensor_sel(b, contract.TENSOR_PERCENTILE_SPREAD, "min", ("gradients",))
+    since = b.sel(contract.TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT, mode="train")
+    early = b.sel(contract.TENSOR_LAST_SAVE_STEP)
+    loss_early = b.sel(contract.TRAINING_LOSS_STEP, mode="train")
     expr = (
         f"(\n  max {b.by_job} ({high})\n  / min {b.by_job} ({low})\n  > {p.threshold:g}\n"
         f"  or\n  min {b.by_job} ({spread}) < {p.distribution_range:g}\n)\n"
@@ -208,7 +209,7 @@ POOR_WEIGHT_INITIALIZATION = tensor_rule(
     signals=threshold_signal(
         "Activation-input variance",
         NUMBER_UNIT,
-        "trainprof_tensor_variance",
+        contract.TENSOR_VARIANCE,
         lambda p: Threshold(p.threshold, f"{p.threshold:g}x", "above"),
         collection="relu_input",
     ),

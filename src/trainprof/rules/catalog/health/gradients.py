@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_LABEL
 from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
@@ -32,7 +34,7 @@ class VanishingGradientParams:
 
 
 def _vanishing(b: Build[VanishingGradientParams]) -> RuleOutput:
-    grads = tensor_sel(b, "trainprof_tensor_mean_abs", "min", ("gradients",))
+    grads = tensor_sel(b, contract.TENSOR_MEAN_ABS, "min", ("gradients",))
     return one_alert(
         expr=f"min {b.by_job} ({grads})\n< {b.p.threshold:g}",
         summary="Gradients have vanished.",
@@ -44,7 +46,7 @@ def _vanishing(b: Build[VanishingGradientParams]) -> RuleOutput:
 
 
 def _smallest_gradient(scope: Selects) -> str:
-    grads = scope.sel("trainprof_tensor_mean_abs", collection="gradients", aggregate="min")
+    grads = scope.sel(contract.TENSOR_MEAN_ABS, collection="gradients", aggregate="min")
     return f"min {scope.by_job} ({grads})"
 
 
@@ -87,14 +89,12 @@ class ExplodingTensorParams:
 def _exploding(b: Build[ExplodingTensorParams]) -> RuleOutput:
     p = b.p
     warn_regex(b, "tensor_regex", p.tensor_regex)
-    nan = tensor_sel(b, "trainprof_tensor_nan_values", "max", p.collection_names, p.tensor_regex)
+    nan = tensor_sel(b, contract.TENSOR_NAN_VALUES, "max", p.collection_names, p.tensor_regex)
     bad = nan
     if not p.only_nan:
-        inf = tensor_sel(
-            b, "trainprof_tensor_inf_values", "max", p.collection_names, p.tensor_regex
-        )
+        inf = tensor_sel(b, contract.TENSOR_INF_VALUES, "max", p.collection_names, p.tensor_regex)
         bad = f"{nan} + {inf}"
-    loss = b.sel("trainprof_training_loss")
+    loss = b.sel(contract.TRAINING_LOSS)
     loss_bad = f"{loss} != {loss}" if p.only_nan else f"({loss} != {loss}) or abs({loss}) == +Inf"
     expr = f"max {by_collection(b)} ({bad}) > 0"
     if not p.collection_names and not p.tensor_regex:
@@ -111,7 +111,7 @@ def _exploding(b: Build[ExplodingTensorParams]) -> RuleOutput:
 
 def _non_finite(scope: Selects) -> str:
     return (
-        f"max {promql.by(('training_job', 'collection'))} "
+        f"max {promql.by((JOB_LABEL, 'collection'))} "
         f"({scope.sel('trainprof_tensor_nan_values', aggregate='max')} + "
         f"{scope.sel('trainprof_tensor_inf_values', aggregate='max')})"
     )
@@ -152,8 +152,8 @@ class WeightUpdateRatioParams:
 
 def _update_ratio(b: Build[WeightUpdateRatioParams]) -> RuleOutput:
     p = b.p
-    high = tensor_sel(b, "trainprof_tensor_update_ratio", "max", ("weights",))
-    low = tensor_sel(b, "trainprof_tensor_update_ratio", "min", ("weights",))
+    high = tensor_sel(b, contract.TENSOR_UPDATE_RATIO, "max", ("weights",))
+    low = tensor_sel(b, contract.TENSOR_UPDATE_RATIO, "min", ("weights",))
     return one_alert(
         expr=(
             f"max {b.by_job} ({high}) > {p.large_threshold:g}\n"
@@ -184,7 +184,7 @@ WEIGHT_UPDATE_RATIO = tensor_rule(
     signals=threshold_signal(
         "Update / weight norm",
         NUMBER_UNIT,
-        "trainprof_tensor_update_ratio",
+        contract.TENSOR_UPDATE_RATIO,
         setting("large_threshold", "above"),
         collection="weights",
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import one_alert, tensor_rule, threshold_signal
 from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Selects, Threshold
@@ -30,8 +31,8 @@ def _input_images(b: Build[CheckInputImagesParams]) -> RuleOutput:
             f"{b.path('channel')}: the training process averages axis 1 (N x C x H x W); "
             "pass channel-first images to Watcher.log_inputs"
         )
-    means = b.sel("trainprof_input_channel_mean")
-    count = b.sel("trainprof_input_samples_total")
+    means = b.sel(contract.INPUT_CHANNEL_MEAN)
+    count = b.sel(contract.INPUT_SAMPLES_TOTAL)
     return one_alert(
         expr=(
             f"max {b.by_job} (abs({means})) > {p.threshold_mean:g}\n"
@@ -58,7 +59,7 @@ CHECK_INPUT_IMAGES = tensor_rule(
     signals=threshold_signal(
         "Input channel means",
         NUMBER_UNIT,
-        "trainprof_input_channel_mean",
+        contract.INPUT_CHANNEL_MEAN,
         lambda p: Threshold(p.threshold_mean, f"±{p.threshold_mean:g}", "above"),
     ),
     differences=(
@@ -80,10 +81,10 @@ class NLPSequenceRatioParams:
 
 def _nlp_ratio(b: Build[NLPSequenceRatioParams]) -> RuleOutput:
     p = b.p
-    total = b.sel("trainprof_input_tokens_total")
+    total = b.sel(contract.INPUT_TOKENS_TOTAL)
     parts = []
     for token, percent in zip(p.token_values, p.token_thresholds_percent):
-        matches = b.sel("trainprof_input_token_matches_total", token=str(int(token)))
+        matches = b.sel(contract.INPUT_TOKEN_MATCHES_TOTAL, token=str(int(token)))
         parts.append(f"{matches}\n/ ignoring (token) group_left\n{total}\n> {percent / 100:.10g}")
     return one_alert(
         expr="\nor\n".join(parts),

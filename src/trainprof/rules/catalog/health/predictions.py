@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     one_alert,
@@ -73,7 +74,7 @@ def _class_imbalance(b: Build[ClassImbalanceParams]) -> RuleOutput:
 
 
 def _samples_per_class(scope: Selects) -> str:
-    samples = scope.sel("trainprof_classification_samples_total")
+    samples = scope.sel(contract.CLASSIFICATION_SAMPLES_TOTAL)
     return f"sum by (training_job, label_class) ({samples})"
 
 
@@ -158,7 +159,7 @@ CONFUSION = tensor_rule(
     signals=threshold_signal(
         "Confusion matrix",
         NUMBER_UNIT,
-        "trainprof_classification_samples_total",
+        contract.CLASSIFICATION_SAMPLES_TOTAL,
         setting("min_diag", "below"),
     ),
     differences=(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     one_alert,
@@ -39,8 +40,8 @@ def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
     equal = {"num_steps": str(p.num_steps)}
     if p.mode:
         equal["mode"] = p.mode
-    evaluated = b.sel("trainprof_training_loss_evaluated", **equal)
-    baseline = b.sel("trainprof_training_loss_baseline", **equal)
+    evaluated = b.sel(contract.TRAINING_LOSS_EVALUATED, **equal)
+    baseline = b.sel(contract.TRAINING_LOSS_BASELINE, **equal)
     factor = 1 - p.diff_percent / 100
     return one_alert(
         expr=f"{evaluated}\n>= {baseline} * {factor:.10g}",
@@ -81,7 +82,7 @@ LOSS_NOT_DECREASING = tensor_rule(
     signals=threshold_signal(
         "Loss",
         NUMBER_UNIT,
-        "trainprof_training_loss",
+        contract.TRAINING_LOSS,
         lambda p: Threshold(0, "previous loss", "above"),
     ),
     inputs=_loss_inputs,
@@ -112,9 +113,9 @@ class OverfitParams:
 
 def _overfit(b: Build[OverfitParams]) -> RuleOutput:
     p = b.p
-    train = b.sel("trainprof_training_loss", mode="train")
-    valid = b.sel("trainprof_training_loss", mode="eval")
-    step = b.sel("trainprof_training_loss_step", mode="train")
+    train = b.sel(contract.TRAINING_LOSS, mode="train")
+    valid = b.sel(contract.TRAINING_LOSS, mode="eval")
+    step = b.sel(contract.TRAINING_LOSS_STEP, mode="train")
     expr = (
         f"({valid} - ignoring (mode) {train})\n/ ignoring (mode) abs({train})\n"
         f"> {p.ratio_threshold:g}\nand ignoring (mode)\n{step} >= {p.start_step}"
@@ -147,7 +148,7 @@ OVERFIT = tensor_rule(
     signals=threshold_signal(
         "Training and validation loss",
         NUMBER_UNIT,
-        "trainprof_training_loss",
+        contract.TRAINING_LOSS,
         setting("ratio_threshold", "above"),
     ),
     differences=(
@@ -170,7 +171,7 @@ class OvertrainingParams:
 
 def _overtraining(b: Build[OvertrainingParams]) -> RuleOutput:
     p = b.p
-    since = "trainprof_training_loss_saves_since_improvement"
+    since = contract.TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT
     expr = (
         f"{b.sel(since, mode='train')} >= {p.patience_train}\n"
         f"or\n{b.sel(since, mode='eval')} >= {p.patience_validation}"
@@ -208,7 +209,7 @@ OVERTRAINING = tensor_rule(
     signals=threshold_signal(
         "Saves since the loss improved",
         NUMBER_UNIT,
-        "trainprof_training_loss_saves_since_improvement",
+        contract.TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT,
         setting("patience_train", "above", spec=""),
     ),
     inputs=_overtraining_inputs,
@@ -234,8 +235,8 @@ class StalledTrainingParams:
 
 
 def _stalled(b: Build[StalledTrainingParams]) -> RuleOutput:
-    step = b.sel("trainprof_training_last_step_timestamp_seconds")
-    save = b.sel("trainprof_tensor_last_save_timestamp_seconds")
+    step = b.sel(contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
+    save = b.sel(contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS)
     labels = {"action": "stop"} if b.p.stop_training_on_fire else {}
     return one_alert(
         expr=(
@@ -252,7 +253,7 @@ def _stalled(b: Build[StalledTrainingParams]) -> RuleOutput:
 
 
 def _since_last_step(scope: Selects) -> str:
-    last = scope.sel("trainprof_training_last_step_timestamp_seconds")
+    last = scope.sel(contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
     return f"time() - max {scope.by_job} ({last})"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
@@ -34,7 +35,7 @@ class AllZeroParams:
 def _all_zero(b: Build[AllZeroParams]) -> RuleOutput:
     p = b.p
     warn_regex(b, "tensor_regex", p.tensor_regex)
-    zeros = tensor_sel(b, "trainprof_tensor_zero_ratio", "max", p.collection_names, p.tensor_regex)
+    zeros = tensor_sel(b, contract.TENSOR_ZERO_RATIO, "max", p.collection_names, p.tensor_regex)
     return one_alert(
         expr=f"max {by_collection(b)} ({zeros})\n>= {p.threshold / 100:.10g}",
         summary="A tensor is all zeros.",
@@ -59,7 +60,7 @@ ALL_ZERO = tensor_rule(
     signals=threshold_signal(
         "Largest zero fraction",
         RATIO_UNIT,
-        "trainprof_tensor_zero_ratio",
+        contract.TENSOR_ZERO_RATIO,
         setting("threshold", "above", suffix="%"),
         aggregate="max",
     ),
@@ -84,10 +85,10 @@ def _tensor_variance(b: Build[TensorVarianceParams]) -> RuleOutput:
     warn_regex(b, "tensor_regex", p.tensor_regex)
     parts = []
     if p.max_threshold is not None:
-        high = tensor_sel(b, "trainprof_tensor_variance", "max", p.collection_names, p.tensor_regex)
+        high = tensor_sel(b, contract.TENSOR_VARIANCE, "max", p.collection_names, p.tensor_regex)
         parts.append(f"max {by_collection(b)} ({high}) > {p.max_threshold:g}")
     if p.min_threshold is not None:
-        low = tensor_sel(b, "trainprof_tensor_variance", "min", p.collection_names, p.tensor_regex)
+        low = tensor_sel(b, contract.TENSOR_VARIANCE, "min", p.collection_names, p.tensor_regex)
         parts.append(f"min {by_collection(b)} ({low}) < {p.min_threshold:g}")
     return one_alert(
         expr="\nor\n".join(parts),
@@ -123,7 +124,7 @@ TENSOR_VARIANCE = tensor_rule(
     parameters=TensorVarianceParams,
     build=_tensor_variance,
     signals=threshold_signal(
-        "Variance", NUMBER_UNIT, "trainprof_tensor_variance", _variance_line, aggregate="max"
+        "Variance", NUMBER_UNIT, contract.TENSOR_VARIANCE, _variance_line, aggregate="max"
     ),
     check=_tensor_variance_check,
     differences=(
@@ -147,9 +148,7 @@ class UnchangedTensorParams:
 def _unchanged(b: Build[UnchangedTensorParams]) -> RuleOutput:
     p = b.p
     warn_regex(b, "tensor_regex", p.tensor_regex)
-    runs = tensor_sel(
-        b, "trainprof_tensor_unchanged_saves", "max", p.collection_names, p.tensor_regex
-    )
+    runs = tensor_sel(b, contract.TENSOR_UNCHANGED_SAVES, "max", p.collection_names, p.tensor_regex)
     return one_alert(
         expr=f"max {by_collection(b)} ({runs})\n>= {p.num_steps - 1}",
         summary="A tensor has stopped changing.",
@@ -186,7 +185,7 @@ UNCHANGED_TENSOR = tensor_rule(
     signals=threshold_signal(
         "Unchanged saves in a row",
         NUMBER_UNIT,
-        "trainprof_tensor_unchanged_saves",
+        contract.TENSOR_UNCHANGED_SAVES,
         lambda p: Threshold(p.num_steps - 1, f"{p.num_steps - 1}", "above"),
         aggregate="max",
     ),
@@ -219,12 +218,12 @@ def _similar(b: Build[SimilarAcrossRunsParams]) -> RuleOutput:
     keep = "collection, tensor, aggregate"
 
     def norms(op: str) -> str:
-        sel = tensor_sel(b, "trainprof_tensor_l2_norm", "max", p.collection_names, p.tensor_regex)
+        sel = tensor_sel(b, contract.TENSOR_L2_NORM, "max", p.collection_names, p.tensor_regex)
         sel = sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
         return sel
 
     def steps(op: str) -> str:
-        sel = b.sel("trainprof_tensor_last_save_step")
+        sel = b.sel(contract.TENSOR_LAST_SAVE_STEP)
         if "{" in sel:
             return sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
         return f"{sel}{{training_job{op}{promql.quote(other)}}}"
@@ -273,7 +272,7 @@ SIMILAR_ACROSS_RUNS = tensor_rule(
     signals=threshold_signal(
         "L2 norms",
         NUMBER_UNIT,
-        "trainprof_tensor_l2_norm",
+        contract.TENSOR_L2_NORM,
         lambda p: Threshold(0, "the other run's", "above"),
         aggregate="max",
     ),

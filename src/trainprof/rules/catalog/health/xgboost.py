@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     LEGEND,
@@ -28,7 +29,7 @@ class FeatureImportanceOverweightParams:
 
 def _importance(b: Build[FeatureImportanceOverweightParams]) -> RuleOutput:
     p = b.p
-    top = b.sel("trainprof_xgboost_feature_importance_top_ratio", top=str(p.nfeatures))
+    top = b.sel(contract.XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO, top=str(p.nfeatures))
     return one_alert(
         expr=f"{top} > {p.threshold:g}",
         summary="A few features carry most of the importance.",
@@ -48,7 +49,7 @@ def _importance_check(p: FeatureImportanceOverweightParams):
 def _importance_signals(b, out, scope, _):
     """The one signal whose title and series name the parameter (`nfeatures`)."""
     n = b.p.nfeatures
-    expr = scope.sel("trainprof_xgboost_feature_importance_top_ratio", top=str(n))
+    expr = scope.sel(contract.XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO, top=str(n))
     line = setting("threshold", "above")(b.p)
     return (Signal(f"Importance of the top {n} features", expr, LEGEND, RATIO_UNIT, line),)
 
@@ -83,7 +84,7 @@ class TreeDepthParams:
 
 
 def _tree_depth(b: Build[TreeDepthParams]) -> RuleOutput:
-    depth = b.sel("trainprof_xgboost_tree_depth")
+    depth = b.sel(contract.XGBOOST_TREE_DEPTH)
     return one_alert(
         expr=f"{depth} < {b.p.depth}",
         summary="XGBoost trees stay shallower than expected.",
@@ -108,7 +109,7 @@ TREE_DEPTH = tensor_rule(
     signals=threshold_signal(
         "Tree depth",
         NUMBER_UNIT,
-        "trainprof_xgboost_tree_depth",
+        contract.XGBOOST_TREE_DEPTH,
         lambda p: Threshold(p.depth, f"{p.depth}", "below"),
     ),
     differences=(
