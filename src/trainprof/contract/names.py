@@ -30,6 +30,8 @@ HEALTH_RULE = "TrainprofHealth"  # the rules are blind: exporters do not serve t
 # to inhibit on (a job that has not started is not bottlenecked yet); no one acts on them.
 STATE_RULE = "TrainprofState"
 NOT_STARTED_ALERT = "TrainingNotStarted"
+# Fired when what a rule reads is absent (an exporter, a series, a counted threshold).
+INPUT_MISSING_ALERT = "TrainprofRuleInputMissing"
 
 
 def alert_name(rule: str) -> str:

@@ -112,14 +112,14 @@ def _merged(pairs, extra):
     return tuple(sorted(set(pairs) | {(float(a), float(b)) for a, b in extra}))
 
 
-class _Histogram:
+class Histogram:
     """Fixed-bucket histogram state: per-bucket counts (not cumulative), sum, count."""
 
     __slots__ = ("bounds", "les", "counts", "sum", "count")
 
     def __init__(self, bounds: Sequence[float]):
         self.bounds = bounds
-        self.les = _les(tuple(bounds))
+        self.les = bucket_labels(tuple(bounds))
         self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf
         self.sum = 0.0
         self.count = 0
@@ -130,17 +130,12 @@ class _Histogram:
         self.count += 1
 
     def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for le, n in zip(self.les, self.counts):
-            cumulative += n
-            buckets.append((le, cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
+        add_histogram(family, labels, self.les, self.counts, self.count, self.sum)
 
     def quantile(self, q: float) -> float:
         """The `q` quantile as Prometheus' `histogram_quantile` computes it from these buckets.
 
-        >>> h = _Histogram((0.0, 0.5, 1.0))
+        >>> h = Histogram((0.0, 0.5, 1.0))
         >>> for v in (0.2, 0.4, 0.6, 0.9):
         ...     h.observe(v)
         >>> h.quantile(0.5), h.quantile(0.99)
@@ -151,14 +146,32 @@ class _Histogram:
 
 
 @functools.lru_cache(maxsize=None)
-def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+def bucket_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
     return tuple(bucket_label(b) for b in bounds)
+
+
+def add_histogram(
+    family: HistogramMetricFamily,
+    labels: list[str],
+    les: Sequence[str],
+    counts: Sequence[int],
+    count: int,
+    total: float,
+) -> None:
+    """Per-bucket `counts` (bounds labelled `les`, then +Inf) as one cumulative histogram
+    sample of `family`."""
+    cumulative, buckets = 0, []
+    for le, n in zip(les, counts):
+        cumulative += n
+        buckets.append((le, cumulative))
+    buckets.append(("+Inf", count))
+    family.add_metric(labels, buckets, total)
 
 
 @dataclasses.dataclass
 class _GpuState:
-    utilization: _Histogram
-    memory: _Histogram
+    utilization: Histogram
+    memory: Histogram
     load_bins: list[int]
     latest: GpuSample | None = None
 
@@ -195,16 +208,16 @@ class SampleAccumulator:
         self.samples = 0
         self.latest: HostSample | None = None
         bounds = contract.UTILIZATION_BUCKETS
-        self._cpu = _Histogram(bounds)
-        self._iowait = _Histogram(bounds)
-        self._memory = _Histogram(bounds)
+        self._cpu = Histogram(bounds)
+        self._iowait = Histogram(bounds)
+        self._memory = Histogram(bounds)
         self._cpu_bottlenecks = dict.fromkeys(self.grid.cpu, 0)
         self._io_bottlenecks = dict.fromkeys(self.grid.io, 0)
         self._gpus: dict[int, _GpuState] = {}
         # Every GPU's samples pooled per host: the node-level percentiles without a fleet-wide
         # `sum without (gpu, uuid)` over the per-GPU buckets at every evaluation.
-        self._pooled_utilization = _Histogram(bounds)
-        self._pooled_memory = _Histogram(bounds)
+        self._pooled_utilization = Histogram(bounds)
+        self._pooled_memory = Histogram(bounds)
 
     def observe(self, sample: HostSample) -> None:
         self.samples += 1
@@ -245,7 +258,7 @@ class SampleAccumulator:
         if state is None:
             bounds = contract.UTILIZATION_BUCKETS
             state = self._gpus[index] = _GpuState(
-                _Histogram(bounds), _Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS
+                Histogram(bounds), Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS
             )
         return state
 
@@ -434,7 +447,7 @@ class Families:
             hist.add_to(family, values)
         return family
 
-    def quantiles(self, name: str, ident: list[str], hist: _Histogram) -> SummaryMetricFamily:
+    def quantiles(self, name: str, ident: list[str], hist: Histogram) -> SummaryMetricFamily:
         """A node histogram as a summary of its quantiles since the exporter started, served
         so that OverallSystemUsage need not run `histogram_quantile` over a fleet's buckets.
         Without observations there are no quantiles (histogram_quantile would give NaN)."""

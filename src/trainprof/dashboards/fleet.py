@@ -130,24 +130,17 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashb
                     jobs,
                     h=10,
                     sort_by="Idle GPU-hours",
-                    transformations=[
-                        {"id": "merge", "options": {}},
+                    transformations=ui.merged(
                         {
-                            "id": "organize",
-                            "options": {
-                                "excludeByName": {"Time": True},
-                                "renameByName": {
-                                    "Value #nodes": "Nodes",
-                                    "Value #gpus": "GPUs",
-                                    "Value #ranks": "Ranks",
-                                    "Value #step_rate": "Steps/s",
-                                    "Value #gpu_util": "Mean GPU utilization",
-                                    "Value #alerts": "Alerts firing",
-                                    "Value #idle": "Idle GPU-hours",
-                                },
-                            },
-                        },
-                    ],
+                            "Value #nodes": "Nodes",
+                            "Value #gpus": "GPUs",
+                            "Value #ranks": "Ranks",
+                            "Value #step_rate": "Steps/s",
+                            "Value #gpu_util": "Mean GPU utilization",
+                            "Value #alerts": "Alerts firing",
+                            "Value #idle": "Idle GPU-hours",
+                        }
+                    ),
                     overrides=_job_link()
                     + [
                         {
@@ -171,15 +164,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashb
                     w=12,
                     sort_by="Alerts firing",
                     overrides=_job_link(),
-                    transformations=[
-                        {
-                            "id": "organize",
-                            "options": {
-                                "excludeByName": {"Time": True},
-                                "renameByName": {"Value": "Alerts firing"},
-                            },
-                        }
-                    ],
+                    transformations=[ui.organize({"Value": "Alerts firing"})],
                 ),
                 ui.bargauge(
                     "Idle GPU-hours per job",
@@ -195,18 +180,10 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashb
                     description="Ranks whose mean step time over the range is furthest above "
                     "their job's median rank: 1.5 means 50 % slower.",
                     transformations=[
-                        {
-                            "id": "organize",
-                            "options": {
-                                "excludeByName": {
-                                    "Time": True,
-                                    "instance": True,
-                                    "job": True,
-                                    "local_rank": True,
-                                },
-                                "renameByName": {"Value": "Slower than the median by"},
-                            },
-                        }
+                        ui.organize(
+                            {"Value": "Slower than the median by"},
+                            hide=("Time", "instance", "job", "local_rank"),
+                        )
                     ],
                 ),
                 ui.timeseries(

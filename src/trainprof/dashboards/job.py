@@ -157,31 +157,11 @@ def system_usage_table(scope: Scope, compiled: Compiled) -> ui.Table:
         descending=False,
         description="SageMaker's OverallSystemUsage: percentiles of every sample since the "
         "exporter started (GPU percentiles pool the node's GPUs).",
-        transformations=[
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {
-                        "Time": True,
-                        "quantile": True,
-                        "__name__": True,
-                        "instance": True,
-                        "job": True,
-                        JOB_LABEL: True,
-                        "namespace": True,
-                    },
-                    "indexByName": {
-                        "node": 0,
-                        "resource": 1,
-                        "Value #p50": 2,
-                        "Value #p95": 3,
-                        "Value #p99": 4,
-                    },
-                    "renameByName": {"Value #p50": "p50", "Value #p95": "p95", "Value #p99": "p99"},
-                },
-            },
-        ],
+        transformations=ui.merged(
+            {"Value #p50": "p50", "Value #p95": "p95", "Value #p99": "p99"},
+            hide=("Time", "quantile", "__name__", "instance", "job", JOB_LABEL, "namespace"),
+            order=("node", "resource", "Value #p50", "Value #p95", "Value #p99"),
+        ),
     )
 
 
@@ -273,34 +253,25 @@ def rules_summary_row(scope: Scope, compiled: Compiled) -> ui.Row:
                 "started firing in the dashboard's range, and its state now.",
                 transformations=[
                     {"id": "joinByField", "options": {"byField": "rule", "mode": "outer"}},
-                    {
-                        "id": "organize",
-                        "options": {
-                            "excludeByName": {
-                                "Time": True,
-                                "Time 1": True,
-                                "Time 2": True,
-                                "Time 3": True,
-                                "Value #catalog": True,
-                            },
-                            "indexByName": {
-                                "rule": 0,
-                                "severity": 1,
-                                "description": 2,
-                                "recommendation": 3,
-                                "Value #triggered": 4,
-                                "Value #state": 5,
-                            },
-                            "renameByName": {
-                                "rule": "Rule",
-                                "severity": "Severity",
-                                "description": "Description",
-                                "recommendation": "Recommendation",
-                                "Value #triggered": "Times triggered",
-                                "Value #state": "State now",
-                            },
+                    ui.organize(
+                        {
+                            "rule": "Rule",
+                            "severity": "Severity",
+                            "description": "Description",
+                            "recommendation": "Recommendation",
+                            "Value #triggered": "Times triggered",
+                            "Value #state": "State now",
                         },
-                    },
+                        hide=("Time", "Time 1", "Time 2", "Time 3", "Value #catalog"),
+                        order=(
+                            "rule",
+                            "severity",
+                            "description",
+                            "recommendation",
+                            "Value #triggered",
+                            "Value #state",
+                        ),
+                    ),
                 ],
                 overrides=[
                     _override(
@@ -402,20 +373,13 @@ def profiler_views_row(scope: Scope, compiled: Compiled) -> ui.Row:
                 sort_by="Total",
                 description="Time in each phase (trainprof.phase annotations) over the range, in "
                 "total and per step.",
-                transformations=[
-                    {"id": "merge", "options": {}},
+                transformations=ui.merged(
                     {
-                        "id": "organize",
-                        "options": {
-                            "excludeByName": {"Time": True},
-                            "renameByName": {
-                                "phase": "Phase",
-                                "Value #total": "Total",
-                                "Value #per_step": "Per step",
-                            },
-                        },
-                    },
-                ],
+                        "phase": "Phase",
+                        "Value #total": "Total",
+                        "Value #per_step": "Per step",
+                    }
+                ),
             ),
         ],
     )

@@ -243,6 +243,25 @@ def table(
     )
 
 
+def organize(
+    rename: dict[str, str], hide: Sequence[str] = ("Time",), order: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Grafana's organize transformation of a table: the columns `hide` hidden, `order`
+    first, `rename` applied."""
+    options: dict[str, Any] = {"excludeByName": dict.fromkeys(hide, True)}
+    if order:
+        options["indexByName"] = {name: i for i, name in enumerate(order)}
+    options["renameByName"] = rename
+    return {"id": "organize", "options": options}
+
+
+def merged(
+    rename: dict[str, str], hide: Sequence[str] = ("Time",), order: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """A table's queries merged into one row per series, then `organize`d."""
+    return [{"id": "merge", "options": {}}, organize(rename, hide, order)]
+
+
 def piechart(
     title: str,
     targets: Sequence[core.Target],

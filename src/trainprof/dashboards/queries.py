@@ -144,6 +144,18 @@ def regex_escape(value: str) -> str:
     return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", value)
 
 
+def one_job(training_job: str, namespace: str | None) -> dict[str, str | None]:
+    """The variables of the job dashboard set to one job, all its nodes, GPUs and ranks: what
+    the report and replay's verdicts interpolate its queries with."""
+    return {
+        JOB_LABEL: training_job,
+        "namespace": namespace,
+        "node": None,
+        "gpu": None,
+        "rank": None,
+    }
+
+
 def interpolate(
     expr: str,
     values: Mapping[str, str | Sequence[str] | None],

@@ -11,10 +11,9 @@ import dataclasses
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
-from trainprof.contract.names import JOB_LABEL
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
-from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
+from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate, one_job
 from trainprof.report import usage
 from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules  # noqa: F401
 from trainprof.rules.config import RuleInstance, default_config  # noqa: F401
@@ -136,13 +135,7 @@ def resolved(
     compiled: Compiled, training_job: str, namespace: str | None, seconds: float, step: float
 ) -> dict[str, ReportQuery]:
     """The report's queries for one job, variables replaced."""
-    values = {
-        JOB_LABEL: training_job,
-        "namespace": namespace,
-        "node": None,
-        "gpu": None,
-        "rank": None,
-    }
+    values = one_job(training_job, namespace)
     builtins = grafana_builtins(seconds, step, compiled.config.scrape_interval)
     return {
         name: dataclasses.replace(rq, expr=interpolate(rq.expr, values, builtins))

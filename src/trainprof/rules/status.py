@@ -18,8 +18,7 @@ import math
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration, parse_duration
-from trainprof.contract.names import JOB_LABEL
-from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
+from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate, one_job
 from trainprof.engines.promtool import SAFE_SCRAPES
 from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
@@ -108,13 +107,7 @@ def status_queries(
     builtins: dict[str, str],
 ) -> dict[str, tuple[str, bool]]:
     """name -> (PromQL, over the range?) of everything `decide` needs."""
-    values = {
-        JOB_LABEL: training_job,
-        "namespace": namespace,
-        "node": None,
-        "gpu": None,
-        "rank": None,
-    }
+    values = one_job(training_job, namespace)
     matchers = [f"training_job={quote(training_job)}"]
     if namespace is not None:
         matchers.append(f"namespace={quote(namespace)}")

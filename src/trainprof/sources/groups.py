@@ -8,7 +8,7 @@ from typing import Any
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
-from trainprof.contract.names import VERSION_LABEL
+from trainprof.contract.names import HEALTH_RULE, INPUT_MISSING_ALERT, VERSION_LABEL
 from trainprof.sources import dcgm, gauges, node_exporter
 from trainprof.sources.options import SourceOptions
 
@@ -23,7 +23,6 @@ INVENTORY_GROUP = "trainprof.sources.inventory"
 # Every device's recordings, which no rule reads: every 20 scrapes, at most 5 minutes apart.
 INVENTORY_SCRAPES = 20
 INVENTORY_INTERVAL = 300.0
-HEALTH_RULE = "TrainprofHealth"
 
 
 def adapter_groups(sources: tuple[str, ...], options: SourceOptions) -> list[dict[str, Any]]:
@@ -211,7 +210,7 @@ def _missing(
     series: str, expr: str, description: str, scope: str, summary: str = ""
 ) -> dict[str, Any]:
     return {
-        "alert": "TrainprofRuleInputMissing",
+        "alert": INPUT_MISSING_ALERT,
         "expr": expr,
         "for": "5m",
         "labels": {

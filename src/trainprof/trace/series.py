@@ -11,46 +11,19 @@ operators; at most `max_labels` distinct names are ever kept per series, later o
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 
-from prometheus_client.core import HistogramMetricFamily
-
 from trainprof.contract import metrics as contract
-from trainprof.contract.metrics import bucket_label
-from trainprof.contract.sampling import Families
+from trainprof.contract.sampling import Families, Histogram
 from trainprof.trace import classify
 from trainprof.trace.load import Trace
 from trainprof.trace.summary import launch_latencies, summarize
 
 OTHER = "other"
 NS = 1e-9
-
-
-class _Histogram:
-    def __init__(self, bounds: tuple[float, ...]):
-        self.bounds = bounds
-        self.counts = [0] * len(bounds)
-        self.count = 0
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.bounds, value)
-        if i < len(self.counts):
-            self.counts[i] += 1
-        self.count += 1
-        self.sum += value
-
-    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for bound, n in zip(self.bounds, self.counts):
-            cumulative += n
-            buckets.append((bucket_label(bound), cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
 
 
 class _Bounded:
@@ -86,7 +59,7 @@ class KernelSeries:
         self.memcpy_bytes: dict[str, float] = defaultdict(float)
         self.host_device: dict[str, float] = defaultdict(float)
         self.cpu_ops = _Bounded(max_labels)
-        self.latency = _Histogram(contract.LAUNCH_LATENCY_BUCKETS)
+        self.latency = Histogram(contract.LAUNCH_LATENCY_BUCKETS)
 
     def add_window(self, trace: Trace, steps: int, overhead: float) -> dict:
         """Fold one window's trace in; returns its summary."""

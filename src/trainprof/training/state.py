@@ -33,8 +33,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.core import Metric as MetricFamily
 
 from trainprof.contract import metrics as contract
-from trainprof.contract.metrics import bucket_label, threshold_label
-from trainprof.contract.sampling import Families, sample_value
+from trainprof.contract.metrics import threshold_label
+from trainprof.contract.sampling import Families, add_histogram, bucket_labels, sample_value
 
 log = logging.getLogger("trainprof")
 
@@ -179,12 +179,7 @@ class StepStatistics:
         return other
 
     def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for bound, n in zip(self.bounds, self.counts):
-            cumulative += n
-            buckets.append((bucket_label(bound), cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
+        add_histogram(family, labels, bucket_labels(self.bounds), self.counts, self.count, self.sum)
 
 
 class TrainingState:

@@ -7,7 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
-from trainprof.contract.names import JOB_LABEL
+from trainprof.contract.names import INPUT_MISSING_ALERT, JOB_LABEL
 from trainprof.engines.promtool import SAFE_SCRAPES
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
@@ -305,7 +305,7 @@ def _health(name: str, counter: str, busy_param: str):
         samples = b.sel(contract.SAMPLES_TOTAL)
         return (
             HealthCheck(
-                "TrainprofRuleInputMissing",
+                INPUT_MISSING_ALERT,
                 f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
                 summary="Exporters do not serve a series a rule needs.",
                 description=(

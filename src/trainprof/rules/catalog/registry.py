@@ -22,11 +22,6 @@ from trainprof.rules.catalog.health.activations import (
     POOR_WEIGHT_INITIALIZATION,
     SATURATED_ACTIVATION,
 )
-from trainprof.rules.catalog.health.gradients import (
-    EXPLODING_TENSOR,
-    VANISHING_GRADIENT,
-    WEIGHT_UPDATE_RATIO,
-)
 from trainprof.rules.catalog.health.inputs import CHECK_INPUT_IMAGES, NLP_SEQUENCE_RATIO
 from trainprof.rules.catalog.health.predictions import CLASS_IMBALANCE, CONFUSION
 from trainprof.rules.catalog.health.progress import (
@@ -37,9 +32,12 @@ from trainprof.rules.catalog.health.progress import (
 )
 from trainprof.rules.catalog.health.tensors import (
     ALL_ZERO,
+    EXPLODING_TENSOR,
     SIMILAR_ACROSS_RUNS,
     TENSOR_VARIANCE,
     UNCHANGED_TENSOR,
+    VANISHING_GRADIENT,
+    WEIGHT_UPDATE_RATIO,
 )
 from trainprof.rules.catalog.health.xgboost import FEATURE_IMPORTANCE_OVERWEIGHT, TREE_DEPTH
 from trainprof.rules.catalog.kernels import (

@@ -13,8 +13,8 @@ Parameters the training process must know to compute a reduction (LossNotDecreas
 `num_steps`, UnchangedTensor's `rtol`/`atol`, DeadRelu's `threshold_inactivity`, ...) are
 this rule's `inputs`: pass the same configuration to `trainprof.torch.watch(rules_config=)`.
 
-One module per kind of trouble: `gradients`, `progress` (the loss and the steps), `tensors`,
-`activations`, `predictions`, `inputs` and `xgboost`; `common` holds what they share (the
-tensor selectors, the one alert, the one threshold signal). `registry.TENSOR_RULES` lists
-them in report order.
+One module per kind of trouble: `tensors` (the gradients and the watched tensors),
+`progress` (the loss and the steps), `activations`, `predictions`, `inputs` and `xgboost`;
+`common` holds what they share (the tensor selectors, the one alert, the one threshold
+signal). `registry.TENSOR_RULES` lists them in report order.
 """

@@ -14,6 +14,7 @@ from trainprof.rules.catalog.health.common import (
     tensor_rule,
     tensor_sel,
     threshold_signal,
+    warn_process_default,
 )
 from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Threshold
 from trainprof.rules.params import PERCENT, param, scan_interval_param
@@ -46,11 +47,7 @@ def _dead_relu(b: Build[DeadReluParams]) -> RuleOutput:
 
 def _activation_inputs(b) -> dict:
     if b.p.threshold_inactivity != 1.0:
-        b.warnings.append(
-            f"{b.path('threshold_inactivity')}: the training process counts units inactive "
-            "below 1% by default; give trainprof.torch.watch(rules_config=...) this "
-            "configuration"
-        )
+        warn_process_default(b, "threshold_inactivity", "counts units inactive below 1%")
     return {"threshold_inactivity": b.p.threshold_inactivity}
 
 

@@ -70,6 +70,20 @@ def by_collection(b: Build) -> str:
     return promql.by(tuple(b.job_labels) + ("collection",))
 
 
+def watched(b: Build, series: str, aggregate: str) -> str:
+    """`series` of the tensors the rule watches: its `collection_names` and `tensor_regex`."""
+    return tensor_sel(b, series, aggregate, b.p.collection_names, b.p.tensor_regex)
+
+
+def warn_process_default(b: Build, name: str, default: str, so: str = "") -> None:
+    """Parameter `name` is not what the training process computes with by `default`: the
+    process must be given the configuration."""
+    b.warnings.append(
+        f"{b.path(name)}: the training process {default} by default; give "
+        f"trainprof.torch.watch(rules_config=...) this configuration{so}"
+    )
+
+
 def warn_regex(b: Build, name: str, value: str | None) -> None:
     if value:
         b.warnings.append(

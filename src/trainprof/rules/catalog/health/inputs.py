@@ -7,7 +7,12 @@ import dataclasses
 
 from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
-from trainprof.rules.catalog.health.common import one_alert, tensor_rule, threshold_signal
+from trainprof.rules.catalog.health.common import (
+    one_alert,
+    tensor_rule,
+    threshold_signal,
+    warn_process_default,
+)
 from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Selects, Threshold
 from trainprof.rules.params import param, scan_interval_param
 from trainprof.rules.tensor_params import NUMBER, NUMBERS, REGEX, WHOLE
@@ -110,10 +115,7 @@ def _nlp_check(p: NLPSequenceRatioParams):
 
 def _nlp_inputs(b: Build[NLPSequenceRatioParams]):
     if tuple(p for p in b.p.token_values) != (0.0,):
-        b.warnings.append(
-            f"{b.path('token_values')}: the training process counts token 0 by default; give "
-            "trainprof.torch.watch(rules_config=...) this configuration"
-        )
+        warn_process_default(b, "token_values", "counts token 0")
     return {"token_values": tuple(int(t) for t in b.p.token_values)}
 
 

@@ -12,6 +12,7 @@ from trainprof.rules.catalog.health.common import (
     setting,
     tensor_rule,
     threshold_signal,
+    warn_process_default,
 )
 from trainprof.rules.model import NUMBER_UNIT, SECONDS_UNIT, Build, RuleOutput, Selects, Threshold
 from trainprof.rules.params import MODE, PERCENT, param, scan_interval_param
@@ -56,11 +57,8 @@ def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
 
 def _loss_inputs(b: Build[LossNotDecreasingParams]):
     if b.p.num_steps != 10:
-        b.warnings.append(
-            f"{b.path('num_steps')}: the training process evaluates num_steps 10 by "
-            f"default; give trainprof.torch.watch(rules_config=...) this configuration so it "
-            f"evaluates {b.p.num_steps} too"
-        )
+        so = f" so it evaluates {b.p.num_steps} too"
+        warn_process_default(b, "num_steps", "evaluates num_steps 10", so)
     return {"loss_num_steps": b.p.num_steps}
 
 
@@ -188,10 +186,7 @@ def _overtraining(b: Build[OvertrainingParams]) -> RuleOutput:
 
 def _overtraining_inputs(b: Build[OvertrainingParams]):
     if b.p.delta != 0.01:
-        b.warnings.append(
-            f"{b.path('delta')}: the training process counts improvements over 0.01 by "
-            "default; give trainprof.torch.watch(rules_config=...) this configuration"
-        )
+        warn_process_default(b, "delta", "counts improvements over 0.01")
     return {"loss_delta": b.p.delta}
 
 

@@ -1,11 +1,14 @@
-"""What the watched tensors hold and how they change: AllZero, TensorVariance,
-UnchangedTensor, and SimilarAcrossRuns (two jobs' tensors at the same step)."""
+"""The gradients and the watched tensors: VanishingGradient, ExplodingTensor and
+WeightUpdateRatio (the gradients and the optimizer's steps); AllZero, TensorVariance and
+UnchangedTensor (what a tensor holds and how it changes); SimilarAcrossRuns (two jobs'
+tensors at the same step)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_LABEL
 from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
@@ -17,11 +20,195 @@ from trainprof.rules.catalog.health.common import (
     tensor_rule,
     tensor_sel,
     threshold_signal,
+    warn_process_default,
     warn_regex,
+    watched,
 )
-from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Threshold
+from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Selects, Threshold
 from trainprof.rules.params import PERCENT, param, scan_interval_param
-from trainprof.rules.tensor_params import FLAG, NAMES, NUMBER, OPTIONAL_NUMBER, REGEX, STEPS, TEXT
+from trainprof.rules.tensor_params import (
+    FLAG,
+    NAMES,
+    NUMBER,
+    OPTIONAL_NUMBER,
+    OPTIONAL_STEPS,
+    REGEX,
+    STEPS,
+    TEXT,
+)
+
+# --- VanishingGradient ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class VanishingGradientParams:
+    threshold: float = param(1e-7, NUMBER, "Mean |gradient| below which a gradient vanishes.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _vanishing(b: Build[VanishingGradientParams]) -> RuleOutput:
+    grads = tensor_sel(b, contract.TENSOR_MEAN_ABS, "min", ("gradients",))
+    return one_alert(
+        expr=f"min {b.by_job} ({grads})\n< {b.p.threshold:g}",
+        summary="Gradients have vanished.",
+        description=(
+            f"Job {JOB}: the smallest mean |gradient| of a watched tensor is "
+            f"{{{{ $value }}}}, below {b.p.threshold:g}."
+        ),
+    )
+
+
+def _smallest_gradient(scope: Selects) -> str:
+    grads = scope.sel(contract.TENSOR_MEAN_ABS, collection="gradients", aggregate="min")
+    return f"min {scope.by_job} ({grads})"
+
+
+VANISHING_GRADIENT = tensor_rule(
+    name="VanishingGradient",
+    summary="Gradients close to zero",
+    detects=(
+        "The mean absolute value of some gradient tensor below `threshold` at its latest "
+        "save: the layers behind it stop learning."
+    ),
+    recommendation=(
+        "Use ReLU-family activations, residual connections or normalisation layers, a "
+        "better initialisation, or a larger learning rate for the affected layers."
+    ),
+    severity="warning",
+    parameters=VanishingGradientParams,
+    build=_vanishing,
+    signals=threshold_signal(
+        "Smallest mean |gradient|", NUMBER_UNIT, _smallest_gradient, setting("threshold", "below")
+    ),
+    differences=(
+        "The mean |gradient| is computed on the device at each save by trainprof.torch.watch; "
+        "the rule reads the smallest over the gradients collection, so it names the "
+        "collection, not the tensor (watch with include_regex for per-tensor series)."
+    ),
+)
+
+
+# --- ExplodingTensor ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplodingTensorParams:
+    collection_names: tuple = param((), NAMES, COLLECTIONS)
+    tensor_regex: str | None = param(None, REGEX, TENSOR_REGEX)
+    only_nan: bool = param(False, FLAG, "Count NaN only, not infinities.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _exploding(b: Build[ExplodingTensorParams]) -> RuleOutput:
+    p = b.p
+    warn_regex(b, "tensor_regex", p.tensor_regex)
+    nan = watched(b, contract.TENSOR_NAN_VALUES, "max")
+    bad = nan
+    if not p.only_nan:
+        inf = watched(b, contract.TENSOR_INF_VALUES, "max")
+        bad = f"{nan} + {inf}"
+    loss = b.sel(contract.TRAINING_LOSS)
+    loss_bad = f"{loss} != {loss}" if p.only_nan else f"({loss} != {loss}) or abs({loss}) == +Inf"
+    expr = f"max {by_collection(b)} ({bad}) > 0"
+    if not p.collection_names and not p.tensor_regex:
+        expr += f"\nor\ncount {b.by_job} ({loss_bad}) > 0"
+    return one_alert(
+        expr=expr,
+        summary="Tensors hold NaN or infinite values.",
+        description=(
+            f"Job {JOB}: {{{{ $value }}}} non-finite value(s) in the latest save of "
+            "collection {{ $labels.collection }} (or in the loss)."
+        ),
+    )
+
+
+def _non_finite(scope: Selects) -> str:
+    return (
+        f"max {promql.by((JOB_LABEL, 'collection'))} "
+        f"({scope.sel('trainprof_tensor_nan_values', aggregate='max')} + "
+        f"{scope.sel('trainprof_tensor_inf_values', aggregate='max')})"
+    )
+
+
+EXPLODING_TENSOR = tensor_rule(
+    name="ExplodingTensor",
+    summary="NaN or infinite tensors",
+    detects=(
+        "A watched tensor (or the loss) holds NaN values, or infinities unless `only_nan`: "
+        "training has diverged."
+    ),
+    recommendation=(
+        "Lower the learning rate, clip gradients, check the inputs for NaN, and use a "
+        "numerically stable loss (log-sum-exp, BCEWithLogits) or a loss scaler under AMP."
+    ),
+    severity="critical",
+    parameters=ExplodingTensorParams,
+    build=_exploding,
+    signals=threshold_signal(
+        "Non-finite values", NUMBER_UNIT, _non_finite, lambda p: Threshold(0, "any", "above")
+    ),
+    differences=(
+        "Reads NaN/Inf counts per collection (and the loss) instead of scanning every tensor; "
+        "`tensor_regex` needs the tensors' own series (include_regex)."
+    ),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightUpdateRatioParams:
+    num_steps: int | None = param(None, OPTIONAL_STEPS, "Accepted; the ratio is per step.")
+    large_threshold: float = param(10, NUMBER, "Update/weight ratio above which it fires.")
+    small_threshold: float = param(1e-8, NUMBER, "Update/weight ratio below which it fires.")
+    epsilon: float = param(1e-9, NUMBER, "Added to the weight norm (the process uses 1e-9).")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _update_ratio(b: Build[WeightUpdateRatioParams]) -> RuleOutput:
+    p = b.p
+    high = tensor_sel(b, contract.TENSOR_UPDATE_RATIO, "max", ("weights",))
+    low = tensor_sel(b, contract.TENSOR_UPDATE_RATIO, "min", ("weights",))
+    return one_alert(
+        expr=(
+            f"max {b.by_job} ({high}) > {p.large_threshold:g}\n"
+            f"or\nmin {b.by_job} ({low}) < {p.small_threshold:g}"
+        ),
+        summary="Weight updates are out of proportion to the weights.",
+        description=(
+            f"Job {JOB}: an optimizer step changed some weights by {{{{ $value }}}} "
+            f"of their norm (bounds {p.small_threshold:g} to {p.large_threshold:g})."
+        ),
+    )
+
+
+WEIGHT_UPDATE_RATIO = tensor_rule(
+    name="WeightUpdateRatio",
+    summary="Weight updates too large or too small",
+    detects=(
+        "The L2 norm of an optimizer step's change to a weight tensor over the weight's L2 "
+        "norm, above `large_threshold` or below `small_threshold`."
+    ),
+    recommendation=(
+        "Ratios near 1e-3 are healthy. Much larger: lower the learning rate or clip; much "
+        "smaller: the layer barely learns (learning rate, vanishing gradients)."
+    ),
+    severity="warning",
+    parameters=WeightUpdateRatioParams,
+    build=_update_ratio,
+    signals=threshold_signal(
+        "Update / weight norm",
+        NUMBER_UNIT,
+        contract.TENSOR_UPDATE_RATIO,
+        setting("large_threshold", "above"),
+        collection="weights",
+    ),
+    differences=(
+        "The ratio is of one optimizer step at each save (the original compared two saved "
+        "steps, which had to be consecutive)."
+    ),
+)
+
+
+# --- AllZero, TensorVariance, UnchangedTensor ----------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +222,7 @@ class AllZeroParams:
 def _all_zero(b: Build[AllZeroParams]) -> RuleOutput:
     p = b.p
     warn_regex(b, "tensor_regex", p.tensor_regex)
-    zeros = tensor_sel(b, contract.TENSOR_ZERO_RATIO, "max", p.collection_names, p.tensor_regex)
+    zeros = watched(b, contract.TENSOR_ZERO_RATIO, "max")
     return one_alert(
         expr=f"max {by_collection(b)} ({zeros})\n>= {p.threshold / 100:.10g}",
         summary="A tensor is all zeros.",
@@ -85,10 +272,10 @@ def _tensor_variance(b: Build[TensorVarianceParams]) -> RuleOutput:
     warn_regex(b, "tensor_regex", p.tensor_regex)
     parts = []
     if p.max_threshold is not None:
-        high = tensor_sel(b, contract.TENSOR_VARIANCE, "max", p.collection_names, p.tensor_regex)
+        high = watched(b, contract.TENSOR_VARIANCE, "max")
         parts.append(f"max {by_collection(b)} ({high}) > {p.max_threshold:g}")
     if p.min_threshold is not None:
-        low = tensor_sel(b, contract.TENSOR_VARIANCE, "min", p.collection_names, p.tensor_regex)
+        low = watched(b, contract.TENSOR_VARIANCE, "min")
         parts.append(f"min {by_collection(b)} ({low}) < {p.min_threshold:g}")
     return one_alert(
         expr="\nor\n".join(parts),
@@ -148,7 +335,7 @@ class UnchangedTensorParams:
 def _unchanged(b: Build[UnchangedTensorParams]) -> RuleOutput:
     p = b.p
     warn_regex(b, "tensor_regex", p.tensor_regex)
-    runs = tensor_sel(b, contract.TENSOR_UNCHANGED_SAVES, "max", p.collection_names, p.tensor_regex)
+    runs = watched(b, contract.TENSOR_UNCHANGED_SAVES, "max")
     return one_alert(
         expr=f"max {by_collection(b)} ({runs})\n>= {p.num_steps - 1}",
         summary="A tensor has stopped changing.",
@@ -161,10 +348,7 @@ def _unchanged(b: Build[UnchangedTensorParams]) -> RuleOutput:
 
 def _unchanged_inputs(b: Build[UnchangedTensorParams]):
     if (b.p.rtol, b.p.atol) != (1e-5, 1e-8):
-        b.warnings.append(
-            f"{b.path('rtol')}: the training process compares with rtol 1e-5, atol 1e-8 by "
-            "default; give trainprof.torch.watch(rules_config=...) this configuration"
-        )
+        warn_process_default(b, "rtol", "compares with rtol 1e-5, atol 1e-8")
     return {"unchanged_tolerance": (b.p.rtol, b.p.atol)}
 
 
@@ -218,7 +402,7 @@ def _similar(b: Build[SimilarAcrossRunsParams]) -> RuleOutput:
     keep = "collection, tensor, aggregate"
 
     def norms(op: str) -> str:
-        sel = tensor_sel(b, contract.TENSOR_L2_NORM, "max", p.collection_names, p.tensor_regex)
+        sel = watched(b, contract.TENSOR_L2_NORM, "max")
         sel = sel.replace("{", "{" + f"training_job{op}{promql.quote(other)}, ", 1)
         return sel
 
