@@ -120,3 +120,35 @@ def test_every_module_imports_on_its_own():
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         failures = [f"{m}: {e}" for m, e in pool.map(_import_alone, names) if e]
     assert not failures, "\n".join(failures)
+
+
+def importers_of(package: str, found: dict[str, Path]) -> list[str]:
+    """The modules that import `package` (or a module of it), at any level."""
+    importers = []
+    for name, path in found.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            if any(n == package or n.startswith(package + ".") for n in names):
+                importers.append(name)
+                break
+    return importers
+
+
+def test_grafanalib_stays_behind_the_house_style_module():
+    """grafanalib is the dashboard generator, and `dashboards/panels.py` the one module that
+    imports it (docs/dashboards.md): a dashboard module says what to show through it."""
+    assert importers_of("grafanalib", modules()) == ["trainprof.dashboards.panels"]
+
+
+def test_an_importer_is_found(tmp_path):
+    """The check can fail: a second module importing grafanalib, lazily, is named."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "panels.py").write_text("from grafanalib import core\n")
+    (package / "job.py").write_text("def f():\n    import grafanalib.core\n")
+    assert importers_of("grafanalib", modules(tmp_path)) == ["pkg.job", "pkg.panels"]

@@ -17,7 +17,7 @@ from trainprof.dashboards import iter_panels, job, panels
 from trainprof.generation import docs
 from trainprof.replay.synthetic import write_system
 from trainprof.report import build, from_replay, render
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import default_config, load_config
 from trainprof.rules.model import (
@@ -102,8 +102,9 @@ HOST_MEMORY_HIGH = RuleSpec(
 
 @pytest.fixture
 def throwaway(monkeypatch):
-    monkeypatch.setattr(catalog, "CATALOG", catalog.CATALOG + (HOST_MEMORY_HIGH,))
-    monkeypatch.setattr(catalog, "BY_NAME", {**catalog.BY_NAME, "HostMemoryHigh": HOST_MEMORY_HIGH})
+    monkeypatch.setattr(registry, "CATALOG", registry.CATALOG + (HOST_MEMORY_HIGH,))
+    by_name = {**registry.BY_NAME, "HostMemoryHigh": HOST_MEMORY_HIGH}
+    monkeypatch.setattr(registry, "BY_NAME", by_name)
     return HOST_MEMORY_HIGH
 
 
@@ -191,7 +192,7 @@ def test_the_docs_describe_it(throwaway):
 
 
 def test_without_the_fixture_the_catalog_does_not_know_it():
-    assert catalog.lookup("HostMemoryHigh") is None
+    assert registry.lookup("HostMemoryHigh") is None
 
 
 def test_a_rule_declared_wrong_is_refused_when_its_module_is_imported():

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainprof.contract.names import EXIT_FAILED
+from trainprof.contract.names import EXIT_FAILED, JOB_LABEL
 from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.engines.prometheus_api import PrometheusAPI
 
@@ -208,7 +208,7 @@ def _webhook(say: _Printer) -> tuple[http.server.ThreadingHTTPServer, str]:
             names = sorted({a["labels"].get("alertname", "?") for a in payload.get("alerts", [])})
             say(
                 f"  -> {receiver:<7} {payload.get('status', '?').upper():<8} "
-                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get('training_job')})"
+                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get(JOB_LABEL)})"
             )
 
         def log_message(self, *args: Any) -> None:
@@ -319,14 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     session = trainprof.start(
         port=0, addr="127.0.0.1", training_job=JOB, node=node, rank=0, local_rank=0, world_size=1
     )
-    from trainprof.exporter.sources import default_sources
+    from trainprof.exporter.sources.collectors import default_sources
 
     exporter = trainprof.exporter.start(
         0,
         address="127.0.0.1",
         datapoint_interval=0.5,
         sources=[SimulatedGpu(loop)] + default_sources(("cpu", "memory", "disk", "network")),
-        identity={"training_job": JOB, "node": node},
+        identity={JOB_LABEL: JOB, "node": node},
     )
     training_port, exporter_port = session.port, exporter.port
     if training_port is None or exporter_port is None:

@@ -38,6 +38,7 @@ from typing import Any
 from trainprof.actions import kubernetes, local
 from trainprof.contract import httpserve
 from trainprof.contract.durations import parse_duration
+from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.validation import (
     ConfigError,
     Problem,
@@ -48,7 +49,7 @@ from trainprof.contract.validation import (
     parse_yaml,
     read_text,
 )
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 
 RULE_ACTIONS = ("stop", "notify")
 MIN_TOKEN_LENGTH = 16
@@ -94,7 +95,7 @@ class KubernetesTarget:
     api_url: str | None = None  # None: the in-cluster address
     token_file: str = kubernetes.IN_CLUSTER_TOKEN
     ca_file: str | None = kubernetes.IN_CLUSTER_CA
-    name_label: str = "training_job"
+    name_label: str = JOB_LABEL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +173,7 @@ class _Checker(Problems):
             return ("127.0.0.1", 9095)
 
     def rules(self, value: Any) -> dict[str, str]:
-        names = [r.name for r in catalog.alerting_rules()]
+        names = [r.name for r in registry.alerting_rules()]
         if not isinstance(value, Mapping) or not value:
             self.problem(
                 "rules",
@@ -252,7 +253,7 @@ class _Checker(Problems):
             data, "token_file", "kubernetes.token_file", kubernetes.IN_CLUSTER_TOKEN
         )
         ca_file = self.string(data, "ca_file", "kubernetes.ca_file", kubernetes.IN_CLUSTER_CA)
-        name_label = self.string(data, "name_label", "kubernetes.name_label", "training_job")
+        name_label = self.string(data, "name_label", "kubernetes.name_label", JOB_LABEL)
         if not (known_resource and known_action):
             return None
         assert token_file is not None and name_label is not None  # they have defaults

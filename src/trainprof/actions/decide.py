@@ -30,6 +30,7 @@ from typing import TypeVar
 from trainprof.actions import kubernetes, local
 from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import Alert
+from trainprof.contract.names import JOB_LABEL
 
 K = TypeVar("K")
 
@@ -72,7 +73,7 @@ def plan(config: ActionsConfig, alert: Alert) -> Plan:
     if action is None:
         return Plan(alert, "ignored", f"rule {_shown(rule)} is not opted in")
     k8s = config.kubernetes
-    name_label = k8s.name_label if k8s else "training_job"
+    name_label = k8s.name_label if k8s else JOB_LABEL
     name, namespace = labels.get(name_label, ""), labels.get("namespace", "")
     if not name:
         return Plan(alert, "ignored", f"the alert has no {name_label} label")

@@ -43,6 +43,7 @@ from trainprof.actions.config import ActionsConfig
 from trainprof.actions.payload import PayloadError, parse
 from trainprof.contract import httpserve
 from trainprof.contract.httpserve import RateLimiter
+from trainprof.contract.names import JOB_LABEL
 
 __all__ = ["ActionsHTTPServer", "RateLimiter", "Receiver", "tls_context"]
 
@@ -209,7 +210,7 @@ class Receiver:
             rule=labels.get("rule", ""),
             alertname=labels.get("alertname", ""),
             namespace=labels.get("namespace", ""),
-            training_job=labels.get("training_job", ""),
+            training_job=labels.get(JOB_LABEL, ""),
             target=d.target,
             fingerprint=d.alert.fingerprint,
             starts_at=d.alert.starts_at,

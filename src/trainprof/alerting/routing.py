@@ -22,8 +22,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from trainprof.alerting.model import InhibitRule, Matcher, Route, Timing
-from trainprof.contract.names import HEALTH_RULE, STATE_RULE
-from trainprof.rules import catalog
+from trainprof.contract.names import HEALTH_RULE, JOB_LABEL, JOB_LABELS, STATE_RULE, VERSION_LABEL
+from trainprof.rules.catalog import registry
 from trainprof.rules.model import FAMILIES, SEVERITIES, RuleSpec
 
 PAGE = "trainprof-page"
@@ -32,8 +32,6 @@ INFO = "trainprof-info"
 ACTIONS = "trainprof-actions"
 RECEIVERS = (PAGE, NOTIFY, INFO, ACTIONS)
 RECEIVER_BY_SEVERITY = {"critical": PAGE, "warning": NOTIFY, "info": INFO}
-DEFAULT_JOB_LABELS = ("namespace", "training_job")
-VERSION_LABEL = "trainprof_rule_version"
 
 # Tickets wait two minutes before their first notification: the bottleneck alerts that
 # inhibit them are evaluated by other rule groups, up to one scan interval (60 s by default)
@@ -51,7 +49,7 @@ DEFAULT_TIMING = {
 
 
 def alerting_rules() -> tuple[RuleSpec, ...]:
-    return catalog.alerting_rules()
+    return registry.alerting_rules()
 
 
 def _any_of(label: str, values: Sequence[str]) -> Matcher:
@@ -65,9 +63,7 @@ def trainprof_rules() -> tuple[str, ...]:
     return tuple(r.name for r in alerting_rules()) + (HEALTH_RULE, STATE_RULE)
 
 
-def tree(
-    job_labels: Sequence[str] = DEFAULT_JOB_LABELS, timing: dict[str, Timing] | None = None
-) -> Route:
+def tree(job_labels: Sequence[str] = JOB_LABELS, timing: dict[str, Timing] | None = None) -> Route:
     """The route subtree: add it as the first child of your root route."""
     timing = {**DEFAULT_TIMING, **(timing or {})}
     by_severity = tuple(
@@ -140,7 +136,7 @@ def family_members(family: str) -> tuple[str, ...]:
 def inhibited_by(spec: RuleSpec) -> tuple[str, ...]:
     """Alerting rules that `spec`'s firing alert silences, in catalog order.
 
-    >>> inhibited_by(catalog.BY_NAME["CPUBottleneck"])
+    >>> inhibited_by(registry.BY_NAME["CPUBottleneck"])
     ('LowGPUUtilization', 'BatchSize')
     """
     names = set()
@@ -174,7 +170,7 @@ def _state_inhibitions(job_labels: tuple[str, ...]) -> list[InhibitRule]:
     return out
 
 
-def inhibit_rules(job_labels: Sequence[str] = DEFAULT_JOB_LABELS) -> list[InhibitRule]:
+def inhibit_rules(job_labels: Sequence[str] = JOB_LABELS) -> list[InhibitRule]:
     """The catalog's inhibitions, then critical-over-warning-over-info per rule and job.
 
     Equality is on the job labels only: the inhibiting alerts (the bottleneck ratios and
@@ -234,7 +230,7 @@ def route_cases(compiled_alerts: Iterable[dict]) -> list[RouteCase]:
     without one.
     """
     cases, seen = [], set()
-    job = {"namespace": "team-a", "training_job": "bert-large"}
+    job = {"namespace": "team-a", JOB_LABEL: "bert-large"}
     for alert in compiled_alerts:
         labels = {"alertname": alert["alert"], **alert["labels"], **job}
         key = tuple(sorted(labels.items()))

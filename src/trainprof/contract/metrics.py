@@ -1,8 +1,9 @@
 """The metric contract: every series the exporter and the training API publish.
 
-This table is the only place metric names are spelled. The rule compiler reads it (a rule may
-only select metrics listed here), the exporter and the training API register from it, and
-`docs/metrics.md` is generated from it.
+This module is the only place metric names are spelled: code writes `contract.TRAINING_LOSS`,
+never the string. The rule compiler reads the table (a rule may only select metrics listed
+here), the exporter and the training API register from it, and `docs/metrics.md` is
+generated from it.
 
 Why the exporter publishes histograms and counters besides the latest-sample gauges:
 SageMaker Debugger's rules reason over a sample every 0.5 s while Prometheus scrapes every
@@ -29,8 +30,10 @@ import dataclasses
 
 from prometheus_client.utils import floatToGoString
 
-EXPORTER_IDENTITY = ("training_job", "node")
-TRAINING_IDENTITY = ("training_job", "node", "rank", "local_rank")
+from trainprof.contract.names import JOB_LABEL
+
+EXPORTER_IDENTITY = (JOB_LABEL, "node")
+TRAINING_IDENTITY = (JOB_LABEL, "node", "rank", "local_rank")
 
 # Bucket upper bounds of every `*_sampled_ratio` histogram: 0, 0.01, 0.02, 0.05, 0.1, ...,
 # 0.95, 1. SageMaker's default thresholds (70, 10 percent) and their usual overrides are
@@ -155,6 +158,122 @@ def _m(name, type, unit, labels, help, source, collector, used_by=(), buckets=()
     )
 
 
+# --- metric names ------------------------------------------------------------------------
+# Code takes a metric's name from here (contract.TRAINING_LOSS), never spells it again.
+
+# training health
+TENSOR_SAVES_TOTAL = "trainprof_tensor_saves_total"
+TENSOR_LAST_SAVE_STEP = "trainprof_tensor_last_save_step"
+TENSOR_LAST_SAVE_TIMESTAMP_SECONDS = "trainprof_tensor_last_save_timestamp_seconds"
+TENSOR_SERIES_CUT = "trainprof_tensor_series_cut"
+TENSOR_MEAN_ABS = "trainprof_tensor_mean_abs"
+TENSOR_NAN_VALUES = "trainprof_tensor_nan_values"
+TENSOR_INF_VALUES = "trainprof_tensor_inf_values"
+TENSOR_ZERO_RATIO = "trainprof_tensor_zero_ratio"
+TENSOR_VARIANCE = "trainprof_tensor_variance"
+TENSOR_L1_NORM = "trainprof_tensor_l1_norm"
+TENSOR_L2_NORM = "trainprof_tensor_l2_norm"
+TENSOR_UPDATE_RATIO = "trainprof_tensor_update_ratio"
+TENSOR_UNCHANGED_SAVES = "trainprof_tensor_unchanged_saves"
+TENSOR_DEAD_UNIT_RATIO = "trainprof_tensor_dead_unit_ratio"
+TENSOR_SATURATED_UNIT_RATIO = "trainprof_tensor_saturated_unit_ratio"
+TENSOR_PERCENTILE_SPREAD = "trainprof_tensor_percentile_spread"
+TRAINING_LOSS = "trainprof_training_loss"
+TRAINING_LOSS_STEP = "trainprof_training_loss_step"
+TRAINING_LOSS_EVALUATED = "trainprof_training_loss_evaluated"
+TRAINING_LOSS_BASELINE = "trainprof_training_loss_baseline"
+TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT = "trainprof_training_loss_saves_since_improvement"
+TRAINING_METRIC = "trainprof_training_metric"
+CLASSIFICATION_SAMPLES_TOTAL = "trainprof_classification_samples_total"
+INPUT_SAMPLES_TOTAL = "trainprof_input_samples_total"
+INPUT_CHANNEL_MEAN = "trainprof_input_channel_mean"
+INPUT_TOKENS_TOTAL = "trainprof_input_tokens_total"
+INPUT_TOKEN_MATCHES_TOTAL = "trainprof_input_token_matches_total"
+XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO = "trainprof_xgboost_feature_importance_top_ratio"
+XGBOOST_TREE_DEPTH = "trainprof_xgboost_tree_depth"
+
+# exporter health
+EXPORTER_BUILD_INFO = "trainprof_exporter_build_info"
+COLLECTOR_SUCCESS = "trainprof_collector_success"
+COLLECTOR_DURATION_SECONDS = "trainprof_collector_duration_seconds"
+SAMPLER_INTERVAL_SECONDS = "trainprof_sampler_interval_seconds"
+SAMPLES_TOTAL = "trainprof_samples_total"
+
+# CPU
+CPU_CORES = "trainprof_cpu_cores"
+CPU_CORE_UTILIZATION_RATIO = "trainprof_cpu_core_utilization_ratio"
+CPU_CORE_IOWAIT_RATIO = "trainprof_cpu_core_iowait_ratio"
+CPU_BUSIEST_CORE_UTILIZATION_RATIO = "trainprof_cpu_busiest_core_utilization_ratio"
+CPU_BUSIEST_CORE_IOWAIT_RATIO = "trainprof_cpu_busiest_core_iowait_ratio"
+CPU_UTILIZATION_SAMPLED_RATIO = "trainprof_cpu_utilization_sampled_ratio"
+CPU_IOWAIT_SAMPLED_RATIO = "trainprof_cpu_iowait_sampled_ratio"
+CPU_BOTTLENECK_SAMPLES_TOTAL = "trainprof_cpu_bottleneck_samples_total"
+IO_BOTTLENECK_SAMPLES_TOTAL = "trainprof_io_bottleneck_samples_total"
+
+# memory, disk, network
+MEMORY_USED_BYTES = "trainprof_memory_used_bytes"
+MEMORY_TOTAL_BYTES = "trainprof_memory_total_bytes"
+MEMORY_USED_SAMPLED_RATIO = "trainprof_memory_used_sampled_ratio"
+DISK_READ_BYTES_TOTAL = "trainprof_disk_read_bytes_total"
+DISK_WRITTEN_BYTES_TOTAL = "trainprof_disk_written_bytes_total"
+NETWORK_RECEIVE_BYTES_TOTAL = "trainprof_network_receive_bytes_total"
+NETWORK_TRANSMIT_BYTES_TOTAL = "trainprof_network_transmit_bytes_total"
+
+# GPU
+GPU_INFO = "trainprof_gpu_info"
+GPU_UTILIZATION_RATIO = "trainprof_gpu_utilization_ratio"
+GPU_UTILIZATION_SAMPLED_RATIO = "trainprof_gpu_utilization_sampled_ratio"
+NODE_GPU_UTILIZATION_SAMPLED_RATIO = "trainprof_node_gpu_utilization_sampled_ratio"
+GPU_MEMORY_USED_BYTES = "trainprof_gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL_BYTES = "trainprof_gpu_memory_total_bytes"
+GPU_MEMORY_USED_SAMPLED_RATIO = "trainprof_gpu_memory_used_sampled_ratio"
+NODE_GPU_MEMORY_USED_SAMPLED_RATIO = "trainprof_node_gpu_memory_used_sampled_ratio"
+GPU_UTILIZATION_JS_DISTANCE = "trainprof_gpu_utilization_js_distance"
+GPU_POWER_WATTS = "trainprof_gpu_power_watts"
+GPU_ENERGY_JOULES_TOTAL = "trainprof_gpu_energy_joules_total"
+GPU_TEMPERATURE_CELSIUS = "trainprof_gpu_temperature_celsius"
+GPU_SM_CLOCK_HERTZ = "trainprof_gpu_sm_clock_hertz"
+GPU_SM_ACTIVE_RATIO = "trainprof_gpu_sm_active_ratio"
+GPU_SM_OCCUPANCY_RATIO = "trainprof_gpu_sm_occupancy_ratio"
+GPU_TENSOR_ACTIVE_RATIO = "trainprof_gpu_tensor_active_ratio"
+GPU_DRAM_ACTIVE_RATIO = "trainprof_gpu_dram_active_ratio"
+
+# training process
+TRAINING_INFO = "trainprof_training_info"
+TRAINING_START_TIMESTAMP_SECONDS = "trainprof_training_start_timestamp_seconds"
+TRAINING_FIRST_STEP_TIMESTAMP_SECONDS = "trainprof_training_first_step_timestamp_seconds"
+TRAINING_LAST_STEP_TIMESTAMP_SECONDS = "trainprof_training_last_step_timestamp_seconds"
+TRAINING_DATALOADER_WORKERS = "trainprof_training_dataloader_workers"
+TRAINING_STEPS_TOTAL = "trainprof_training_steps_total"
+TRAINING_STEP_DURATION_SECONDS = "trainprof_training_step_duration_seconds"
+TRAINING_STEP_OUTLIERS_TOTAL = "trainprof_training_step_outliers_total"
+TRAINING_PHASE_SECONDS_TOTAL = "trainprof_training_phase_seconds_total"
+TRAINING_SAMPLES_TOTAL = "trainprof_training_samples_total"
+TRAINING_TOKENS_TOTAL = "trainprof_training_tokens_total"
+GPU_ASSIGNMENT_INFO = "trainprof_gpu_assignment_info"
+
+# kernel profile windows (trainprof.start(kernel_profile=...))
+KERNEL_PROFILE_WINDOWS_TOTAL = "trainprof_kernel_profile_windows_total"
+KERNEL_PROFILED_STEPS_TOTAL = "trainprof_kernel_profiled_steps_total"
+KERNEL_PROFILE_OVERHEAD_SECONDS_TOTAL = "trainprof_kernel_profile_overhead_seconds_total"
+KERNEL_LAST_WINDOW_TIMESTAMP_SECONDS = "trainprof_kernel_last_window_timestamp_seconds"
+KERNEL_GPU_INFO = "trainprof_kernel_gpu_info"
+KERNEL_SPAN_SECONDS_TOTAL = "trainprof_kernel_span_seconds_total"
+KERNEL_GPU_IDLE_SECONDS_TOTAL = "trainprof_kernel_gpu_idle_seconds_total"
+KERNEL_GPU_BUSY_SECONDS_TOTAL = "trainprof_kernel_gpu_busy_seconds_total"
+KERNEL_STEP_WINDOW_SECONDS_TOTAL = "trainprof_kernel_step_window_seconds_total"
+KERNEL_STEP_IDLE_SECONDS_TOTAL = "trainprof_kernel_step_idle_seconds_total"
+KERNEL_SECONDS_TOTAL = "trainprof_kernel_seconds_total"
+KERNEL_LAUNCHES_TOTAL = "trainprof_kernel_launches_total"
+KERNEL_ACTIVITY_SECONDS_TOTAL = "trainprof_kernel_activity_seconds_total"
+KERNEL_PRECISION_SECONDS_TOTAL = "trainprof_kernel_precision_seconds_total"
+KERNEL_MEMCPY_BYTES_TOTAL = "trainprof_kernel_memcpy_bytes_total"
+KERNEL_MEMCPY_PAGEABLE_SECONDS_TOTAL = "trainprof_kernel_memcpy_pageable_seconds_total"
+KERNEL_LAUNCH_LATENCY_SECONDS = "trainprof_kernel_launch_latency_seconds"
+KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL = "trainprof_kernel_host_device_busy_seconds_total"
+KERNEL_CPU_OP_SECONDS_TOTAL = "trainprof_kernel_cpu_op_seconds_total"
+INSTRUMENTATION_ERRORS_TOTAL = "trainprof_instrumentation_errors_total"
+
 _TENSOR = ("collection", "tensor", "aggregate")
 _HEALTH = "health"
 
@@ -176,7 +295,7 @@ def _tensor_gauge(name, unit, what, used_by=()):
 
 HEALTH_METRICS: tuple[Metric, ...] = (
     _m(
-        "trainprof_tensor_saves_total",
+        TENSOR_SAVES_TOTAL,
         "counter",
         "",
         (),
@@ -185,7 +304,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         _HEALTH,
     ),
     _m(
-        "trainprof_tensor_last_save_step",
+        TENSOR_LAST_SAVE_STEP,
         "gauge",
         "",
         (),
@@ -195,7 +314,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("PoorWeightInitialization", "SimilarAcrossRuns"),
     ),
     _m(
-        "trainprof_tensor_last_save_timestamp_seconds",
+        TENSOR_LAST_SAVE_TIMESTAMP_SECONDS,
         "gauge",
         "seconds",
         (),
@@ -205,7 +324,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("StalledTrainingRule",),
     ),
     _m(
-        "trainprof_tensor_series_cut",
+        TENSOR_SERIES_CUT,
         "gauge",
         "",
         ("collection",),
@@ -214,67 +333,63 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         "training",
         _HEALTH,
     ),
+    _tensor_gauge(TENSOR_MEAN_ABS, "", "Mean absolute value", used_by=("VanishingGradient",)),
+    _tensor_gauge(TENSOR_NAN_VALUES, "", "Number of NaN elements", used_by=("ExplodingTensor",)),
     _tensor_gauge(
-        "trainprof_tensor_mean_abs", "", "Mean absolute value", used_by=("VanishingGradient",)
-    ),
-    _tensor_gauge(
-        "trainprof_tensor_nan_values", "", "Number of NaN elements", used_by=("ExplodingTensor",)
-    ),
-    _tensor_gauge(
-        "trainprof_tensor_inf_values",
+        TENSOR_INF_VALUES,
         "",
         "Number of infinite elements",
         used_by=("ExplodingTensor",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_zero_ratio",
+        TENSOR_ZERO_RATIO,
         "ratio",
         "Fraction of elements equal to zero",
         used_by=("AllZero",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_variance",
+        TENSOR_VARIANCE,
         "",
         "Population variance (ddof 0)",
         used_by=("TensorVariance", "PoorWeightInitialization"),
     ),
-    _tensor_gauge("trainprof_tensor_l1_norm", "", "L1 norm"),
-    _tensor_gauge("trainprof_tensor_l2_norm", "", "L2 norm", used_by=("SimilarAcrossRuns",)),
+    _tensor_gauge(TENSOR_L1_NORM, "", "L1 norm"),
+    _tensor_gauge(TENSOR_L2_NORM, "", "L2 norm", used_by=("SimilarAcrossRuns",)),
     _tensor_gauge(
-        "trainprof_tensor_update_ratio",
+        TENSOR_UPDATE_RATIO,
         "",
         "L2 norm of the optimizer step's change over the weights' L2 norm (plus 1e-9)",
         used_by=("WeightUpdateRatio",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_unchanged_saves",
+        TENSOR_UNCHANGED_SAVES,
         "",
         "Consecutive earlier saves the tensor is allclose to (rtol 1e-5, atol 1e-8 unless "
         "watch() is given others)",
         used_by=("UnchangedTensor",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_dead_unit_ratio",
+        TENSOR_DEAD_UNIT_RATIO,
         "ratio",
         "Fraction of a layer's units (channels) active (> 0) in fewer than 1 % of the "
         "batch's positions",
         used_by=("DeadRelu",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_saturated_unit_ratio",
+        TENSOR_SATURATED_UNIT_RATIO,
         "ratio",
         "Fraction of a tanh/sigmoid layer's units whose input lies inside the bounds in fewer "
         "than 1 % of the batch's positions",
         used_by=("SaturatedActivation",),
     ),
     _tensor_gauge(
-        "trainprof_tensor_percentile_spread",
+        TENSOR_PERCENTILE_SPREAD,
         "",
         "95th minus 5th percentile of the elements (gradients only)",
         used_by=("PoorWeightInitialization",),
     ),
     _m(
-        "trainprof_training_loss",
+        TRAINING_LOSS,
         "gauge",
         "",
         ("mode",),
@@ -284,7 +399,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("ExplodingTensor", "Overfit"),
     ),
     _m(
-        "trainprof_training_loss_step",
+        TRAINING_LOSS_STEP,
         "gauge",
         "",
         ("mode",),
@@ -294,7 +409,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("Overfit",),
     ),
     _m(
-        "trainprof_training_loss_evaluated",
+        TRAINING_LOSS_EVALUATED,
         "gauge",
         "",
         ("mode", "num_steps"),
@@ -306,7 +421,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("LossNotDecreasing",),
     ),
     _m(
-        "trainprof_training_loss_baseline",
+        TRAINING_LOSS_BASELINE,
         "gauge",
         "",
         ("mode", "num_steps"),
@@ -317,7 +432,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("LossNotDecreasing",),
     ),
     _m(
-        "trainprof_training_loss_saves_since_improvement",
+        TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT,
         "gauge",
         "",
         ("mode",),
@@ -328,7 +443,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("Overtraining", "PoorWeightInitialization"),
     ),
     _m(
-        "trainprof_training_metric",
+        TRAINING_METRIC,
         "gauge",
         "",
         ("metric", "mode"),
@@ -337,7 +452,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         _HEALTH,
     ),
     _m(
-        "trainprof_classification_samples_total",
+        CLASSIFICATION_SAMPLES_TOTAL,
         "counter",
         "",
         ("label_class", "predicted_class"),
@@ -348,7 +463,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("ClassImbalance", "Confusion"),
     ),
     _m(
-        "trainprof_input_samples_total",
+        INPUT_SAMPLES_TOTAL,
         "counter",
         "",
         (),
@@ -358,7 +473,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("CheckInputImages",),
     ),
     _m(
-        "trainprof_input_channel_mean",
+        INPUT_CHANNEL_MEAN,
         "gauge",
         "",
         ("channel",),
@@ -368,7 +483,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("CheckInputImages",),
     ),
     _m(
-        "trainprof_input_tokens_total",
+        INPUT_TOKENS_TOTAL,
         "counter",
         "",
         (),
@@ -378,7 +493,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("NLPSequenceRatio",),
     ),
     _m(
-        "trainprof_input_token_matches_total",
+        INPUT_TOKEN_MATCHES_TOTAL,
         "counter",
         "",
         ("token",),
@@ -389,7 +504,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("NLPSequenceRatio",),
     ),
     _m(
-        "trainprof_xgboost_feature_importance_top_ratio",
+        XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO,
         "gauge",
         "ratio",
         ("top",),
@@ -400,7 +515,7 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         ("FeatureImportanceOverweight",),
     ),
     _m(
-        "trainprof_xgboost_tree_depth",
+        XGBOOST_TREE_DEPTH,
         "gauge",
         "",
         (),
@@ -442,10 +557,18 @@ def _usage_quantiles(histogram: str, collector: str) -> Metric:
     )
 
 
+# The summaries OverallSystemUsage reads, named after their histograms.
+CPU_UTILIZATION_QUANTILE_RATIO = usage_quantiles_of(CPU_UTILIZATION_SAMPLED_RATIO)
+CPU_IOWAIT_QUANTILE_RATIO = usage_quantiles_of(CPU_IOWAIT_SAMPLED_RATIO)
+MEMORY_USED_QUANTILE_RATIO = usage_quantiles_of(MEMORY_USED_SAMPLED_RATIO)
+NODE_GPU_UTILIZATION_QUANTILE_RATIO = usage_quantiles_of(NODE_GPU_UTILIZATION_SAMPLED_RATIO)
+NODE_GPU_MEMORY_USED_QUANTILE_RATIO = usage_quantiles_of(NODE_GPU_MEMORY_USED_SAMPLED_RATIO)
+
+
 METRICS: tuple[Metric, ...] = (
     # --- exporter health -------------------------------------------------------------------
     _m(
-        "trainprof_exporter_build_info",
+        EXPORTER_BUILD_INFO,
         "gauge",
         "",
         ("version",),
@@ -454,7 +577,7 @@ METRICS: tuple[Metric, ...] = (
         "exporter",
     ),
     _m(
-        "trainprof_collector_success",
+        COLLECTOR_SUCCESS,
         "gauge",
         "",
         ("collector",),
@@ -463,7 +586,7 @@ METRICS: tuple[Metric, ...] = (
         "exporter",
     ),
     _m(
-        "trainprof_collector_duration_seconds",
+        COLLECTOR_DURATION_SECONDS,
         "gauge",
         "seconds",
         ("collector",),
@@ -472,7 +595,7 @@ METRICS: tuple[Metric, ...] = (
         "exporter",
     ),
     _m(
-        "trainprof_sampler_interval_seconds",
+        SAMPLER_INTERVAL_SECONDS,
         "gauge",
         "seconds",
         (),
@@ -482,7 +605,7 @@ METRICS: tuple[Metric, ...] = (
         ("all system rules",),
     ),
     _m(
-        "trainprof_samples_total",
+        SAMPLES_TOTAL,
         "counter",
         "",
         (),
@@ -492,9 +615,9 @@ METRICS: tuple[Metric, ...] = (
         ("CPUBottleneck", "IOBottleneck"),
     ),
     # --- CPU -----------------------------------------------------------------------------
-    _m("trainprof_cpu_cores", "gauge", "", (), "Logical CPU cores of the host.", "exporter", "cpu"),
+    _m(CPU_CORES, "gauge", "", (), "Logical CPU cores of the host.", "exporter", "cpu"),
     _m(
-        "trainprof_cpu_core_utilization_ratio",
+        CPU_CORE_UTILIZATION_RATIO,
         "gauge",
         "ratio",
         ("cpu",),
@@ -503,7 +626,7 @@ METRICS: tuple[Metric, ...] = (
         "cpu",
     ),
     _m(
-        "trainprof_cpu_core_iowait_ratio",
+        CPU_CORE_IOWAIT_RATIO,
         "gauge",
         "ratio",
         ("cpu",),
@@ -512,7 +635,7 @@ METRICS: tuple[Metric, ...] = (
         "cpu",
     ),
     _m(
-        "trainprof_cpu_busiest_core_utilization_ratio",
+        CPU_BUSIEST_CORE_UTILIZATION_RATIO,
         "gauge",
         "ratio",
         (),
@@ -522,7 +645,7 @@ METRICS: tuple[Metric, ...] = (
         ("CPUBottleneck",),
     ),
     _m(
-        "trainprof_cpu_busiest_core_iowait_ratio",
+        CPU_BUSIEST_CORE_IOWAIT_RATIO,
         "gauge",
         "ratio",
         (),
@@ -532,7 +655,7 @@ METRICS: tuple[Metric, ...] = (
         ("IOBottleneck",),
     ),
     _m(
-        "trainprof_cpu_utilization_sampled_ratio",
+        CPU_UTILIZATION_SAMPLED_RATIO,
         "histogram",
         "ratio",
         (),
@@ -542,9 +665,9 @@ METRICS: tuple[Metric, ...] = (
         ("BatchSize",),
         UTILIZATION_BUCKETS,
     ),
-    _usage_quantiles("trainprof_cpu_utilization_sampled_ratio", "cpu"),
+    _usage_quantiles(CPU_UTILIZATION_SAMPLED_RATIO, "cpu"),
     _m(
-        "trainprof_cpu_iowait_sampled_ratio",
+        CPU_IOWAIT_SAMPLED_RATIO,
         "histogram",
         "ratio",
         (),
@@ -554,9 +677,9 @@ METRICS: tuple[Metric, ...] = (
         (),
         UTILIZATION_BUCKETS,
     ),
-    _usage_quantiles("trainprof_cpu_iowait_sampled_ratio", "cpu"),
+    _usage_quantiles(CPU_IOWAIT_SAMPLED_RATIO, "cpu"),
     _m(
-        "trainprof_cpu_bottleneck_samples_total",
+        CPU_BOTTLENECK_SAMPLES_TOTAL,
         "counter",
         "",
         ("cpu_above", "gpu_below"),
@@ -567,7 +690,7 @@ METRICS: tuple[Metric, ...] = (
         ("CPUBottleneck",),
     ),
     _m(
-        "trainprof_io_bottleneck_samples_total",
+        IO_BOTTLENECK_SAMPLES_TOTAL,
         "counter",
         "",
         ("iowait_above", "gpu_below"),
@@ -579,7 +702,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     # --- memory, disk, network -------------------------------------------------------------
     _m(
-        "trainprof_memory_used_bytes",
+        MEMORY_USED_BYTES,
         "gauge",
         "bytes",
         (),
@@ -588,7 +711,7 @@ METRICS: tuple[Metric, ...] = (
         "memory",
     ),
     _m(
-        "trainprof_memory_total_bytes",
+        MEMORY_TOTAL_BYTES,
         "gauge",
         "bytes",
         (),
@@ -597,7 +720,7 @@ METRICS: tuple[Metric, ...] = (
         "memory",
     ),
     _m(
-        "trainprof_memory_used_sampled_ratio",
+        MEMORY_USED_SAMPLED_RATIO,
         "histogram",
         "ratio",
         (),
@@ -607,9 +730,9 @@ METRICS: tuple[Metric, ...] = (
         (),
         UTILIZATION_BUCKETS,
     ),
-    _usage_quantiles("trainprof_memory_used_sampled_ratio", "memory"),
+    _usage_quantiles(MEMORY_USED_SAMPLED_RATIO, "memory"),
     _m(
-        "trainprof_disk_read_bytes_total",
+        DISK_READ_BYTES_TOTAL,
         "counter",
         "bytes",
         ("device",),
@@ -618,7 +741,7 @@ METRICS: tuple[Metric, ...] = (
         "disk",
     ),
     _m(
-        "trainprof_disk_written_bytes_total",
+        DISK_WRITTEN_BYTES_TOTAL,
         "counter",
         "bytes",
         ("device",),
@@ -627,7 +750,7 @@ METRICS: tuple[Metric, ...] = (
         "disk",
     ),
     _m(
-        "trainprof_network_receive_bytes_total",
+        NETWORK_RECEIVE_BYTES_TOTAL,
         "counter",
         "bytes",
         ("device",),
@@ -637,7 +760,7 @@ METRICS: tuple[Metric, ...] = (
         (_SYSTEM_USAGE,),
     ),
     _m(
-        "trainprof_network_transmit_bytes_total",
+        NETWORK_TRANSMIT_BYTES_TOTAL,
         "counter",
         "bytes",
         ("device",),
@@ -648,7 +771,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     # --- GPU -----------------------------------------------------------------------------
     _m(
-        "trainprof_gpu_info",
+        GPU_INFO,
         "gauge",
         "",
         _GPU + ("name", "driver_version"),
@@ -657,7 +780,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_utilization_ratio",
+        GPU_UTILIZATION_RATIO,
         "gauge",
         "ratio",
         _GPU,
@@ -666,7 +789,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_utilization_sampled_ratio",
+        GPU_UTILIZATION_SAMPLED_RATIO,
         "histogram",
         "ratio",
         _GPU,
@@ -677,7 +800,7 @@ METRICS: tuple[Metric, ...] = (
         UTILIZATION_BUCKETS,
     ),
     _m(
-        "trainprof_node_gpu_utilization_sampled_ratio",
+        NODE_GPU_UTILIZATION_SAMPLED_RATIO,
         "histogram",
         "ratio",
         (),
@@ -688,9 +811,9 @@ METRICS: tuple[Metric, ...] = (
         (),
         UTILIZATION_BUCKETS,
     ),
-    _usage_quantiles("trainprof_node_gpu_utilization_sampled_ratio", "gpu"),
+    _usage_quantiles(NODE_GPU_UTILIZATION_SAMPLED_RATIO, "gpu"),
     _m(
-        "trainprof_gpu_memory_used_bytes",
+        GPU_MEMORY_USED_BYTES,
         "gauge",
         "bytes",
         _GPU,
@@ -699,7 +822,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_memory_total_bytes",
+        GPU_MEMORY_TOTAL_BYTES,
         "gauge",
         "bytes",
         _GPU,
@@ -708,7 +831,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_memory_used_sampled_ratio",
+        GPU_MEMORY_USED_SAMPLED_RATIO,
         "histogram",
         "ratio",
         _GPU,
@@ -720,7 +843,7 @@ METRICS: tuple[Metric, ...] = (
         UTILIZATION_BUCKETS,
     ),
     _m(
-        "trainprof_node_gpu_memory_used_sampled_ratio",
+        NODE_GPU_MEMORY_USED_SAMPLED_RATIO,
         "histogram",
         "ratio",
         (),
@@ -731,9 +854,9 @@ METRICS: tuple[Metric, ...] = (
         (),
         UTILIZATION_BUCKETS,
     ),
-    _usage_quantiles("trainprof_node_gpu_memory_used_sampled_ratio", "gpu"),
+    _usage_quantiles(NODE_GPU_MEMORY_USED_SAMPLED_RATIO, "gpu"),
     _m(
-        "trainprof_gpu_utilization_js_distance",
+        GPU_UTILIZATION_JS_DISTANCE,
         "gauge",
         "",
         _GPU + ("peer_gpu", "peer_uuid"),
@@ -744,7 +867,7 @@ METRICS: tuple[Metric, ...] = (
         ("LoadBalancing",),
     ),
     _m(
-        "trainprof_gpu_power_watts",
+        GPU_POWER_WATTS,
         "gauge",
         "watts",
         _GPU,
@@ -753,7 +876,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_energy_joules_total",
+        GPU_ENERGY_JOULES_TOTAL,
         "counter",
         "joules",
         _GPU,
@@ -762,7 +885,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_temperature_celsius",
+        GPU_TEMPERATURE_CELSIUS,
         "gauge",
         "celsius",
         _GPU,
@@ -771,7 +894,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_sm_clock_hertz",
+        GPU_SM_CLOCK_HERTZ,
         "gauge",
         "hertz",
         _GPU,
@@ -780,7 +903,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_sm_active_ratio",
+        GPU_SM_ACTIVE_RATIO,
         "gauge",
         "ratio",
         _GPU,
@@ -789,7 +912,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_sm_occupancy_ratio",
+        GPU_SM_OCCUPANCY_RATIO,
         "gauge",
         "ratio",
         _GPU,
@@ -798,7 +921,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_tensor_active_ratio",
+        GPU_TENSOR_ACTIVE_RATIO,
         "gauge",
         "ratio",
         _GPU,
@@ -807,7 +930,7 @@ METRICS: tuple[Metric, ...] = (
         "gpu",
     ),
     _m(
-        "trainprof_gpu_dram_active_ratio",
+        GPU_DRAM_ACTIVE_RATIO,
         "gauge",
         "ratio",
         _GPU,
@@ -817,7 +940,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     # --- training process ------------------------------------------------------------------
     _m(
-        "trainprof_training_info",
+        TRAINING_INFO,
         "gauge",
         "",
         ("world_size", "node_rank", "restart_count", "framework", "framework_version"),
@@ -826,7 +949,7 @@ METRICS: tuple[Metric, ...] = (
         "training",
     ),
     _m(
-        "trainprof_training_start_timestamp_seconds",
+        TRAINING_START_TIMESTAMP_SECONDS,
         "gauge",
         "seconds",
         (),
@@ -836,7 +959,7 @@ METRICS: tuple[Metric, ...] = (
         ("MaxInitializationTime", "OverallFrameworkMetrics"),
     ),
     _m(
-        "trainprof_training_first_step_timestamp_seconds",
+        TRAINING_FIRST_STEP_TIMESTAMP_SECONDS,
         "gauge",
         "seconds",
         (),
@@ -846,7 +969,7 @@ METRICS: tuple[Metric, ...] = (
         ("OverallFrameworkMetrics",),
     ),
     _m(
-        "trainprof_training_last_step_timestamp_seconds",
+        TRAINING_LAST_STEP_TIMESTAMP_SECONDS,
         "gauge",
         "seconds",
         (),
@@ -856,7 +979,7 @@ METRICS: tuple[Metric, ...] = (
         ("StalledTrainingRule",),
     ),
     _m(
-        "trainprof_training_dataloader_workers",
+        TRAINING_DATALOADER_WORKERS,
         "gauge",
         "",
         (),
@@ -867,7 +990,7 @@ METRICS: tuple[Metric, ...] = (
         ("Dataloader",),
     ),
     _m(
-        "trainprof_training_steps_total",
+        TRAINING_STEPS_TOTAL,
         "counter",
         "",
         ("mode",),
@@ -877,7 +1000,7 @@ METRICS: tuple[Metric, ...] = (
         ("MaxInitializationTime",),
     ),
     _m(
-        "trainprof_training_step_duration_seconds",
+        TRAINING_STEP_DURATION_SECONDS,
         "histogram",
         "seconds",
         ("mode",),
@@ -888,7 +1011,7 @@ METRICS: tuple[Metric, ...] = (
         STEP_DURATION_BUCKETS,
     ),
     _m(
-        "trainprof_training_step_outliers_total",
+        TRAINING_STEP_OUTLIERS_TOTAL,
         "counter",
         "",
         ("mode", "stddev"),
@@ -899,7 +1022,7 @@ METRICS: tuple[Metric, ...] = (
         ("StepOutlier",),
     ),
     _m(
-        "trainprof_training_phase_seconds_total",
+        TRAINING_PHASE_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("phase",),
@@ -909,7 +1032,7 @@ METRICS: tuple[Metric, ...] = (
         ("OverallFrameworkMetrics",),
     ),
     _m(
-        "trainprof_training_samples_total",
+        TRAINING_SAMPLES_TOTAL,
         "counter",
         "",
         (),
@@ -918,7 +1041,7 @@ METRICS: tuple[Metric, ...] = (
         "training",
     ),
     _m(
-        "trainprof_training_tokens_total",
+        TRAINING_TOKENS_TOTAL,
         "counter",
         "",
         (),
@@ -927,7 +1050,7 @@ METRICS: tuple[Metric, ...] = (
         "training",
     ),
     _m(
-        "trainprof_gpu_assignment_info",
+        GPU_ASSIGNMENT_INFO,
         "gauge",
         "",
         _GPU,
@@ -939,7 +1062,7 @@ METRICS: tuple[Metric, ...] = (
     *HEALTH_METRICS,
     # --- kernel profile windows (trainprof.start(kernel_profile=...)) -------------------------
     _m(
-        "trainprof_kernel_profile_windows_total",
+        KERNEL_PROFILE_WINDOWS_TOTAL,
         "counter",
         "",
         ("gpu_activity",),
@@ -949,7 +1072,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_profiled_steps_total",
+        KERNEL_PROFILED_STEPS_TOTAL,
         "counter",
         "",
         (),
@@ -958,7 +1081,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_profile_overhead_seconds_total",
+        KERNEL_PROFILE_OVERHEAD_SECONDS_TOTAL,
         "counter",
         "seconds",
         (),
@@ -968,7 +1091,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_last_window_timestamp_seconds",
+        KERNEL_LAST_WINDOW_TIMESTAMP_SECONDS,
         "gauge",
         "seconds",
         (),
@@ -977,7 +1100,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_gpu_info",
+        KERNEL_GPU_INFO,
         "gauge",
         "",
         ("gpu_name", "tensor_cores"),
@@ -987,7 +1110,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_span_seconds_total",
+        KERNEL_SPAN_SECONDS_TOTAL,
         "counter",
         "seconds",
         (),
@@ -996,7 +1119,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_gpu_idle_seconds_total",
+        KERNEL_GPU_IDLE_SECONDS_TOTAL,
         "counter",
         "seconds",
         (),
@@ -1005,7 +1128,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_gpu_busy_seconds_total",
+        KERNEL_GPU_BUSY_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("overlap",),
@@ -1015,7 +1138,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_step_window_seconds_total",
+        KERNEL_STEP_WINDOW_SECONDS_TOTAL,
         "counter",
         "seconds",
         (),
@@ -1025,7 +1148,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_step_idle_seconds_total",
+        KERNEL_STEP_IDLE_SECONDS_TOTAL,
         "counter",
         "seconds",
         (),
@@ -1034,7 +1157,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_seconds_total",
+        KERNEL_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("kernel",),
@@ -1044,7 +1167,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_launches_total",
+        KERNEL_LAUNCHES_TOTAL,
         "counter",
         "",
         ("kernel",),
@@ -1053,7 +1176,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_activity_seconds_total",
+        KERNEL_ACTIVITY_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("activity",),
@@ -1063,7 +1186,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_precision_seconds_total",
+        KERNEL_PRECISION_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("precision", "kernel_class"),
@@ -1073,7 +1196,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_memcpy_bytes_total",
+        KERNEL_MEMCPY_BYTES_TOTAL,
         "counter",
         "bytes",
         ("activity",),
@@ -1082,7 +1205,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_memcpy_pageable_seconds_total",
+        KERNEL_MEMCPY_PAGEABLE_SECONDS_TOTAL,
         "counter",
         "seconds",
         (),
@@ -1091,7 +1214,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_launch_latency_seconds",
+        KERNEL_LAUNCH_LATENCY_SECONDS,
         "histogram",
         "seconds",
         (),
@@ -1102,7 +1225,7 @@ METRICS: tuple[Metric, ...] = (
         LAUNCH_LATENCY_BUCKETS,
     ),
     _m(
-        "trainprof_kernel_host_device_busy_seconds_total",
+        KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("side",),
@@ -1112,7 +1235,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_kernel_cpu_op_seconds_total",
+        KERNEL_CPU_OP_SECONDS_TOTAL,
         "counter",
         "seconds",
         ("op",),
@@ -1122,7 +1245,7 @@ METRICS: tuple[Metric, ...] = (
         "kernel_profile",
     ),
     _m(
-        "trainprof_instrumentation_errors_total",
+        INSTRUMENTATION_ERRORS_TOTAL,
         "counter",
         "",
         (),

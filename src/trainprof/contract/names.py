@@ -30,6 +30,8 @@ HEALTH_RULE = "TrainprofHealth"  # the rules are blind: exporters do not serve t
 # to inhibit on (a job that has not started is not bottlenecked yet); no one acts on them.
 STATE_RULE = "TrainprofState"
 NOT_STARTED_ALERT = "TrainingNotStarted"
+# Fired when what a rule reads is absent (an exporter, a series, a counted threshold).
+INPUT_MISSING_ALERT = "TrainprofRuleInputMissing"
 
 
 def alert_name(rule: str) -> str:
@@ -40,7 +42,22 @@ def group_name(rule: str) -> str:
     return GROUP_PREFIX + rule
 
 
+# --- labels -----------------------------------------------------------------------------------
+
+# The label naming a training job: on every series of the exporter and the training API, and
+# on every alert (with `namespace`, the default `job_labels`).
+JOB_LABEL = "training_job"
+# The labels that name a job by default (`job_labels` of a rule configuration).
+JOB_LABELS = ("namespace", JOB_LABEL)
+# On every alert trainprof's rules raise: the rule's version (RuleSpec.version).
+VERSION_LABEL = "trainprof_rule_version"
+
+
 # --- recording rules --------------------------------------------------------------------------
+
+# The metric part of recordings OverallFrameworkMetrics writes (not served by any exporter).
+RECORDED_INITIALIZATION = "trainprof_training_initialization_seconds"
+RECORDED_PHASE = "trainprof_training_phase_seconds"
 
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 _PART = re.compile(r"^[a-z][a-z0-9_]*$")

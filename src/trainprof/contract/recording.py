@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Iterator
 from typing import IO, Any
 
+from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.sampling import GpuSample, HostSample
 
 VERSION = 1
@@ -103,7 +104,7 @@ def process_record(
 ) -> dict[str, Any]:
     record: dict[str, Any] = {"kind": "process", "node": node, "rank": rank, "start": start}
     if training_job:
-        record["training_job"] = training_job
+        record[JOB_LABEL] = training_job
     return record
 
 

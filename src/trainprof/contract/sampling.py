@@ -112,14 +112,14 @@ def _merged(pairs, extra):
     return tuple(sorted(set(pairs) | {(float(a), float(b)) for a, b in extra}))
 
 
-class _Histogram:
+class Histogram:
     """Fixed-bucket histogram state: per-bucket counts (not cumulative), sum, count."""
 
     __slots__ = ("bounds", "les", "counts", "sum", "count")
 
     def __init__(self, bounds: Sequence[float]):
         self.bounds = bounds
-        self.les = _les(tuple(bounds))
+        self.les = bucket_labels(tuple(bounds))
         self.counts = [0] * (len(bounds) + 1)  # the last slot is +Inf
         self.sum = 0.0
         self.count = 0
@@ -130,17 +130,12 @@ class _Histogram:
         self.count += 1
 
     def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for le, n in zip(self.les, self.counts):
-            cumulative += n
-            buckets.append((le, cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
+        add_histogram(family, labels, self.les, self.counts, self.count, self.sum)
 
     def quantile(self, q: float) -> float:
         """The `q` quantile as Prometheus' `histogram_quantile` computes it from these buckets.
 
-        >>> h = _Histogram((0.0, 0.5, 1.0))
+        >>> h = Histogram((0.0, 0.5, 1.0))
         >>> for v in (0.2, 0.4, 0.6, 0.9):
         ...     h.observe(v)
         >>> h.quantile(0.5), h.quantile(0.99)
@@ -151,29 +146,47 @@ class _Histogram:
 
 
 @functools.lru_cache(maxsize=None)
-def _les(bounds: tuple[float, ...]) -> tuple[str, ...]:
+def bucket_labels(bounds: tuple[float, ...]) -> tuple[str, ...]:
     return tuple(bucket_label(b) for b in bounds)
+
+
+def add_histogram(
+    family: HistogramMetricFamily,
+    labels: list[str],
+    les: Sequence[str],
+    counts: Sequence[int],
+    count: int,
+    total: float,
+) -> None:
+    """Per-bucket `counts` (bounds labelled `les`, then +Inf) as one cumulative histogram
+    sample of `family`."""
+    cumulative, buckets = 0, []
+    for le, n in zip(les, counts):
+        cumulative += n
+        buckets.append((le, cumulative))
+    buckets.append(("+Inf", count))
+    family.add_metric(labels, buckets, total)
 
 
 @dataclasses.dataclass
 class _GpuState:
-    utilization: _Histogram
-    memory: _Histogram
+    utilization: Histogram
+    memory: Histogram
     load_bins: list[int]
     latest: GpuSample | None = None
 
 
 _GPU_GAUGES = (
-    ("trainprof_gpu_utilization_ratio", "utilization"),
-    ("trainprof_gpu_memory_used_bytes", "memory_used_bytes"),
-    ("trainprof_gpu_memory_total_bytes", "memory_total_bytes"),
-    ("trainprof_gpu_power_watts", "power_watts"),
-    ("trainprof_gpu_temperature_celsius", "temperature_celsius"),
-    ("trainprof_gpu_sm_clock_hertz", "sm_clock_hertz"),
-    ("trainprof_gpu_sm_active_ratio", "sm_active"),
-    ("trainprof_gpu_sm_occupancy_ratio", "sm_occupancy"),
-    ("trainprof_gpu_tensor_active_ratio", "tensor_active"),
-    ("trainprof_gpu_dram_active_ratio", "dram_active"),
+    (contract.GPU_UTILIZATION_RATIO, "utilization"),
+    (contract.GPU_MEMORY_USED_BYTES, "memory_used_bytes"),
+    (contract.GPU_MEMORY_TOTAL_BYTES, "memory_total_bytes"),
+    (contract.GPU_POWER_WATTS, "power_watts"),
+    (contract.GPU_TEMPERATURE_CELSIUS, "temperature_celsius"),
+    (contract.GPU_SM_CLOCK_HERTZ, "sm_clock_hertz"),
+    (contract.GPU_SM_ACTIVE_RATIO, "sm_active"),
+    (contract.GPU_SM_OCCUPANCY_RATIO, "sm_occupancy"),
+    (contract.GPU_TENSOR_ACTIVE_RATIO, "tensor_active"),
+    (contract.GPU_DRAM_ACTIVE_RATIO, "dram_active"),
 )
 
 
@@ -195,16 +208,16 @@ class SampleAccumulator:
         self.samples = 0
         self.latest: HostSample | None = None
         bounds = contract.UTILIZATION_BUCKETS
-        self._cpu = _Histogram(bounds)
-        self._iowait = _Histogram(bounds)
-        self._memory = _Histogram(bounds)
+        self._cpu = Histogram(bounds)
+        self._iowait = Histogram(bounds)
+        self._memory = Histogram(bounds)
         self._cpu_bottlenecks = dict.fromkeys(self.grid.cpu, 0)
         self._io_bottlenecks = dict.fromkeys(self.grid.io, 0)
         self._gpus: dict[int, _GpuState] = {}
         # Every GPU's samples pooled per host: the node-level percentiles without a fleet-wide
         # `sum without (gpu, uuid)` over the per-GPU buckets at every evaluation.
-        self._pooled_utilization = _Histogram(bounds)
-        self._pooled_memory = _Histogram(bounds)
+        self._pooled_utilization = Histogram(bounds)
+        self._pooled_memory = Histogram(bounds)
 
     def observe(self, sample: HostSample) -> None:
         self.samples += 1
@@ -245,7 +258,7 @@ class SampleAccumulator:
         if state is None:
             bounds = contract.UTILIZATION_BUCKETS
             state = self._gpus[index] = _GpuState(
-                _Histogram(bounds), _Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS
+                Histogram(bounds), Histogram(bounds), [0] * contract.LOAD_BALANCING_BINS
             )
         return state
 
@@ -257,38 +270,36 @@ class SampleAccumulator:
         ident = list(self.identity.values())
         fam = Families(ident_names)
 
-        yield fam.gauge("trainprof_sampler_interval_seconds", [], [(ident, self.interval)])
-        yield fam.counter("trainprof_samples_total", [], [(ident, self.samples)])
+        yield fam.gauge(contract.SAMPLER_INTERVAL_SECONDS, [], [(ident, self.interval)])
+        yield fam.counter(contract.SAMPLES_TOTAL, [], [(ident, self.samples)])
 
         latest = self.latest
         cores = list(latest.cpu_utilization) if latest else []
         iowait = list(latest.cpu_iowait) if latest else []
         if cores:
-            yield fam.gauge("trainprof_cpu_cores", [], [(ident, len(cores))])
+            yield fam.gauge(contract.CPU_CORES, [], [(ident, len(cores))])
             yield fam.gauge(
-                "trainprof_cpu_core_utilization_ratio",
+                contract.CPU_CORE_UTILIZATION_RATIO,
                 ["cpu"],
                 [(ident + [str(i)], v) for i, v in enumerate(cores)],
             )
         if iowait:
             yield fam.gauge(
-                "trainprof_cpu_core_iowait_ratio",
+                contract.CPU_CORE_IOWAIT_RATIO,
                 ["cpu"],
                 [(ident + [str(i)], v) for i, v in enumerate(iowait)],
             )
         # The busiest core, so a fleet's rules read one series per node, not one per core.
         if cores:
-            yield fam.gauge(
-                "trainprof_cpu_busiest_core_utilization_ratio", [], [(ident, max(cores))]
-            )
+            yield fam.gauge(contract.CPU_BUSIEST_CORE_UTILIZATION_RATIO, [], [(ident, max(cores))])
         if iowait:
-            yield fam.gauge("trainprof_cpu_busiest_core_iowait_ratio", [], [(ident, max(iowait))])
-        yield fam.histogram("trainprof_cpu_utilization_sampled_ratio", [], [(ident, self._cpu)])
-        yield fam.quantiles("trainprof_cpu_utilization_quantile_ratio", ident, self._cpu)
-        yield fam.histogram("trainprof_cpu_iowait_sampled_ratio", [], [(ident, self._iowait)])
-        yield fam.quantiles("trainprof_cpu_iowait_quantile_ratio", ident, self._iowait)
+            yield fam.gauge(contract.CPU_BUSIEST_CORE_IOWAIT_RATIO, [], [(ident, max(iowait))])
+        yield fam.histogram(contract.CPU_UTILIZATION_SAMPLED_RATIO, [], [(ident, self._cpu)])
+        yield fam.quantiles(contract.CPU_UTILIZATION_QUANTILE_RATIO, ident, self._cpu)
+        yield fam.histogram(contract.CPU_IOWAIT_SAMPLED_RATIO, [], [(ident, self._iowait)])
+        yield fam.quantiles(contract.CPU_IOWAIT_QUANTILE_RATIO, ident, self._iowait)
         yield fam.counter(
-            "trainprof_cpu_bottleneck_samples_total",
+            contract.CPU_BOTTLENECK_SAMPLES_TOTAL,
             ["cpu_above", "gpu_below"],
             [
                 (ident + [threshold_label(c), threshold_label(g)], n)
@@ -296,7 +307,7 @@ class SampleAccumulator:
             ],
         )
         yield fam.counter(
-            "trainprof_io_bottleneck_samples_total",
+            contract.IO_BOTTLENECK_SAMPLES_TOTAL,
             ["iowait_above", "gpu_below"],
             [
                 (ident + [threshold_label(c), threshold_label(g)], n)
@@ -305,35 +316,33 @@ class SampleAccumulator:
         )
 
         if latest and latest.memory_used_bytes is not None:
-            yield fam.gauge("trainprof_memory_used_bytes", [], [(ident, latest.memory_used_bytes)])
+            yield fam.gauge(contract.MEMORY_USED_BYTES, [], [(ident, latest.memory_used_bytes)])
         if latest and latest.memory_total_bytes is not None:
-            yield fam.gauge(
-                "trainprof_memory_total_bytes", [], [(ident, latest.memory_total_bytes)]
-            )
-        yield fam.histogram("trainprof_memory_used_sampled_ratio", [], [(ident, self._memory)])
-        yield fam.quantiles("trainprof_memory_used_quantile_ratio", ident, self._memory)
+            yield fam.gauge(contract.MEMORY_TOTAL_BYTES, [], [(ident, latest.memory_total_bytes)])
+        yield fam.histogram(contract.MEMORY_USED_SAMPLED_RATIO, [], [(ident, self._memory)])
+        yield fam.quantiles(contract.MEMORY_USED_QUANTILE_RATIO, ident, self._memory)
 
         if latest and latest.disk:
             disks = sorted(latest.disk.items())
             yield fam.counter(
-                "trainprof_disk_read_bytes_total",
+                contract.DISK_READ_BYTES_TOTAL,
                 ["device"],
                 [(ident + [d], r) for d, (r, _) in disks],
             )
             yield fam.counter(
-                "trainprof_disk_written_bytes_total",
+                contract.DISK_WRITTEN_BYTES_TOTAL,
                 ["device"],
                 [(ident + [d], w) for d, (_, w) in disks],
             )
         if latest and latest.network:
             nics = sorted(latest.network.items())
             yield fam.counter(
-                "trainprof_network_receive_bytes_total",
+                contract.NETWORK_RECEIVE_BYTES_TOTAL,
                 ["device"],
                 [(ident + [d], r) for d, (r, _) in nics],
             )
             yield fam.counter(
-                "trainprof_network_transmit_bytes_total",
+                contract.NETWORK_TRANSMIT_BYTES_TOTAL,
                 ["device"],
                 [(ident + [d], t) for d, (_, t) in nics],
             )
@@ -349,7 +358,7 @@ class SampleAccumulator:
         gpu = ["gpu", "uuid"]
 
         yield fam.gauge(
-            "trainprof_gpu_info",
+            contract.GPU_INFO,
             gpu + ["name", "driver_version"],
             [
                 (labels[i] + [s.latest.name, s.latest.driver_version], 1)
@@ -371,28 +380,28 @@ class SampleAccumulator:
             if i in present and s.latest is not None and s.latest.energy_joules is not None
         ]
         if energy:
-            yield fam.counter("trainprof_gpu_energy_joules_total", gpu, energy)
+            yield fam.counter(contract.GPU_ENERGY_JOULES_TOTAL, gpu, energy)
         yield fam.histogram(
-            "trainprof_gpu_utilization_sampled_ratio",
+            contract.GPU_UTILIZATION_SAMPLED_RATIO,
             gpu,
             [(labels[i], s.utilization) for i, s in states],
         )
         yield fam.histogram(
-            "trainprof_gpu_memory_used_sampled_ratio",
+            contract.GPU_MEMORY_USED_SAMPLED_RATIO,
             gpu,
             [(labels[i], s.memory) for i, s in states],
         )
         yield fam.histogram(
-            "trainprof_node_gpu_utilization_sampled_ratio", [], [(ident, self._pooled_utilization)]
+            contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO, [], [(ident, self._pooled_utilization)]
         )
         yield fam.quantiles(
-            "trainprof_node_gpu_utilization_quantile_ratio", ident, self._pooled_utilization
+            contract.NODE_GPU_UTILIZATION_QUANTILE_RATIO, ident, self._pooled_utilization
         )
         yield fam.histogram(
-            "trainprof_node_gpu_memory_used_sampled_ratio", [], [(ident, self._pooled_memory)]
+            contract.NODE_GPU_MEMORY_USED_SAMPLED_RATIO, [], [(ident, self._pooled_memory)]
         )
         yield fam.quantiles(
-            "trainprof_node_gpu_memory_used_quantile_ratio", ident, self._pooled_memory
+            contract.NODE_GPU_MEMORY_USED_QUANTILE_RATIO, ident, self._pooled_memory
         )
         distances = []
         for (a, sa), (b, sb) in itertools.combinations(states, 2):
@@ -401,7 +410,7 @@ class SampleAccumulator:
                 distances.append((labels[a] + labels[b][-2:], d))
         if distances:
             yield fam.gauge(
-                "trainprof_gpu_utilization_js_distance", gpu + ["peer_gpu", "peer_uuid"], distances
+                contract.GPU_UTILIZATION_JS_DISTANCE, gpu + ["peer_gpu", "peer_uuid"], distances
             )
 
     def value(self, name: str, **labels: str) -> float | None:
@@ -438,7 +447,7 @@ class Families:
             hist.add_to(family, values)
         return family
 
-    def quantiles(self, name: str, ident: list[str], hist: _Histogram) -> SummaryMetricFamily:
+    def quantiles(self, name: str, ident: list[str], hist: Histogram) -> SummaryMetricFamily:
         """A node histogram as a summary of its quantiles since the exporter started, served
         so that OverallSystemUsage need not run `histogram_quantile` over a fleet's buckets.
         Without observations there are no quantiles (histogram_quantile would give NaN)."""

@@ -9,17 +9,19 @@ does.
 
 from __future__ import annotations
 
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_LABEL, RECORDED_INITIALIZATION, RECORDED_PHASE
 from trainprof.dashboards.queries import RANGE, RATE_INTERVAL, Scope
 from trainprof.rules.compiler import Compiled
 from trainprof.sources.gauges import gauges_for
 
 # OverallSystemUsage's histograms, as the report's table names them.
 SYSTEM_USAGE_NAMES = {
-    "trainprof_cpu_utilization_sampled_ratio": "CPU utilization",
-    "trainprof_cpu_iowait_sampled_ratio": "I/O wait",
-    "trainprof_memory_used_sampled_ratio": "Host memory",
-    "trainprof_gpu_utilization_sampled_ratio": "GPU utilization",
-    "trainprof_gpu_memory_used_sampled_ratio": "GPU memory",
+    contract.CPU_UTILIZATION_SAMPLED_RATIO: "CPU utilization",
+    contract.CPU_IOWAIT_SAMPLED_RATIO: "I/O wait",
+    contract.MEMORY_USED_SAMPLED_RATIO: "Host memory",
+    contract.GPU_UTILIZATION_SAMPLED_RATIO: "GPU utilization",
+    contract.GPU_MEMORY_USED_SAMPLED_RATIO: "GPU memory",
 }
 QUANTILES = ("0.5", "0.95", "0.99")
 STEP_QUANTILES = ("0.5", "0.9", "0.99")
@@ -55,7 +57,7 @@ def start_ms(scope: Scope) -> str:
 
 
 def initialization(scope: Scope, compiled: Compiled) -> str:
-    rec = compiled.recording("trainprof_training_initialization_seconds", level="training_job")
+    rec = compiled.recording(RECORDED_INITIALIZATION, level=JOB_LABEL)
     return scope.sel(rec.record)
 
 
@@ -63,7 +65,7 @@ def elapsed(scope: Scope) -> str:
     """From start to the latest scrape; without the training API, how long the exporters
     have sampled."""
     s = scope.sel
-    start = s("trainprof_training_start_timestamp_seconds")
+    start = s(contract.TRAINING_START_TIMESTAMP_SECONDS)
     sampled = (
         f"max(\n  {s('trainprof_samples_total')}\n  * on (instance, job)\n  "
         f"{s('trainprof_sampler_interval_seconds')}\n)"
@@ -88,16 +90,16 @@ def node_series(scope: Scope, training_api: bool = True) -> str:
     """Series each node of a job serves while it runs: trainprof's exporter's, the source
     adapters' per-job gauges, and (with `training_api`) the training API's."""
     s = scope.sel
-    parts = [s("trainprof_samples_total")]
+    parts = [s(contract.SAMPLES_TOTAL)]
     adapters = gauges_for(scope.config.source)
     for histogram in (
-        "trainprof_cpu_utilization_sampled_ratio",
-        "trainprof_node_gpu_utilization_sampled_ratio",
+        contract.CPU_UTILIZATION_SAMPLED_RATIO,
+        contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO,
     ):
         if histogram in adapters:
             parts.append(s(adapters[histogram]))
     if training_api:
-        parts.append(s("trainprof_training_steps_total"))
+        parts.append(s(contract.TRAINING_STEPS_TOTAL))
     return " or ".join(parts)
 
 
@@ -106,7 +108,7 @@ def node_count(scope: Scope) -> str:
 
 
 def gpu_count(scope: Scope) -> str:
-    g = gauge(scope, "trainprof_gpu_utilization_sampled_ratio")
+    g = gauge(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO)
     return f"count({g or scope.sel('trainprof_gpu_utilization_sampled_ratio_count')})"
 
 
@@ -137,7 +139,7 @@ def system_usage_quantile(scope: Scope, compiled: Compiled, q: str) -> str:
 def gpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
     """Seconds a kernel ran on each GPU: utilization summed over the samples x interval."""
     s = scope.sel
-    g = gauge(scope, "trainprof_gpu_utilization_sampled_ratio")
+    g = gauge(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO)
     if g is not None:
         return f"sum_over_time({g}[{over}]) * {scope.config.scrape_interval:g}"
     return (
@@ -149,7 +151,7 @@ def gpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
 def cpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
     """Core-seconds the CPUs were busy."""
     s = scope.sel
-    g = gauge(scope, "trainprof_cpu_utilization_sampled_ratio")
+    g = gauge(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO)
     if g is not None:
         return (
             f"sum_over_time({g}[{over}]) * {scope.config.scrape_interval:g}\n"
@@ -166,33 +168,33 @@ def cpu_busy_seconds(scope: Scope, over: str = RANGE) -> str:
 
 
 def step_buckets(scope: Scope, over: str) -> str:
-    buckets = scope.sel("trainprof_training_step_duration_seconds_bucket")
+    buckets = scope.sel(contract.TRAINING_STEP_DURATION_SECONDS + "_bucket")
     return f"sum by (le) (increase({buckets}[{over}]))"
 
 
 def step_quantile(scope: Scope, q: str, by: str = "mode") -> str:
-    buckets = scope.sel("trainprof_training_step_duration_seconds_bucket")
+    buckets = scope.sel(contract.TRAINING_STEP_DURATION_SECONDS + "_bucket")
     return f"histogram_quantile({q}, sum by (le, {by}) (rate({buckets}[{RATE_INTERVAL}])))"
 
 
 def job_phase_share(scope: Scope, compiled: Compiled) -> str:
-    rec = compiled.recording("trainprof_training_phase_seconds", level="training_job_phase")
+    rec = compiled.recording(RECORDED_PHASE, level="training_job_phase")
     return scope.sel(rec.record)
 
 
 def rank_phase_share(scope: Scope, compiled: Compiled) -> str:
-    rec = compiled.recording("trainprof_training_phase_seconds", level="rank_phase")
+    rec = compiled.recording(RECORDED_PHASE, level="rank_phase")
     return scope.sel(rec.record)
 
 
 def job_mode_share(scope: Scope, compiled: Compiled) -> str:
-    rec = compiled.recording("trainprof_training_step_duration_seconds", level="training_job_mode")
+    rec = compiled.recording(contract.TRAINING_STEP_DURATION_SECONDS, level="training_job_mode")
     return scope.sel(rec.record)
 
 
 def dataloader_share(scope: Scope, by: str = "rank") -> str:
-    phase = scope.sel("trainprof_training_phase_seconds_total")
-    dataloader = scope.sel("trainprof_training_phase_seconds_total", phase="dataloader")
+    phase = scope.sel(contract.TRAINING_PHASE_SECONDS_TOTAL)
+    dataloader = scope.sel(contract.TRAINING_PHASE_SECONDS_TOTAL, phase="dataloader")
     return (
         f"sum by ({by}) (rate({dataloader}[{RATE_INTERVAL}]))\n/\n"
         f"sum by ({by}) (rate({phase}[{RATE_INTERVAL}]))"
@@ -200,12 +202,12 @@ def dataloader_share(scope: Scope, by: str = "rank") -> str:
 
 
 def phase_seconds(scope: Scope, over: str = RANGE) -> str:
-    phase = scope.sel("trainprof_training_phase_seconds_total")
+    phase = scope.sel(contract.TRAINING_PHASE_SECONDS_TOTAL)
     return f"sum by (phase) (increase({phase}[{over}]))"
 
 
 def phase_seconds_per_step(scope: Scope, over: str = RANGE) -> str:
-    steps = scope.sel("trainprof_training_steps_total")
+    steps = scope.sel(contract.TRAINING_STEPS_TOTAL)
     return (
         f"{phase_seconds(scope, over)}\n/ ignoring (phase) group_left\n"
         f"sum(increase({steps}[{over}]))"

@@ -3,11 +3,9 @@ worst stragglers. A job's name links to its per-job dashboard."""
 
 from __future__ import annotations
 
-from grafanalib import core
-
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
-from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD, JOB_LABEL
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
@@ -19,7 +17,7 @@ UID = FLEET_DASHBOARD.uid
 TITLE = FLEET_DASHBOARD.title
 SLUG = FLEET_DASHBOARD.slug
 SOURCE = "src/trainprof/dashboards/fleet.py"
-_UTIL = "trainprof_gpu_utilization_sampled_ratio"
+_UTIL = contract.GPU_UTILIZATION_SAMPLED_RATIO
 
 
 def idle_bound(compiled: Compiled) -> float:
@@ -31,7 +29,7 @@ def idle_bound(compiled: Compiled) -> float:
     return max(b for b in contract.UTILIZATION_BUCKETS if b <= percent / 100)
 
 
-def _job_link(field: str = "training_job") -> list[dict]:
+def _job_link(field: str = JOB_LABEL) -> list[dict]:
     url = (
         JOB_DASHBOARD.url() + "?var-training_job=${__data.fields.training_job}"
         "&var-namespace=${__data.fields.namespace}&${__url_time_range}"
@@ -57,7 +55,7 @@ def _job_mean(scope: Scope, by_job: str, over: str = RATE_INTERVAL) -> str:
     )
 
 
-def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashboard:
     """The fleet dashboard; `compiled` is `config` compiled, if the caller has it already."""
     scope = Scope(config, FLEET_VARIABLES)
     s = scope.sel
@@ -66,7 +64,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
     bound = idle_bound(compiled or compile_rules(config))
     g = x.gauge(scope, _UTIL)
     if g is None:
-        interval = s("trainprof_sampler_interval_seconds")
+        interval = s(contract.SAMPLER_INTERVAL_SECONDS)
         idle = s(_UTIL + "_bucket", le=contract.bucket_label(bound))
         idle_hours = (
             f"sum {by_job} (\n  increase({idle}[{RANGE}])\n"
@@ -83,14 +81,14 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
         gpu_series = g
     gpus = f"count {by_job} ({gpu_series})"
     util = _job_mean(scope, by_job, RANGE)
-    steps = s("trainprof_training_steps_total")
+    steps = s(contract.TRAINING_STEPS_TOTAL)
     step_rate = f"sum {by_job} (rate({steps}[{RATE_INTERVAL}]))"
     firing = s("ALERTS", alertstate="firing")
     alerts_by_job = f"count {by_job} ({firing})"
     ranks = f"count {by_job} (count by ({jl}, rank) ({steps}))"
     nodes = f"count {by_job} (count by ({jl}, node) ({x.node_series(scope, training_api=False)}))"
-    durations = s("trainprof_training_step_duration_seconds_sum")
-    counts = s("trainprof_training_step_duration_seconds_count")
+    durations = s(contract.TRAINING_STEP_DURATION_SECONDS + "_sum")
+    counts = s(contract.TRAINING_STEP_DURATION_SECONDS + "_count")
     mean_step = f"rate({durations}[{RANGE}]) / rate({counts}[{RANGE}])"
     stragglers = (
         f"topk(10,\n  {mean_step}\n  / on ({jl}, mode) group_left\n"
@@ -132,24 +130,17 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
                     jobs,
                     h=10,
                     sort_by="Idle GPU-hours",
-                    transformations=[
-                        {"id": "merge", "options": {}},
+                    transformations=ui.merged(
                         {
-                            "id": "organize",
-                            "options": {
-                                "excludeByName": {"Time": True},
-                                "renameByName": {
-                                    "Value #nodes": "Nodes",
-                                    "Value #gpus": "GPUs",
-                                    "Value #ranks": "Ranks",
-                                    "Value #step_rate": "Steps/s",
-                                    "Value #gpu_util": "Mean GPU utilization",
-                                    "Value #alerts": "Alerts firing",
-                                    "Value #idle": "Idle GPU-hours",
-                                },
-                            },
-                        },
-                    ],
+                            "Value #nodes": "Nodes",
+                            "Value #gpus": "GPUs",
+                            "Value #ranks": "Ranks",
+                            "Value #step_rate": "Steps/s",
+                            "Value #gpu_util": "Mean GPU utilization",
+                            "Value #alerts": "Alerts firing",
+                            "Value #idle": "Idle GPU-hours",
+                        }
+                    ),
                     overrides=_job_link()
                     + [
                         {
@@ -173,15 +164,7 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
                     w=12,
                     sort_by="Alerts firing",
                     overrides=_job_link(),
-                    transformations=[
-                        {
-                            "id": "organize",
-                            "options": {
-                                "excludeByName": {"Time": True},
-                                "renameByName": {"Value": "Alerts firing"},
-                            },
-                        }
-                    ],
+                    transformations=[ui.organize({"Value": "Alerts firing"})],
                 ),
                 ui.bargauge(
                     "Idle GPU-hours per job",
@@ -197,18 +180,10 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Das
                     description="Ranks whose mean step time over the range is furthest above "
                     "their job's median rank: 1.5 means 50 % slower.",
                     transformations=[
-                        {
-                            "id": "organize",
-                            "options": {
-                                "excludeByName": {
-                                    "Time": True,
-                                    "instance": True,
-                                    "job": True,
-                                    "local_rank": True,
-                                },
-                                "renameByName": {"Value": "Slower than the median by"},
-                            },
-                        }
+                        ui.organize(
+                            {"Value": "Slower than the median by"},
+                            hide=("Time", "instance", "job", "local_rank"),
+                        )
                     ],
                 ),
                 ui.timeseries(

@@ -9,9 +9,8 @@ alerting rule with the series it watches and its threshold. Alerts link here
 
 from __future__ import annotations
 
-from grafanalib import core
-
-from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD, JOB_LABEL
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
@@ -30,7 +29,7 @@ SOURCE = "src/trainprof/dashboards/job.py"
 # --- rows ------------------------------------------------------------------------------------
 
 
-def summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def summary_row(scope: Scope, compiled: Compiled) -> ui.Row:
     return ui.row(
         "Training job summary",
         [
@@ -85,7 +84,7 @@ def summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
     network = [
         target(x.network(scope, compiled, d), f"{{{{node}}}} {d}") for d in ("receive", "transmit")
     ]
@@ -95,7 +94,7 @@ def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
         [
             ui.timeseries(
                 "CPU utilization (average of the cores)",
-                [target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "{{node}}")],
+                [target(x.mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO), "{{node}}")],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -103,7 +102,7 @@ def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
             ),
             ui.timeseries(
                 "GPU utilization",
-                [target(x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), gpu)],
+                [target(x.mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO), gpu)],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -111,7 +110,7 @@ def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
             ),
             ui.timeseries(
                 "GPU memory used",
-                [target(x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), gpu)],
+                [target(x.mean(scope, contract.GPU_MEMORY_USED_SAMPLED_RATIO), gpu)],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -119,14 +118,14 @@ def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
             ),
             ui.timeseries(
                 "I/O wait (average of the cores)",
-                [target(x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), "{{node}}")],
+                [target(x.mean(scope, contract.CPU_IOWAIT_SAMPLED_RATIO), "{{node}}")],
                 unit=ui.RATIO,
                 min_value=0,
                 w=8,
             ),
             ui.timeseries(
                 "Host memory used",
-                [target(x.mean(scope, "trainprof_memory_used_sampled_ratio"), "{{node}}")],
+                [target(x.mean(scope, contract.MEMORY_USED_SAMPLED_RATIO), "{{node}}")],
                 unit=ui.RATIO,
                 min_value=0,
                 max_value=1,
@@ -138,7 +137,7 @@ def system_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def system_usage_table(scope: Scope, compiled: Compiled) -> core.Table:
+def system_usage_table(scope: Scope, compiled: Compiled) -> ui.Table:
     """OverallSystemUsage: per node and resource, p50/p95/p99 since the job started."""
     queries = [
         target(
@@ -158,35 +157,15 @@ def system_usage_table(scope: Scope, compiled: Compiled) -> core.Table:
         descending=False,
         description="SageMaker's OverallSystemUsage: percentiles of every sample since the "
         "exporter started (GPU percentiles pool the node's GPUs).",
-        transformations=[
-            {"id": "merge", "options": {}},
-            {
-                "id": "organize",
-                "options": {
-                    "excludeByName": {
-                        "Time": True,
-                        "quantile": True,
-                        "__name__": True,
-                        "instance": True,
-                        "job": True,
-                        "training_job": True,
-                        "namespace": True,
-                    },
-                    "indexByName": {
-                        "node": 0,
-                        "resource": 1,
-                        "Value #p50": 2,
-                        "Value #p95": 3,
-                        "Value #p99": 4,
-                    },
-                    "renameByName": {"Value #p50": "p50", "Value #p95": "p95", "Value #p99": "p99"},
-                },
-            },
-        ],
+        transformations=ui.merged(
+            {"Value #p50": "p50", "Value #p95": "p95", "Value #p99": "p99"},
+            hide=("Time", "quantile", "__name__", "instance", "job", JOB_LABEL, "namespace"),
+            order=("node", "resource", "Value #p50", "Value #p95", "Value #p99"),
+        ),
     )
 
 
-def framework_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def framework_row(scope: Scope, compiled: Compiled) -> ui.Row:
     return ui.row(
         "Framework metrics summary",
         [
@@ -253,7 +232,7 @@ def framework_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
     )
 
 
-def rules_summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def rules_summary_row(scope: Scope, compiled: Compiled) -> ui.Row:
     rules = compiled.alerting
     firing_by_rule = f"count by (rule) ({x.firing_alerts(scope)})"
     return ui.row(
@@ -274,34 +253,25 @@ def rules_summary_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
                 "started firing in the dashboard's range, and its state now.",
                 transformations=[
                     {"id": "joinByField", "options": {"byField": "rule", "mode": "outer"}},
-                    {
-                        "id": "organize",
-                        "options": {
-                            "excludeByName": {
-                                "Time": True,
-                                "Time 1": True,
-                                "Time 2": True,
-                                "Time 3": True,
-                                "Value #catalog": True,
-                            },
-                            "indexByName": {
-                                "rule": 0,
-                                "severity": 1,
-                                "description": 2,
-                                "recommendation": 3,
-                                "Value #triggered": 4,
-                                "Value #state": 5,
-                            },
-                            "renameByName": {
-                                "rule": "Rule",
-                                "severity": "Severity",
-                                "description": "Description",
-                                "recommendation": "Recommendation",
-                                "Value #triggered": "Times triggered",
-                                "Value #state": "State now",
-                            },
+                    ui.organize(
+                        {
+                            "rule": "Rule",
+                            "severity": "Severity",
+                            "description": "Description",
+                            "recommendation": "Recommendation",
+                            "Value #triggered": "Times triggered",
+                            "Value #state": "State now",
                         },
-                    },
+                        hide=("Time", "Time 1", "Time 2", "Time 3", "Value #catalog"),
+                        order=(
+                            "rule",
+                            "severity",
+                            "description",
+                            "recommendation",
+                            "Value #triggered",
+                            "Value #state",
+                        ),
+                    ),
                 ],
                 overrides=[
                     _override(
@@ -341,7 +311,7 @@ def _override(field: str, properties: list[dict]) -> dict:
     return {"matcher": {"id": "byName", "options": field}, "properties": properties}
 
 
-def profiler_views_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
+def profiler_views_row(scope: Scope, compiled: Compiled) -> ui.Row:
     """The SageMaker Profiler UI's views: active time, utilization per node, step time
     distribution per rank, per-annotation durations."""
     return ui.row(
@@ -366,9 +336,9 @@ def profiler_views_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
             ui.timeseries(
                 "Utilization on $node",
                 [
-                    target(x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), "CPU"),
+                    target(x.mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO), "CPU"),
                     target(
-                        x.mean(scope, "trainprof_gpu_utilization_sampled_ratio", by="gpu"),
+                        x.mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO, by="gpu"),
                         "GPU {{gpu}}",
                     ),
                 ],
@@ -403,26 +373,19 @@ def profiler_views_row(scope: Scope, compiled: Compiled) -> core.RowPanel:
                 sort_by="Total",
                 description="Time in each phase (trainprof.phase annotations) over the range, in "
                 "total and per step.",
-                transformations=[
-                    {"id": "merge", "options": {}},
+                transformations=ui.merged(
                     {
-                        "id": "organize",
-                        "options": {
-                            "excludeByName": {"Time": True},
-                            "renameByName": {
-                                "phase": "Phase",
-                                "Value #total": "Total",
-                                "Value #per_step": "Per step",
-                            },
-                        },
-                    },
-                ],
+                        "phase": "Phase",
+                        "Value #total": "Total",
+                        "Value #per_step": "Per step",
+                    }
+                ),
             ),
         ],
     )
 
 
-def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.RowPanel:
+def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> ui.Row:
     """One alerting rule: its state, how often it triggered, and each signal it compares
     with its threshold."""
     spec = instance.spec
@@ -470,7 +433,7 @@ def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> core.R
 # --- the dashboard ---------------------------------------------------------------------------
 
 
-def variables(config: RulesConfig | None = None) -> list[core.Template]:
+def variables(config: RulesConfig | None = None) -> list[ui.Variable]:
     """The job dashboard's variables. With a node-wide exporter (`gpu_attribution:
     assignment`) its series carry no job: "All" nodes then means the job's nodes (not `.*`,
     every node of the cluster), and the GPUs are the ones the job's ranks hold."""
@@ -478,9 +441,9 @@ def variables(config: RulesConfig | None = None) -> list[core.Template]:
     in_job = 'training_job="$training_job", namespace=~"$namespace"'
     node_wide = config is not None and config.gpu_attribution == "assignment"
     gpus = (
-        "trainprof_gpu_assignment_info"
+        contract.GPU_ASSIGNMENT_INFO
         if node_wide
-        else "trainprof_gpu_utilization_sampled_ratio_count"
+        else contract.GPU_UTILIZATION_SAMPLED_RATIO + "_count"
     )
     return [
         ui.datasource_variable(),
@@ -488,7 +451,7 @@ def variables(config: RulesConfig | None = None) -> list[core.Template]:
             "namespace", f"label_values({job}, namespace)", label="Namespace", include_all=True
         ),
         ui.query_variable(
-            "training_job",
+            JOB_LABEL,
             f'label_values({job[:-1]}, namespace=~"$namespace"}}, training_job)',
             label="Training job",
         ),
@@ -517,7 +480,7 @@ def variables(config: RulesConfig | None = None) -> list[core.Template]:
     ]
 
 
-def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> core.Dashboard:
+def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashboard:
     """The job dashboard; `compiled` is `config` compiled, if the caller has it already."""
     compiled = compiled or compile_rules(config)
     scope = Scope(config, JOB_VARIABLES)

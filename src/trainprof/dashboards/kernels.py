@@ -7,8 +7,7 @@ Every number is over the dashboard's range and covers the profiled windows only 
 
 from __future__ import annotations
 
-from grafanalib import core
-
+from trainprof.contract import metrics as contract
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import RANGE, Scope
@@ -32,19 +31,19 @@ def active_share(scope: Scope, over: str = RANGE) -> str:
     """Share of the profiled GPU span with a kernel, memcpy or memset running, per rank."""
     idle = ratio_per_rank(
         scope,
-        "trainprof_kernel_gpu_idle_seconds_total",
-        "trainprof_kernel_span_seconds_total",
+        contract.KERNEL_GPU_IDLE_SECONDS_TOTAL,
+        contract.KERNEL_SPAN_SECONDS_TOTAL,
         over,
     )
     return f"1 - (\n{idle}\n)"
 
 
 def launch_latency(scope: Scope, q: str, over: str = RANGE) -> str:
-    buckets = scope.sel("trainprof_kernel_launch_latency_seconds_bucket")
+    buckets = scope.sel(contract.KERNEL_LAUNCH_LATENCY_SECONDS + "_bucket")
     return f"histogram_quantile({q}, sum by (le) (increase({buckets}[{over}])))"
 
 
-def kernels_row(scope: Scope) -> core.RowPanel:
+def kernels_row(scope: Scope) -> ui.Row:
     return ui.row(
         "GPU kernels",
         collapsed=True,
@@ -61,7 +60,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 "GPU time by overlap class",
                 [
                     target(
-                        increase_by(scope, "trainprof_kernel_gpu_busy_seconds_total", "overlap"),
+                        increase_by(scope, contract.KERNEL_GPU_BUSY_SECONDS_TOTAL, "overlap"),
                         "{{overlap}}",
                         instant=True,
                     )
@@ -77,8 +76,8 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                     target(
                         ratio_per_rank(
                             scope,
-                            "trainprof_kernel_step_idle_seconds_total",
-                            "trainprof_kernel_step_window_seconds_total",
+                            contract.KERNEL_STEP_IDLE_SECONDS_TOTAL,
+                            contract.KERNEL_STEP_WINDOW_SECONDS_TOTAL,
                         ),
                         "rank {{rank}}",
                         instant=True,
@@ -93,7 +92,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 f"Top {TOP} kernels by time",
                 [
                     target(
-                        top_by(scope, "trainprof_kernel_seconds_total", "kernel"),
+                        top_by(scope, contract.KERNEL_SECONDS_TOTAL, "kernel"),
                         "{{kernel}}",
                         instant=True,
                     )
@@ -106,7 +105,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 f"Top {TOP} kernels by launches",
                 [
                     target(
-                        top_by(scope, "trainprof_kernel_launches_total", "kernel"),
+                        top_by(scope, contract.KERNEL_LAUNCHES_TOTAL, "kernel"),
                         "{{kernel}}",
                         instant=True,
                     )
@@ -118,7 +117,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 "Kernel precision",
                 [
                     target(
-                        increase_by(scope, "trainprof_kernel_precision_seconds_total", "precision"),
+                        increase_by(scope, contract.KERNEL_PRECISION_SECONDS_TOTAL, "precision"),
                         "{{precision}}",
                         instant=True,
                     )
@@ -132,7 +131,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 "GPU activity",
                 [
                     target(
-                        increase_by(scope, "trainprof_kernel_activity_seconds_total", "activity"),
+                        increase_by(scope, contract.KERNEL_ACTIVITY_SECONDS_TOTAL, "activity"),
                         "{{activity}}",
                         instant=True,
                     )
@@ -144,7 +143,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 "GPU memory operations (bytes)",
                 [
                     target(
-                        increase_by(scope, "trainprof_kernel_memcpy_bytes_total", "activity"),
+                        increase_by(scope, contract.KERNEL_MEMCPY_BYTES_TOTAL, "activity"),
                         "{{activity}}",
                         instant=True,
                     )
@@ -163,9 +162,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 "CPU-GPU overlap",
                 [
                     target(
-                        increase_by(
-                            scope, "trainprof_kernel_host_device_busy_seconds_total", "side"
-                        ),
+                        increase_by(scope, contract.KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL, "side"),
                         "{{side}}",
                         instant=True,
                     )
@@ -179,7 +176,7 @@ def kernels_row(scope: Scope) -> core.RowPanel:
                 f"Top {TOP} CPU operators",
                 [
                     target(
-                        top_by(scope, "trainprof_kernel_cpu_op_seconds_total", "op"),
+                        top_by(scope, contract.KERNEL_CPU_OP_SECONDS_TOTAL, "op"),
                         "{{op}}",
                         instant=True,
                     )

@@ -29,6 +29,13 @@ from grafanalib._gen import DashboardEncoder
 from trainprof.dashboards.alerts import FIRING, OK, PENDING
 from trainprof.generation.render import to_json
 
+# What the dashboard modules build and pass around, named here so that they need not import
+# grafanalib themselves.
+Dashboard = core.Dashboard
+Row = core.RowPanel
+Table = core.Table
+Variable = core.Template
+
 # The first schema version whose panel model this module writes (Grafana 10.4 and later
 # load it without migrating anything we rely on).
 SCHEMA_VERSION = 39
@@ -234,6 +241,25 @@ def table(
         sortBy=sort,
         filterable=False,
     )
+
+
+def organize(
+    rename: dict[str, str], hide: Sequence[str] = ("Time",), order: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Grafana's organize transformation of a table: the columns `hide` hidden, `order`
+    first, `rename` applied."""
+    options: dict[str, Any] = {"excludeByName": dict.fromkeys(hide, True)}
+    if order:
+        options["indexByName"] = {name: i for i, name in enumerate(order)}
+    options["renameByName"] = rename
+    return {"id": "organize", "options": options}
+
+
+def merged(
+    rename: dict[str, str], hide: Sequence[str] = ("Time",), order: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """A table's queries merged into one row per series, then `organize`d."""
+    return [{"id": "merge", "options": {}}, organize(rename, hide, order)]
 
 
 def piechart(

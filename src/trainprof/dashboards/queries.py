@@ -19,19 +19,20 @@ import re
 from collections.abc import Mapping, Sequence
 
 from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_LABEL, JOB_LABELS
 from trainprof.rules.config import RulesConfig, default_config  # noqa: F401 (doctest)
 from trainprof.rules.model import RECORD_NAME
 from trainprof.rules.promql import Matcher, selector
 from trainprof.sources.gauges import gauges_for
 
-JOB_VARIABLES = ("namespace", "training_job", "node", "gpu", "rank")
+JOB_VARIABLES = (*JOB_LABELS, "node", "gpu", "rank")
 FLEET_VARIABLES = ("namespace",)
 # Variables holding exactly one value are matched with `=`; the others may be "All" (.*)
 # or several values, which Grafana writes as a regex.
-SINGLE_VALUED = ("training_job",)
+SINGLE_VALUED = (JOB_LABEL,)
 ALERT_SERIES = ("ALERTS", "ALERTS_FOR_STATE")
 # The series that say a job exists: one from the exporter, one from the training API.
-PRESENCE = ("trainprof_samples_total", "trainprof_training_steps_total")
+PRESENCE = (contract.SAMPLES_TOTAL, contract.TRAINING_STEPS_TOTAL)
 
 # Grafana's built-in interval variables.
 RATE_INTERVAL = "$__rate_interval"
@@ -49,8 +50,8 @@ def presence_names(source: tuple[str, ...] = ("trainprof",)) -> tuple[str, ...]:
     extra = [
         adapters[h]
         for h in (
-            "trainprof_gpu_utilization_sampled_ratio",
-            "trainprof_cpu_utilization_sampled_ratio",
+            contract.GPU_UTILIZATION_SAMPLED_RATIO,
+            contract.CPU_UTILIZATION_SAMPLED_RATIO,
         )
         if h in adapters
     ]
@@ -73,7 +74,7 @@ def series_labels(
     and the `gpu:`/`node:` recordings made from them are narrowed by node and GPU only
     (the node variable lists the job's nodes).
     """
-    job = frozenset(job_labels) | {"training_job"}
+    job = frozenset(job_labels) | {JOB_LABEL}
     if name in ALERT_SERIES:
         return job
     if RECORD_NAME.match(name):
@@ -82,7 +83,7 @@ def series_labels(
             ("gpu", {"node", "gpu"}),
             ("node", {"node"}),
             ("rank", {"node", "rank"}),
-            ("training_job", set()),
+            (JOB_LABEL, set()),
         ):
             if level == prefix or level.startswith(prefix + "_"):
                 # `gpu_job:`/`node_job:` gauges carry their job whatever the exporter serves.
@@ -141,6 +142,18 @@ class Scope:
 def regex_escape(value: str) -> str:
     """A literal value inside a Prometheus regex, as Grafana escapes variable values."""
     return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", value)
+
+
+def one_job(training_job: str, namespace: str | None) -> dict[str, str | None]:
+    """The variables of the job dashboard set to one job, all its nodes, GPUs and ranks: what
+    the report and replay's verdicts interpolate its queries with."""
+    return {
+        JOB_LABEL: training_job,
+        "namespace": namespace,
+        "node": None,
+        "gpu": None,
+        "rank": None,
+    }
 
 
 def interpolate(

@@ -28,6 +28,8 @@ import socket
 import tempfile
 from collections.abc import Mapping
 
+from trainprof.contract.names import JOB_LABEL
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -37,7 +39,7 @@ def target_path(directory: str, labels: Mapping[str, str]) -> str:
     >>> target_path("/sd", {"training_job": "bert/large run", "rank": "3"})
     '/sd/bert_large_run.rank3.json'
     """
-    job = _UNSAFE.sub("_", labels.get("training_job") or "training")
+    job = _UNSAFE.sub("_", labels.get(JOB_LABEL) or "training")
     rank = _UNSAFE.sub("_", labels.get("rank", "0"))
     return os.path.join(directory, f"{job}.rank{rank}.json")
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainprof.contract.names import JOB_LABEL
+
 POD_INDEX = "trainprof_pod_index"
 # A rank serves on a container port named trainprof (local rank 0) or trainprof-<LOCAL_RANK>.
 PORT_NAME_PATTERN = "trainprof(-[0-9]+)?"
@@ -113,7 +115,7 @@ def rank_relabelings(port_name_pattern: str = PORT_NAME_PATTERN) -> list[dict[st
 def rank_identity_relabelings() -> list[dict[str, Any]]:
     """training_job, namespace, node, pod and the pod index, each from one source."""
     return [
-        *_first_present(JOB_NAME_SOURCES, "training_job"),
+        *_first_present(JOB_NAME_SOURCES, JOB_LABEL),
         {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "namespace"},
         {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"},
         {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod"},

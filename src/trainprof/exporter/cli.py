@@ -20,7 +20,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, duration, positive_int
-from trainprof.exporter.sources import COLLECTORS, DISK_EXCLUDE, NETWORK_EXCLUDE
+from trainprof.exporter.sources.base import DISK_EXCLUDE, NETWORK_EXCLUDE
+from trainprof.exporter.sources.collectors import COLLECTORS
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     from trainprof import exporter
     from trainprof.exporter import webconfig
     from trainprof.exporter.server import parse_listen_address
-    from trainprof.exporter.sources import default_sources, set_procfs
+    from trainprof.exporter.sources.collectors import default_sources, set_procfs
     from trainprof.rules.config import ConfigError
     from trainprof.training import identity
 

@@ -32,7 +32,7 @@ from trainprof._version import __version__
 from trainprof.contract import metrics as contract
 from trainprof.contract.sampling import HostSample
 from trainprof.exporter.once import Once
-from trainprof.exporter.sources import Source
+from trainprof.exporter.sources.base import Source
 
 log = logging.getLogger("trainprof.exporter")
 
@@ -174,10 +174,10 @@ def health_families(
 ) -> list[MetricFamily]:
     """Collector health and build info, with the identity labels every series carries."""
     names, values = list(identity), list(identity.values())
-    build = _gauge("trainprof_exporter_build_info", names + ["version"])
+    build = _gauge(contract.EXPORTER_BUILD_INFO, names + ["version"])
     build.add_metric(values + [__version__], 1)
-    success = _gauge("trainprof_collector_success", names + ["collector"])
-    duration = _gauge("trainprof_collector_duration_seconds", names + ["collector"])
+    success = _gauge(contract.COLLECTOR_SUCCESS, names + ["collector"])
+    duration = _gauge(contract.COLLECTOR_DURATION_SECONDS, names + ["collector"])
     for collector, (ok, seconds) in health.items():
         success.add_metric(values + [collector], ok)
         duration.add_metric(values + [collector], seconds)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
 from trainprof.contract.names import alert_name
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import default_config
 
@@ -100,7 +100,7 @@ def rules_md() -> str:
         "| rule | alert | severity | detects |",
         "|---|---|---|---|",
     ]
-    for spec in catalog.CATALOG:
+    for spec in registry.CATALOG:
         alert = f"`{alert_name(spec.name)}`" if spec.alerting else "(recordings only)"
         out.append(
             f"| [{spec.name}](#{spec.name.lower()}) | {alert} | {spec.severity} | "
@@ -108,7 +108,7 @@ def rules_md() -> str:
         )
     out.append("")
     out.append(TENSOR_RULES_MD)
-    for spec in catalog.CATALOG:
+    for spec in registry.CATALOG:
         rule = compiled.rule(spec.name) or tensors.rule(spec.name)
         assert rule is not None, f"the default configuration leaves out {spec.name}"
         group, instance = rule.group, rule.instance

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from trainprof.contract.names import JOB_LABEL, JOB_LABELS
 from trainprof.sources.options import SOURCES
 
 SCHEMA_URL = "https://raw.githubusercontent.com/trainprof/trainprof/main/schemas/"
@@ -88,14 +89,14 @@ def _param_schema(param: Any) -> dict[str, Any]:
 
 def rules_schema() -> dict[str, Any]:
     """The rule configuration (YAML or JSON) that `trainprof rules compile -c` reads."""
-    from trainprof.rules import catalog
+    from trainprof.rules.catalog import registry
     from trainprof.rules.config import GPU_ATTRIBUTIONS
     from trainprof.rules.model import PATIENCE_MODES, SEVERITIES
 
-    rule_names = [catalog.PROFILER_REPORT] + [spec.name for spec in catalog.CATALOG]
+    rule_names = [registry.PROFILER_REPORT] + [spec.name for spec in registry.CATALOG]
     defs: dict[str, Any] = {"duration": _DURATION}
     report: dict[str, Any] = {}
-    for spec in catalog.CATALOG:
+    for spec in registry.CATALOG:
         props = {p.name: _param_schema(p) for p in spec.params}
         defs[f"parameters.{spec.name}"] = {
             "type": "object",
@@ -105,13 +106,13 @@ def rules_schema() -> dict[str, Any]:
         }
         for name, schema in props.items():
             report.setdefault(f"{spec.name}_{name}", schema)
-    scan = next(p for spec in catalog.CATALOG for p in spec.params if p.name == "scan_interval_us")
+    scan = next(p for spec in registry.CATALOG for p in spec.params if p.name == "scan_interval_us")
     report["scan_interval_us"] = _param_schema(scan)
-    defs[f"parameters.{catalog.PROFILER_REPORT}"] = {
+    defs[f"parameters.{registry.PROFILER_REPORT}"] = {
         "type": "object",
         "description": "Every profiler rule, with <Rule>_<parameter> overrides.",
         "properties": report,
-        "patternProperties": {f"^({'|'.join(catalog.NOT_IMPLEMENTED)})_": {}},
+        "patternProperties": {f"^({'|'.join(registry.NOT_IMPLEMENTED)})_": {}},
         "additionalProperties": False,
     }
     entry_cases = [
@@ -182,7 +183,7 @@ def rules_schema() -> dict[str, Any]:
                 "items": {"type": "string", "pattern": _LABEL_NAME, "not": {"pattern": "^__"}},
                 "minItems": 1,
                 "uniqueItems": True,
-                "default": ["namespace", "training_job"],
+                "default": list(JOB_LABELS),
             },
             "job_selector": {
                 "type": "object",
@@ -274,7 +275,7 @@ def actions_schema() -> dict[str, Any]:
     """The StopTraining receiver's configuration (`trainprof actions serve -c`)."""
     from trainprof.actions import config as actions
     from trainprof.actions import kubernetes, local
-    from trainprof.rules import catalog
+    from trainprof.rules.catalog import registry
 
     def strict(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
         return {"type": "object", "properties": properties, "additionalProperties": False, **extra}
@@ -312,7 +313,7 @@ def actions_schema() -> dict[str, Any]:
                     "minProperties": 1,
                     "properties": {
                         r.name: {"enum": list(actions.RULE_ACTIONS)}
-                        for r in catalog.alerting_rules()
+                        for r in registry.alerting_rules()
                     },
                     "additionalProperties": False,
                 },
@@ -340,7 +341,7 @@ def actions_schema() -> dict[str, Any]:
                         "api_url": {"type": "string", "pattern": "^https?://"},
                         "token_file": text,
                         "ca_file": text,
-                        "name_label": {"type": "string", "default": "training_job"},
+                        "name_label": {"type": "string", "default": JOB_LABEL},
                     },
                     required=["resource"],
                 ),

@@ -13,7 +13,9 @@ the notes with its path and line, so the rest of the job is still replayed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from typing import Any
 
 EXAMPLES = 5
 # No sampled timestamp is before SageMaker Debugger existed or after 2100.
@@ -66,6 +68,32 @@ class Damage:
                 noun = "" if kind.startswith(("file", "sample", "step")) else "line(s) "
                 out.append(f"{verb} {entry.count} {noun}{kind}: {places}")
         return out
+
+
+def json_object(
+    line: str, where: str, damage: Damage, required: str | None = None
+) -> dict[str, Any] | None:
+    """The JSON object on one line; None, reported, for a line that is not JSON, not an
+    object, or (with `required`) an object without that key.
+
+    >>> d = Damage()
+    >>> json_object('{"kind": "host"}', "r.jsonl:1", d, "kind"), json_object("[1]", "s.json:2", d)
+    ({'kind': 'host'}, None)
+    >>> d.notes()
+    ['skipped 1 line(s) not a JSON object: s.json:2']
+    """
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        damage.skip("not JSON", where)
+        return None
+    if required is not None and (not isinstance(value, dict) or required not in value):
+        damage.skip(f"without a {required}", where)
+        return None
+    if not isinstance(value, dict):
+        damage.skip("not a JSON object", where)
+        return None
+    return value
 
 
 def ratio(value: float, where: str, damage: Damage, what: str) -> float | None:

@@ -11,7 +11,6 @@ damaged ones with their file and line, and says how much of a truncated file it 
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import os
 import zlib
@@ -19,8 +18,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainprof.contract import recording
+from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.sampling import HostSample
-from trainprof.replay.damage import Damage, ratio, timestamp_ok
+from trainprof.replay.damage import Damage, json_object, ratio, timestamp_ok
 from trainprof.replay.timeline import PhaseTotals, Step
 from trainprof.training.state import bounded_label_value, canonical_mode
 
@@ -42,15 +42,9 @@ def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:
                 number += 1
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    damage.skip("not JSON", f"{path}:{number}")
-                    continue
-                if not isinstance(record, dict) or "kind" not in record:
-                    damage.skip("without a kind", f"{path}:{number}")
-                    continue
-                yield number, record
+                record = json_object(line, f"{path}:{number}", damage, required="kind")
+                if record is not None:
+                    yield number, record
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         name = os.path.basename(path)
         if number == 0:
@@ -156,5 +150,5 @@ def phase_totals(record: dict[str, Any], where: str, damage: Damage) -> PhaseTot
 def training_job(record: dict[str, Any]) -> str | None:
     """The job a process record names (`trainprof.start(training_job=...)`), if any, as
     the rank's own series carried it (a long name cut as `bounded_label_value` cuts it)."""
-    name = record.get("training_job")
+    name = record.get(JOB_LABEL)
     return bounded_label_value(name) if isinstance(name, str) and name.strip() else None

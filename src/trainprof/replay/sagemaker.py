@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay.compact import CompactSamples
-from trainprof.replay.damage import EARLIEST, LATEST, Damage, ratio, timestamp_ok
+from trainprof.replay.damage import EARLIEST, LATEST, Damage, json_object, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
 from trainprof.training.state import canonical_mode
 
@@ -152,16 +152,10 @@ def _events(path: str, text: str, damage: Damage) -> tuple[list[dict], list[int]
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            event = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            damage.skip("not JSON", f"{path}:{number}")
-            continue
-        if not isinstance(event, dict):
-            damage.skip("not a JSON object", f"{path}:{number}")
-            continue
-        out.append(event)
-        numbers.append(number)
+        event = json_object(line, f"{path}:{number}", damage)
+        if event is not None:
+            out.append(event)
+            numbers.append(number)
     return out, numbers
 
 

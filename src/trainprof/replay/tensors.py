@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_LABEL
 from trainprof.engines.promtool import run_rules, series_text
 from trainprof.replay import smdebug
 from trainprof.training.health.state import HealthState
@@ -125,7 +127,7 @@ def replay_trial(
         token_values=inputs["token_values"],
     )
     job = training_job or _job_name(trial.root)
-    identity = {"training_job": job, "rank": "0"}
+    identity = {JOB_LABEL: job, "rank": "0"}
 
     def folded(t: smdebug.Trial, state: HealthState):
         return smdebug.fold(
@@ -170,7 +172,7 @@ def _other_trial(
     other_job = _job_name(other.root)
     if other_job == job:
         other_job += "-other"
-    runs.append((folded(other, HealthState()), {"training_job": other_job, "rank": "0"}))
+    runs.append((folded(other, HealthState()), {JOB_LABEL: other_job, "rank": "0"}))
     values = {**instance.values, "other_trials": other_job}
     rules = tuple(
         dataclasses.replace(i, values=values) if i is instance else i for i in config.rules
@@ -224,7 +226,7 @@ def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> 
         while i + 1 < len(saves) and saves[i + 1].wall_time - start <= k * interval:
             i += 1
         values.append(saves[i].wall_time - start + interval)
-    key = series_text("trainprof_tensor_last_save_timestamp_seconds", identity)
+    key = series_text(contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS, identity)
     compiled = compile_rules(config)
     groups = [{**g, "interval": f"{interval:g}s"} for g in compiled.groups]
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,6 +17,8 @@ import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
+from trainprof.contract import metrics as contract
+from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.sampling import BottleneckGrid, HostSample, SampleAccumulator, samples_of
 from trainprof.replay.exporters import NAMESPACE, Exporters
 from trainprof.replay.series_store import SeriesStore
@@ -30,9 +32,9 @@ TRAINING_PORT = 9946
 PROGRESS_FROM = 20_000
 # Series whose values are Unix times: promtool's clock starts at 0, so they are shifted.
 TIMESTAMP_SERIES = (
-    "trainprof_training_start_timestamp_seconds",
-    "trainprof_training_first_step_timestamp_seconds",
-    "trainprof_training_last_step_timestamp_seconds",
+    contract.TRAINING_START_TIMESTAMP_SECONDS,
+    contract.TRAINING_FIRST_STEP_TIMESTAMP_SECONDS,
+    contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS,
 )
 
 
@@ -111,7 +113,7 @@ def host_identity(node: str, training_job: str, namespace: str = "") -> dict[str
         "instance": f"{node}:{EXPORTER_PORT}",
         "node": node,
         **({"namespace": namespace} if namespace else {}),
-        "training_job": training_job,
+        JOB_LABEL: training_job,
     }
 
 
@@ -122,7 +124,7 @@ def rank_identity(node: str, rank: int, index: int, training_job: str) -> dict[s
         "job": TRAINING_JOB,
         "instance": f"{node}:{TRAINING_PORT + index}",
         "node": node,
-        "training_job": training_job,
+        JOB_LABEL: training_job,
         "rank": str(rank),
     }
 

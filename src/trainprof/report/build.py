@@ -11,6 +11,7 @@ import math
 import re
 
 from trainprof import __version__
+from trainprof.contract.names import JOB_LABEL, VERSION_LABEL
 from trainprof.dashboards.alerts import FIRING, PENDING
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope
@@ -606,8 +607,8 @@ def _details(c: Collected, rows: list[RuleRow], spans: dict[str, list]) -> list[
                 "alertname",
                 "rule",
                 "severity",
-                "trainprof_rule_version",
-                "training_job",
+                VERSION_LABEL,
+                JOB_LABEL,
                 "namespace",
                 "job",
                 "instance",

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterator
 
+from trainprof.contract.names import JOB_LABEL
 from trainprof.dashboards.queries import presence, presence_names
 from trainprof.engines.prometheus_api import (
     Access,
@@ -219,7 +220,7 @@ def parse_time(text: str, now: float) -> float:
 def _presence(job: str, namespace: str | None, source: tuple[str, ...]) -> list[str]:
     """Selectors of the series that say the job existed (one per metric name, so functions
     that drop the name cannot collide)."""
-    matchers = {"training_job": job}
+    matchers = {JOB_LABEL: job}
     if namespace is not None:
         matchers["namespace"] = namespace
     inner = ", ".join(f"{k}={quote(v)}" for k, v in matchers.items())
@@ -407,7 +408,7 @@ def _no_such_job(
 ) -> str:
     import difflib
 
-    known = api.label_values("training_job", presence(source))
+    known = api.label_values(JOB_LABEL, presence(source))
     close = difflib.get_close_matches(job, known, n=3)
     message = f"no trainprof series with training_job={job!r}"
     if namespace is not None:
@@ -446,7 +447,7 @@ def _verdicts(
             # Look back far enough that an alert already pending at `start` is seen.
             series = api.range(rule["expr"], start - hold - step, end, step)
             for labels, points in series:
-                if labels.get("training_job") != job:
+                if labels.get(JOB_LABEL) != job:
                     continue
                 if namespace is not None and labels.get("namespace") != namespace:
                     continue

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards.alerts import state_now
-from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate
+from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, Scope, interpolate, one_job
 from trainprof.report import usage
 from trainprof.rules.compiler import Compiled, MissingRecording, compile_rules  # noqa: F401
 from trainprof.rules.config import RuleInstance, default_config  # noqa: F401
@@ -52,19 +53,19 @@ def report_queries(compiled: Compiled) -> dict[str, ReportQuery]:
             x.step_rate(scope, by="rank"), True, "rank {{rank}}"
         ),
         "system.cpu": ReportQuery(
-            x.mean(scope, "trainprof_cpu_utilization_sampled_ratio"), True, "{{node}}"
+            x.mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO), True, "{{node}}"
         ),
         "system.iowait": ReportQuery(
-            x.mean(scope, "trainprof_cpu_iowait_sampled_ratio"), True, "{{node}}"
+            x.mean(scope, contract.CPU_IOWAIT_SAMPLED_RATIO), True, "{{node}}"
         ),
         "system.memory": ReportQuery(
-            x.mean(scope, "trainprof_memory_used_sampled_ratio"), True, "{{node}}"
+            x.mean(scope, contract.MEMORY_USED_SAMPLED_RATIO), True, "{{node}}"
         ),
         "system.gpu": ReportQuery(
-            x.mean(scope, "trainprof_gpu_utilization_sampled_ratio"), True, x.GPU_LEGEND
+            x.mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO), True, x.GPU_LEGEND
         ),
         "system.gpu_memory": ReportQuery(
-            x.mean(scope, "trainprof_gpu_memory_used_sampled_ratio"), True, x.GPU_LEGEND
+            x.mean(scope, contract.GPU_MEMORY_USED_SAMPLED_RATIO), True, x.GPU_LEGEND
         ),
         "system.gpu_busy": ReportQuery(x.gpu_busy_seconds(scope), legend=x.GPU_LEGEND),
         "system.cpu_busy": ReportQuery(x.cpu_busy_seconds(scope), legend="{{node}}"),
@@ -134,13 +135,7 @@ def resolved(
     compiled: Compiled, training_job: str, namespace: str | None, seconds: float, step: float
 ) -> dict[str, ReportQuery]:
     """The report's queries for one job, variables replaced."""
-    values = {
-        "training_job": training_job,
-        "namespace": namespace,
-        "node": None,
-        "gpu": None,
-        "rank": None,
-    }
+    values = one_job(training_job, namespace)
     builtins = grafana_builtins(seconds, step, compiled.config.scrape_interval)
     return {
         name: dataclasses.replace(rq, expr=interpolate(rq.expr, values, builtins))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from trainprof.contract import metrics as contract
 from trainprof.contract.quantiles import histogram_quantile
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
 from trainprof.dashboards.queries import RANGE, Scope
@@ -21,21 +22,21 @@ from trainprof.sources.gauges import gauges_for
 
 QUANTILES = ("p50", "p90", "p95", "p99")
 GPU_HISTOGRAMS = (
-    "trainprof_gpu_utilization_sampled_ratio",
-    "trainprof_gpu_memory_used_sampled_ratio",
+    contract.GPU_UTILIZATION_SAMPLED_RATIO,
+    contract.GPU_MEMORY_USED_SAMPLED_RATIO,
 )
 TOTALS = {
-    "trainprof_disk_read_bytes_total": "Disk read",
-    "trainprof_disk_written_bytes_total": "Disk written",
-    "trainprof_network_receive_bytes_total": "Network received",
-    "trainprof_network_transmit_bytes_total": "Network sent",
+    contract.DISK_READ_BYTES_TOTAL: "Disk read",
+    contract.DISK_WRITTEN_BYTES_TOTAL: "Disk written",
+    contract.NETWORK_RECEIVE_BYTES_TOTAL: "Network received",
+    contract.NETWORK_TRANSMIT_BYTES_TOTAL: "Network sent",
 }
 
 
 # A source adapter's per-node gauge of a resource the table pools per node.
 _NODE_GAUGE = {
-    "trainprof_gpu_utilization_sampled_ratio": "trainprof_node_gpu_utilization_sampled_ratio",
-    "trainprof_gpu_memory_used_sampled_ratio": "trainprof_node_gpu_memory_used_sampled_ratio",
+    contract.GPU_UTILIZATION_SAMPLED_RATIO: contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO,
+    contract.GPU_MEMORY_USED_SAMPLED_RATIO: contract.NODE_GPU_MEMORY_USED_SAMPLED_RATIO,
 }
 _STATS = {
     "min": "min_over_time({g}[{r}])",
@@ -78,7 +79,7 @@ def queries(scope: Scope) -> dict[str, str]:
             f"label_replace(sum by (node) (increase({scope.sel(counter)}[{RANGE}])), "
             f'"total", "{name}", "", "")'
         )
-    start = scope.sel("trainprof_training_start_timestamp_seconds")
+    start = scope.sel(contract.TRAINING_START_TIMESTAMP_SECONDS)
     return {
         "usage.node_buckets": "\nor\n".join(node_parts),
         "usage.gpu_buckets": "\nor\n".join(gpu_parts),

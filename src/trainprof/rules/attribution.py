@@ -27,9 +27,10 @@ and its job labels become the holder's (replacing the exporter pod's own `namesp
 
 from __future__ import annotations
 
+from trainprof.contract import metrics as contract
 from trainprof.rules import promql
 
-ASSIGNMENT = "trainprof_gpu_assignment_info"
+ASSIGNMENT = contract.GPU_ASSIGNMENT_INFO
 SHARED_ALERT = "TrainprofGPUSharedByJobs"
 
 

@@ -124,9 +124,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_catalog() -> None:
-    from trainprof.rules import catalog
+    from trainprof.rules.catalog import registry
 
-    for spec in catalog.CATALOG:
+    for spec in registry.CATALOG:
         params = ", ".join(f"{p.name}={p.default}" for p in spec.params)
         print(f"{spec.name:<24} {spec.severity:<8} {spec.summary}")
         print(f"{'':<24} {params}")

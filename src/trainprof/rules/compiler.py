@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from trainprof import sources
+from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
 from trainprof.contract.names import (
     HEALTH_GROUP,
@@ -33,6 +34,7 @@ from trainprof.contract.names import (
     JOB_DASHBOARD,
     STATE_GROUP,
     STATE_RULE,
+    VERSION_LABEL,
     alert_name,
     group_name,
 )
@@ -262,7 +264,7 @@ def _state_rules(compiled: list[CompiledRule]) -> list[dict[str, Any]]:
                     "labels": {
                         "rule": STATE_RULE,
                         "severity": "info",
-                        "trainprof_rule_version": "1",
+                        VERSION_LABEL: "1",
                     },
                     "annotations": {"summary": state.summary, "description": state.description},
                 }
@@ -326,7 +328,7 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
     out["labels"] = {
         "rule": spec.name,
         "severity": instance.severity,
-        "trainprof_rule_version": str(spec.version),
+        VERSION_LABEL: str(spec.version),
         **alert.labels,
         **action_labels(instance.actions),
     }
@@ -390,7 +392,7 @@ def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dic
         return []
     from trainprof.rules.promql import selector
 
-    interval = selector("trainprof_sampler_interval_seconds", config.job_selector)
+    interval = selector(contract.SAMPLER_INTERVAL_SECONDS, config.job_selector)
     rules = [
         _health_alert(
             HealthCheck(
@@ -455,7 +457,7 @@ def _health_alert(check: HealthCheck, affects: str) -> dict[str, Any]:
             "rule": HEALTH_RULE,
             "severity": "warning",
             "affects": affects,
-            "trainprof_rule_version": "1",
+            VERSION_LABEL: "1",
         },
         "annotations": {"summary": check.summary, "description": check.description},
     }

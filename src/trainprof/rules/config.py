@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainprof.contract.durations import parse_duration
+from trainprof.contract.names import JOB_LABELS
 from trainprof.contract.validation import (
     ConfigError,
     Problem,  # noqa: F401  (re-exported: rule configuration errors are ConfigError)
@@ -41,7 +42,7 @@ from trainprof.contract.validation import (
     short,
     template_problem,
 )
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 from trainprof.rules.model import PATIENCE_MODES, SEVERITIES, RuleSpec
 from trainprof.rules.params import COUNT, MICROS, MINUTES, PERCENT
 from trainprof.rules.promql import LABEL_NAME, Matcher
@@ -127,7 +128,7 @@ class RulesConfig:
     # Where a GPU's job comes from: the exporter's own training_job label (exporter; auto)
     # or the ranks' trainprof_gpu_assignment_info (assignment: a node-wide DaemonSet).
     gpu_attribution: str = "auto"
-    job_labels: tuple[str, ...] = ("namespace", "training_job")
+    job_labels: tuple[str, ...] = JOB_LABELS
     job_selector: tuple[Matcher, ...] = ()
     runbook_url: str = DEFAULT_RUNBOOK_URL
     grafana_url: str = DEFAULT_GRAFANA_URL
@@ -180,7 +181,7 @@ class _Loader(Problems):
             mode = "auto"
         attribution = data.get("gpu_attribution", "auto")
         self.one_of("gpu_attribution", attribution, GPU_ATTRIBUTIONS)
-        job_labels = self.labels(data.get("job_labels", ["namespace", "training_job"]))
+        job_labels = self.labels(data.get("job_labels", list(JOB_LABELS)))
         selector = self.selector(data.get("job_selector", {}))
         runbook, grafana = self.links(data.get("links", {}))
         source = self.source(data.get("source", "trainprof"))
@@ -243,7 +244,7 @@ class _Loader(Problems):
     def labels(self, value) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.problem("job_labels", f"expected a list of label names, got {describe(value)}")
-            return ("namespace", "training_job")
+            return JOB_LABELS
         if not value:
             self.problem(
                 "job_labels",
@@ -369,7 +370,7 @@ class _Loader(Problems):
             else:
                 for i, item in enumerate(raw):
                     out += self.api_entry(f"ProfilerRuleConfigurations[{i}]", item)
-        rules = data.get("rules", [] if out else [{"rule": catalog.PROFILER_REPORT}])
+        rules = data.get("rules", [] if out else [{"rule": registry.PROFILER_REPORT}])
         if isinstance(rules, Mapping):
             for name, params in rules.items():
                 path = f"rules.{name}"
@@ -427,8 +428,8 @@ class _Loader(Problems):
         """A custom rule (trainprof.rules.custom): defined here, then used like a rule."""
         from trainprof.rules import custom
 
-        reserved = {r.name.lower() for r in catalog.CATALOG} | {
-            n.lower() for n in (*catalog.NOT_IMPLEMENTED, catalog.PROFILER_REPORT)
+        reserved = {r.name.lower() for r in registry.CATALOG} | {
+            n.lower() for n in (*registry.NOT_IMPLEMENTED, registry.PROFILER_REPORT)
         }
         definition = custom.definition(path, item, self.problem, reserved)
         if definition is None:
@@ -447,7 +448,7 @@ class _Loader(Problems):
         return [(path, definition.name, {}, options)]
 
     def lookup(self, name: str) -> RuleSpec | None:
-        return self.custom.get(name) or catalog.lookup(name)
+        return self.custom.get(name) or registry.lookup(name)
 
     def actions(self, path: str, value: Any) -> tuple[str, ...]:
         """StopTraining, Email, SMS: names, or mappings such as {Email: address} (the
@@ -486,7 +487,7 @@ class _Loader(Problems):
         explicit: dict[str, tuple[str, _Parsed, dict]] = {}
         for path, name, params, options in entries:
             params.pop("rule_to_invoke", None)
-            if name.lower() == catalog.PROFILER_REPORT.lower():
+            if name.lower() == registry.PROFILER_REPORT.lower():
                 if report:
                     self.problem(path, "ProfilerReport is configured twice")
                 for rule_name, (sub_path, values) in self.report_params(path, params).items():
@@ -512,7 +513,7 @@ class _Loader(Problems):
             explicit[spec.name] = (path, values, options)
 
         instances = []
-        for spec in catalog.CATALOG + tuple(self.custom.values()):
+        for spec in registry.CATALOG + tuple(self.custom.values()):
             if spec.name in explicit:
                 path, values, options = explicit[spec.name]
                 if spec.name in report:
@@ -531,7 +532,7 @@ class _Loader(Problems):
     def report_params(self, path, params) -> dict[str, tuple[str, _Parsed]]:
         """Split ProfilerReport's `<Rule>_<param>` overrides onto every catalog rule."""
         per_rule: dict[str, dict[str, tuple[Any, str]]] = {
-            s.name: {} for s in catalog.profiler_rules()
+            s.name: {} for s in registry.profiler_rules()
         }
         scan = None
         for key, value in params.items():
@@ -541,8 +542,8 @@ class _Loader(Problems):
                 scan = value
                 continue
             rule_name, sep, param = key.partition("_")
-            spec = catalog.lookup(rule_name) if sep else None
-            if spec is not None and spec not in catalog.profiler_rules():
+            spec = registry.lookup(rule_name) if sep else None
+            if spec is not None and spec not in registry.profiler_rules():
                 self.problem(
                     where,
                     f"{spec.name} is not part of ProfilerReport; configure it as a rule of "
@@ -550,10 +551,10 @@ class _Loader(Problems):
                 )
                 continue
             if spec is None:
-                if rule_name in catalog.NOT_IMPLEMENTED:
-                    self.warnings.append(f"{where}: ignored; {catalog.NOT_IMPLEMENTED[rule_name]}")
+                if rule_name in registry.NOT_IMPLEMENTED:
+                    self.warnings.append(f"{where}: ignored; {registry.NOT_IMPLEMENTED[rule_name]}")
                     continue
-                valid = [r.name for r in catalog.profiler_rules()]
+                valid = [r.name for r in registry.profiler_rules()]
                 self.problem(
                     where,
                     "expected <Rule>_<parameter> with a rule of the report"
@@ -563,7 +564,7 @@ class _Loader(Problems):
                 continue
             per_rule[spec.name][param] = (value, where)
         out = {}
-        for spec in catalog.profiler_rules():
+        for spec in registry.profiler_rules():
             given = per_rule[spec.name]
             if scan is not None and "scan_interval_us" not in given:
                 given["scan_interval_us"] = (scan, f"{path}.parameters.scan_interval_us")
@@ -637,10 +638,10 @@ class _Loader(Problems):
                     )
 
     def unknown_rule(self, path, name):
-        if name in catalog.NOT_IMPLEMENTED:
-            self.problem(path, f"{name}: {catalog.NOT_IMPLEMENTED[name]}")
+        if name in registry.NOT_IMPLEMENTED:
+            self.problem(path, f"{name}: {registry.NOT_IMPLEMENTED[name]}")
             return
-        valid = [catalog.PROFILER_REPORT] + [r.name for r in catalog.CATALOG]
+        valid = [registry.PROFILER_REPORT] + [r.name for r in registry.CATALOG]
         self.problem(
             path, f"unknown rule {name!r}" + nearest(name, valid) + f"; rules: {', '.join(valid)}"
         )
@@ -683,4 +684,4 @@ def load_config(
 
 def default_config(scrape_interval: float | None = None) -> RulesConfig:
     """ProfilerReport with every default: what SageMaker attached to a job by default."""
-    return load_config({"rules": [{"rule": catalog.PROFILER_REPORT}]}, "defaults", scrape_interval)
+    return load_config({"rules": [{"rule": registry.PROFILER_REPORT}]}, "defaults", scrape_interval)

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from trainprof.contract.validation import nearest
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 
 _ACTIONS = ("ActionList", "StopTraining", "Email", "SMS")
 
@@ -40,9 +40,9 @@ def _snake(name: str) -> str:
 
 # The SDK names profiler rules in CamelCase (rule_configs.LowGPUUtilization()) and tensor
 # rules in snake_case (rule_configs.loss_not_decreasing()); both resolve to catalog names.
-_TENSOR_NAMES = [r.name for r in catalog.CATALOG if r.family == "health"]
+_TENSOR_NAMES = [r.name for r in registry.CATALOG if r.family == "health"]
 _RULE_NAMES = {
-    **{n: n for n in (catalog.PROFILER_REPORT,) + tuple(r.name for r in catalog.CATALOG)},
+    **{n: n for n in (registry.PROFILER_REPORT,) + tuple(r.name for r in registry.CATALOG)},
     **{_snake(n): n for n in _TENSOR_NAMES},
 }
 _PROFILER_RULES = tuple(_RULE_NAMES)
@@ -62,7 +62,7 @@ class ProfilerRuleConfig:
 
 def _config_factory(sdk_name: str):
     name = _RULE_NAMES[sdk_name]
-    spec = catalog.BY_NAME.get(name)
+    spec = registry.BY_NAME.get(name)
     known = {p.name for p in spec.params} if spec else None
 
     def factory(**rule_parameters: Any) -> ProfilerRuleConfig:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration, parse_duration
-from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate
+from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate, one_job
 from trainprof.engines.promtool import SAFE_SCRAPES
 from trainprof.rules.compiler import Compiled, MissingRecording
 from trainprof.rules.model import Signal
@@ -106,13 +107,7 @@ def status_queries(
     builtins: dict[str, str],
 ) -> dict[str, tuple[str, bool]]:
     """name -> (PromQL, over the range?) of everything `decide` needs."""
-    values = {
-        "training_job": training_job,
-        "namespace": namespace,
-        "node": None,
-        "gpu": None,
-        "rank": None,
-    }
+    values = one_job(training_job, namespace)
     matchers = [f"training_job={quote(training_job)}"]
     if namespace is not None:
         matchers.append(f"namespace={quote(namespace)}")
@@ -120,8 +115,8 @@ def status_queries(
     samples = f"sum(trainprof_samples_total{sel})"
     gpus = f"trainprof_gpu_utilization_sampled_ratio_count{sel}"
     gauges = gauges_for(compiled.config.source)
-    host = gauges.get("trainprof_cpu_utilization_sampled_ratio")
-    gpu = gauges.get("trainprof_gpu_utilization_sampled_ratio")
+    host = gauges.get(contract.CPU_UTILIZATION_SAMPLED_RATIO)
+    gpu = gauges.get(contract.GPU_UTILIZATION_SAMPLED_RATIO)
     out: dict[str, tuple[str, bool]] = {"status.samples": (samples, False)}
     if host or gpu:
         # A source adapter's datapoints are its scrapes of each node, counted per job at

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainprof.rules import catalog
+from trainprof.rules.catalog import registry
 from trainprof.rules.config import RulesConfig, load_config
 
 
@@ -11,7 +11,7 @@ def default_tensor_config() -> RulesConfig:
     (TensorVariance needs a threshold)."""
     names = [
         r.name
-        for r in catalog.CATALOG
+        for r in registry.CATALOG
         if r.family == "health" and not (r.check and r.check(r.values(r.defaults())))
     ]
     return load_config({"rules": [{"rule": n} for n in names]}, "tensor-rule defaults")
@@ -25,7 +25,7 @@ def example_tensor_config() -> RulesConfig:
     }
     rules = [
         {"rule": r.name, **({"parameters": example[r.name]} if r.name in example else {})}
-        for r in catalog.CATALOG
+        for r in registry.CATALOG
         if r.family == "health"
     ]
     return load_config({"rules": rules}, "tensor-rule examples")

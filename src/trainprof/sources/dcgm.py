@@ -24,6 +24,7 @@ exporter's own pod: it never joins a training job, which is what matters.
 
 from __future__ import annotations
 
+from trainprof.contract.names import JOB_LABEL
 from trainprof.sources.labels import coalesce
 from trainprof.sources.options import SourceOptions
 
@@ -184,7 +185,7 @@ def job_recordings(options: SourceOptions) -> list[dict[str, str]]:
     if options.pod_job_label:
         pods = coalesce(
             f'kube_pod_labels{{{options.pod_job_label}!=""}}',
-            "training_job",
+            JOB_LABEL,
             (options.pod_job_label,),
         )
         by_pod = (

@@ -11,20 +11,21 @@ what `GAUGES` maps each of trainprof's sampled histograms to:
 
 from __future__ import annotations
 
+from trainprof.contract import metrics as contract
 from trainprof.sources.options import SourceOptions
 
 # trainprof's sampled histogram -> (the source serving it, its per-job gauge)
 GPU_GAUGES = {
-    "trainprof_gpu_utilization_sampled_ratio": "gpu_job:trainprof_gpu_utilization:ratio",
-    "trainprof_gpu_memory_used_sampled_ratio": "gpu_job:trainprof_gpu_memory_used:ratio",
+    contract.GPU_UTILIZATION_SAMPLED_RATIO: "gpu_job:trainprof_gpu_utilization:ratio",
+    contract.GPU_MEMORY_USED_SAMPLED_RATIO: "gpu_job:trainprof_gpu_memory_used:ratio",
     # SageMaker's node-level GPU series: the mean over the node's GPUs at each sample.
-    "trainprof_node_gpu_utilization_sampled_ratio": "node_job:trainprof_gpu_utilization:ratio",
-    "trainprof_node_gpu_memory_used_sampled_ratio": "node_job:trainprof_gpu_memory_used:ratio",
+    contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO: "node_job:trainprof_gpu_utilization:ratio",
+    contract.NODE_GPU_MEMORY_USED_SAMPLED_RATIO: "node_job:trainprof_gpu_memory_used:ratio",
 }
 HOST_GAUGES = {
-    "trainprof_cpu_utilization_sampled_ratio": "node_job:trainprof_cpu_utilization:ratio",
-    "trainprof_cpu_iowait_sampled_ratio": "node_job:trainprof_cpu_iowait:ratio",
-    "trainprof_memory_used_sampled_ratio": "node_job:trainprof_memory_used:ratio",
+    contract.CPU_UTILIZATION_SAMPLED_RATIO: "node_job:trainprof_cpu_utilization:ratio",
+    contract.CPU_IOWAIT_SAMPLED_RATIO: "node_job:trainprof_cpu_iowait:ratio",
+    contract.MEMORY_USED_SAMPLED_RATIO: "node_job:trainprof_memory_used:ratio",
 }
 GAUGES = {**GPU_GAUGES, **HOST_GAUGES}
 # The busiest core of a node at each scrape (the bottleneck rules' "a core above").
@@ -58,8 +59,8 @@ def node_scrapes(sources: tuple[str, ...], options: SourceOptions) -> dict[str, 
     served = [
         gauge
         for source, gauge in (
-            ("node_exporter", HOST_GAUGES["trainprof_cpu_utilization_sampled_ratio"]),
-            ("dcgm", GPU_GAUGES["trainprof_node_gpu_utilization_sampled_ratio"]),
+            ("node_exporter", HOST_GAUGES[contract.CPU_UTILIZATION_SAMPLED_RATIO]),
+            ("dcgm", GPU_GAUGES[contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO]),
         )
         if source in sources
     ]
@@ -95,15 +96,15 @@ def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
 
     return [
         per_job(
-            HOST_GAUGES["trainprof_cpu_utilization_sampled_ratio"],
+            HOST_GAUGES[contract.CPU_UTILIZATION_SAMPLED_RATIO],
             "node:trainprof_cpu_utilization:ratio",
         ),
         per_job(
-            HOST_GAUGES["trainprof_cpu_iowait_sampled_ratio"],
+            HOST_GAUGES[contract.CPU_IOWAIT_SAMPLED_RATIO],
             "avg by (node) (cpu:trainprof_cpu_iowait:ratio)",
         ),
         per_job(
-            HOST_GAUGES["trainprof_memory_used_sampled_ratio"], "node:trainprof_memory_used:ratio"
+            HOST_GAUGES[contract.MEMORY_USED_SAMPLED_RATIO], "node:trainprof_memory_used:ratio"
         ),
         per_job(BUSIEST_CORE["cpu"], "max by (node) (cpu:trainprof_cpu_utilization:ratio)"),
         per_job(BUSIEST_CORE["iowait"], "max by (node) (cpu:trainprof_cpu_iowait:ratio)"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract.names import JOB_LABELS
 from trainprof.rules.promql import LABEL_NAME
 
 SOURCES = ("trainprof", "dcgm", "node_exporter")
@@ -24,7 +25,7 @@ class SourceOptions:
     """
 
     node_label: str = "node"
-    job_labels: tuple[str, ...] = ("namespace", "training_job")
+    job_labels: tuple[str, ...] = JOB_LABELS
     pod_job_label: str = "label_training_kubeflow_org_job_name"
     scrape_interval: float = 15.0
 
@@ -58,3 +59,16 @@ def parse_sources(text: str) -> tuple[str, ...]:
             "node_exporter the host's, so trainprof's exporter would serve none"
         )
     return tuple(dict.fromkeys(names))
+
+
+def signal_sources(names: tuple[str, ...]) -> tuple[str, str]:
+    """Which source serves the GPU signals and which the host's, of a `source` setting.
+
+    >>> signal_sources(("dcgm",))
+    ('dcgm', 'trainprof')
+    >>> signal_sources(("trainprof", "node_exporter"))
+    ('trainprof', 'node_exporter')
+    """
+    gpu = "dcgm" if "dcgm" in names else "trainprof"
+    host = "node_exporter" if "node_exporter" in names else "trainprof"
+    return gpu, host

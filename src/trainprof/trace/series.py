@@ -11,46 +11,19 @@ operators; at most `max_labels` distinct names are ever kept per series, later o
 
 from __future__ import annotations
 
-import bisect
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 
-from prometheus_client.core import HistogramMetricFamily
-
 from trainprof.contract import metrics as contract
-from trainprof.contract.metrics import bucket_label
-from trainprof.contract.sampling import Families
+from trainprof.contract.sampling import Families, Histogram
 from trainprof.trace import classify
 from trainprof.trace.load import Trace
 from trainprof.trace.summary import launch_latencies, summarize
 
 OTHER = "other"
 NS = 1e-9
-
-
-class _Histogram:
-    def __init__(self, bounds: tuple[float, ...]):
-        self.bounds = bounds
-        self.counts = [0] * len(bounds)
-        self.count = 0
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.bounds, value)
-        if i < len(self.counts):
-            self.counts[i] += 1
-        self.count += 1
-        self.sum += value
-
-    def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for bound, n in zip(self.bounds, self.counts):
-            cumulative += n
-            buckets.append((bucket_label(bound), cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
 
 
 class _Bounded:
@@ -86,7 +59,7 @@ class KernelSeries:
         self.memcpy_bytes: dict[str, float] = defaultdict(float)
         self.host_device: dict[str, float] = defaultdict(float)
         self.cpu_ops = _Bounded(max_labels)
-        self.latency = _Histogram(contract.LAUNCH_LATENCY_BUCKETS)
+        self.latency = Histogram(contract.LAUNCH_LATENCY_BUCKETS)
 
     def add_window(self, trace: Trace, steps: int, overhead: float) -> dict:
         """Fold one window's trace in; returns its summary."""
@@ -147,27 +120,27 @@ class KernelSeries:
     def _families(self, ident_names: list[str], ident: list[str]) -> Iterator:
         fam = Families(ident_names)
         yield fam.counter(
-            "trainprof_kernel_profile_windows_total",
+            contract.KERNEL_PROFILE_WINDOWS_TOTAL,
             ["gpu_activity"],
             [(ident + [k], v) for k, v in sorted(self.windows.items())],
         )
-        yield fam.counter("trainprof_kernel_profiled_steps_total", [], [(ident, self.steps)])
+        yield fam.counter(contract.KERNEL_PROFILED_STEPS_TOTAL, [], [(ident, self.steps)])
         yield fam.counter(
-            "trainprof_kernel_profile_overhead_seconds_total", [], [(ident, self.overhead)]
+            contract.KERNEL_PROFILE_OVERHEAD_SECONDS_TOTAL, [], [(ident, self.overhead)]
         )
         if self.last_window is not None:
             yield fam.gauge(
-                "trainprof_kernel_last_window_timestamp_seconds",
+                contract.KERNEL_LAST_WINDOW_TIMESTAMP_SECONDS,
                 [],
                 [(ident, self.last_window)],
             )
         yield fam.counter(
-            "trainprof_kernel_host_device_busy_seconds_total",
+            contract.KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL,
             ["side"],
             [(ident + [k], v) for k, v in sorted(self.host_device.items())],
         )
         yield fam.counter(
-            "trainprof_kernel_cpu_op_seconds_total",
+            contract.KERNEL_CPU_OP_SECONDS_TOTAL,
             ["op"],
             [(ident + [k], v) for k, v in sorted(self.cpu_ops.values.items())],
         )
@@ -175,29 +148,29 @@ class KernelSeries:
             return  # no GPU activity profiled yet: the GPU series are absent, not zero
         if self.gpu:
             yield fam.gauge(
-                "trainprof_kernel_gpu_info",
+                contract.KERNEL_GPU_INFO,
                 ["gpu_name", "tensor_cores"],
                 [(ident + list(self.gpu), 1)],
             )
         for name, key in (
-            ("trainprof_kernel_span_seconds_total", "span"),
-            ("trainprof_kernel_gpu_idle_seconds_total", "idle"),
-            ("trainprof_kernel_step_window_seconds_total", "step_window"),
-            ("trainprof_kernel_step_idle_seconds_total", "step_idle"),
-            ("trainprof_kernel_memcpy_pageable_seconds_total", "pageable"),
+            (contract.KERNEL_SPAN_SECONDS_TOTAL, "span"),
+            (contract.KERNEL_GPU_IDLE_SECONDS_TOTAL, "idle"),
+            (contract.KERNEL_STEP_WINDOW_SECONDS_TOTAL, "step_window"),
+            (contract.KERNEL_STEP_IDLE_SECONDS_TOTAL, "step_idle"),
+            (contract.KERNEL_MEMCPY_PAGEABLE_SECONDS_TOTAL, "pageable"),
         ):
             yield fam.counter(name, [], [(ident, self.totals.get(key, 0.0))])
         for name, label, values in (
-            ("trainprof_kernel_gpu_busy_seconds_total", "overlap", self.busy),
-            ("trainprof_kernel_seconds_total", "kernel", self.kernel_seconds.values),
-            ("trainprof_kernel_launches_total", "kernel", self.kernel_launches),
-            ("trainprof_kernel_activity_seconds_total", "activity", self.activity),
-            ("trainprof_kernel_memcpy_bytes_total", "activity", self.memcpy_bytes),
+            (contract.KERNEL_GPU_BUSY_SECONDS_TOTAL, "overlap", self.busy),
+            (contract.KERNEL_SECONDS_TOTAL, "kernel", self.kernel_seconds.values),
+            (contract.KERNEL_LAUNCHES_TOTAL, "kernel", self.kernel_launches),
+            (contract.KERNEL_ACTIVITY_SECONDS_TOTAL, "activity", self.activity),
+            (contract.KERNEL_MEMCPY_BYTES_TOTAL, "activity", self.memcpy_bytes),
         ):
             yield fam.counter(name, [label], [(ident + [k], v) for k, v in sorted(values.items())])
         yield fam.counter(
-            "trainprof_kernel_precision_seconds_total",
+            contract.KERNEL_PRECISION_SECONDS_TOTAL,
             ["precision", "kernel_class"],
             [(ident + list(k), v) for k, v in sorted(self.precision.items())],
         )
-        yield fam.histogram("trainprof_kernel_launch_latency_seconds", [], [(ident, self.latency)])
+        yield fam.histogram(contract.KERNEL_LAUNCH_LATENCY_SECONDS, [], [(ident, self.latency)])

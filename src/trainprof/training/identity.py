@@ -53,6 +53,7 @@ import re
 import socket
 from collections.abc import Mapping
 
+from trainprof.contract.names import JOB_LABEL
 from trainprof.training.state import bounded_label_value
 
 _INT_SOURCES = {
@@ -94,7 +95,7 @@ class Identity:
         """The identity labels this process emits, in `metrics.TRAINING_IDENTITY` order."""
         labels = {}
         if self.training_job:
-            labels["training_job"] = bounded_label_value(self.training_job)
+            labels[JOB_LABEL] = bounded_label_value(self.training_job)
         if self.node:
             labels["node"] = bounded_label_value(self.node)
         if not (self.in_kubernetes and self.sources.get("rank") == "default"):
@@ -226,7 +227,7 @@ def exporter_labels(
     )
     labels = {}
     if training_job != "" and ident.training_job:
-        labels["training_job"] = bounded_label_value(ident.training_job)
+        labels[JOB_LABEL] = bounded_label_value(ident.training_job)
     if node != "" and ident.node:
         labels["node"] = bounded_label_value(ident.node)
     return labels

@@ -45,6 +45,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.metrics import TRAINING_IDENTITY
+from trainprof.contract.names import JOB_LABEL
 from trainprof.training import process
 from trainprof.training.health.state import HealthState
 from trainprof.training.identity import Identity, resolve
@@ -603,7 +604,7 @@ def start(
             "trainprof: rank %s (local %s) of %s, %s, serving %s",
             identity.rank,
             identity.local_rank,
-            identity.labels().get("training_job", "(job from scrape labels)"),
+            identity.labels().get(JOB_LABEL, "(job from scrape labels)"),
             identity.labels().get("node", "(node from scrape labels)"),
             f"on port {session.port}" if session.port else "nothing",
         )

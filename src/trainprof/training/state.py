@@ -33,8 +33,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.core import Metric as MetricFamily
 
 from trainprof.contract import metrics as contract
-from trainprof.contract.metrics import bucket_label, threshold_label
-from trainprof.contract.sampling import Families, sample_value
+from trainprof.contract.metrics import threshold_label
+from trainprof.contract.sampling import Families, add_histogram, bucket_labels, sample_value
 
 log = logging.getLogger("trainprof")
 
@@ -179,12 +179,7 @@ class StepStatistics:
         return other
 
     def add_to(self, family: HistogramMetricFamily, labels: list[str]) -> None:
-        cumulative, buckets = 0, []
-        for bound, n in zip(self.bounds, self.counts):
-            cumulative += n
-            buckets.append((bucket_label(bound), cumulative))
-        buckets.append(("+Inf", self.count))
-        family.add_metric(labels, buckets, self.sum)
+        add_histogram(family, labels, bucket_labels(self.bounds), self.counts, self.count, self.sum)
 
 
 class TrainingState:
@@ -204,7 +199,7 @@ class TrainingState:
         info: Mapping[str, str] | None = None,
     ):
         self.identity = {k: bounded_label_value(v) for k, v in (identity or {}).items()}
-        self.info = dict.fromkeys(contract.metric("trainprof_training_info").labels, "")
+        self.info = dict.fromkeys(contract.metric(contract.TRAINING_INFO).labels, "")
         self.info.update((k, bounded_label_value(v)) for k, v in (info or {}).items())
         self.start_time = start_time
         self.factors = _factor_grid(stddevs)
@@ -317,36 +312,34 @@ class TrainingState:
         ident = [self.identity[k] for k in ident_names]
         fam = Families(ident_names)
 
-        info = [k for k in contract.metric("trainprof_training_info").labels if k in self.info]
-        yield fam.gauge(
-            "trainprof_training_info", info, [(ident + [self.info[k] for k in info], 1)]
-        )
+        info = [k for k in contract.metric(contract.TRAINING_INFO).labels if k in self.info]
+        yield fam.gauge(contract.TRAINING_INFO, info, [(ident + [self.info[k] for k in info], 1)])
         if self.start_time is not None:
             yield fam.gauge(
-                "trainprof_training_start_timestamp_seconds", [], [(ident, self.start_time)]
+                contract.TRAINING_START_TIMESTAMP_SECONDS, [], [(ident, self.start_time)]
             )
         if self.first_step_time is not None:
             yield fam.gauge(
-                "trainprof_training_first_step_timestamp_seconds",
+                contract.TRAINING_FIRST_STEP_TIMESTAMP_SECONDS,
                 [],
                 [(ident, self.first_step_time)],
             )
         if self.last_step_time is not None:
             yield fam.gauge(
-                "trainprof_training_last_step_timestamp_seconds", [], [(ident, self.last_step_time)]
+                contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, [], [(ident, self.last_step_time)]
             )
 
         modes = [(m, self.modes[m]) for m in contract.MODES if m in self.modes]
         yield fam.counter(
-            "trainprof_training_steps_total", ["mode"], [(ident + [m], s.count) for m, s in modes]
+            contract.TRAINING_STEPS_TOTAL, ["mode"], [(ident + [m], s.count) for m, s in modes]
         )
         yield fam.histogram(
-            "trainprof_training_step_duration_seconds",
+            contract.TRAINING_STEP_DURATION_SECONDS,
             ["mode"],
             [(ident + [m], s) for m, s in modes],
         )
         yield fam.counter(
-            "trainprof_training_step_outliers_total",
+            contract.TRAINING_STEP_OUTLIERS_TOTAL,
             ["mode", "stddev"],
             [
                 (ident + [m, threshold_label(k)], n)
@@ -355,23 +348,23 @@ class TrainingState:
             ],
         )
         yield fam.counter(
-            "trainprof_training_phase_seconds_total",
+            contract.TRAINING_PHASE_SECONDS_TOTAL,
             ["phase"],
             [(ident + [p], v) for p, v in self.phases.items()],
         )
         if self.dataloader_workers is not None:
             yield fam.gauge(
-                "trainprof_training_dataloader_workers", [], [(ident, self.dataloader_workers)]
+                contract.TRAINING_DATALOADER_WORKERS, [], [(ident, self.dataloader_workers)]
             )
-        yield fam.counter("trainprof_training_samples_total", [], [(ident, self.samples)])
-        yield fam.counter("trainprof_training_tokens_total", [], [(ident, self.tokens)])
+        yield fam.counter(contract.TRAINING_SAMPLES_TOTAL, [], [(ident, self.samples)])
+        yield fam.counter(contract.TRAINING_TOKENS_TOTAL, [], [(ident, self.tokens)])
         if self.gpus:
             yield fam.gauge(
-                "trainprof_gpu_assignment_info",
+                contract.GPU_ASSIGNMENT_INFO,
                 ["gpu", "uuid"],
                 [(ident + [i, u], 1) for i, u in self.gpus],
             )
-        yield fam.counter("trainprof_instrumentation_errors_total", [], [(ident, self.errors)])
+        yield fam.counter(contract.INSTRUMENTATION_ERRORS_TOTAL, [], [(ident, self.errors)])
 
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value by exposed sample name and labels (tests and debugging)."""

@@ -7,7 +7,7 @@ import re
 import psutil
 
 from trainprof.contract.sampling import HostSample
-from trainprof.exporter.sources import DISK_EXCLUDE
+from trainprof.exporter.sources.base import DISK_EXCLUDE
 
 
 class DiskSource:

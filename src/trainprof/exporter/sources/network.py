@@ -7,7 +7,7 @@ import re
 import psutil
 
 from trainprof.contract.sampling import HostSample
-from trainprof.exporter.sources import NETWORK_EXCLUDE
+from trainprof.exporter.sources.base import NETWORK_EXCLUDE
 
 
 class NetworkSource:

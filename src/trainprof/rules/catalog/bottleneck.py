@@ -7,6 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
+from trainprof.contract.names import INPUT_MISSING_ALERT, JOB_LABEL
 from trainprof.engines.promtool import SAFE_SCRAPES
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
@@ -36,8 +37,8 @@ from trainprof.sources.gauges import BUSIEST_CORE, GPU_GAUGES
 # The busiest core as trainprof's exporter serves it (BUSIEST_CORE: as node_exporter's
 # recordings give it).
 EXPORTER_BUSIEST_CORE = {
-    "cpu": "trainprof_cpu_busiest_core_utilization_ratio",
-    "iowait": "trainprof_cpu_busiest_core_iowait_ratio",
+    "cpu": contract.CPU_BUSIEST_CORE_UTILIZATION_RATIO,
+    "iowait": contract.CPU_BUSIEST_CORE_IOWAIT_RATIO,
 }
 
 
@@ -118,7 +119,7 @@ def _bottleneck(
     _warn_off_grid(b, busy_param, busy_percent, contract.BUSY_THRESHOLDS)
     _warn_off_grid(b, "gpu_threshold", p.gpu_threshold, contract.GPU_IDLE_THRESHOLDS)
     hits = b.sel(counter, **grid)
-    samples = b.sel("trainprof_samples_total")
+    samples = b.sel(contract.SAMPLES_TOTAL)
     if p.window is None:
         num, den, op, since = hits, samples, "ratio", "since the job started"
     else:
@@ -127,7 +128,7 @@ def _bottleneck(
         op, since = f"ratio_increase{span}", f"over the last {span}"
     keep = ", ".join(b.job_labels + (busy_label, "gpu_below"))
     recording = Recording(
-        "training_job",
+        JOB_LABEL,
         counter.removesuffix("_total"),
         op,
         (
@@ -190,9 +191,9 @@ def _scraped_bottleneck(
     else:
         busiest = b.sel(EXPORTER_BUSIEST_CORE[kind])
     if b.gpu_source == "dcgm":
-        gpus = selector(GPU_GAUGES["trainprof_gpu_utilization_sampled_ratio"], b.matchers)
+        gpus = selector(GPU_GAUGES[contract.GPU_UTILIZATION_SAMPLED_RATIO], b.matchers)
     else:
-        gpus = b.sel("trainprof_gpu_utilization_ratio")
+        gpus = b.sel(contract.GPU_UTILIZATION_RATIO)
     base = counter.removesuffix("_total")
     scraped = Recording(
         "node",
@@ -211,10 +212,10 @@ def _scraped_bottleneck(
     indicator = selector(scraped.record, (), **grid)
     keep = f"{jl}, {busy_label}, gpu_below"
     hits = Recording(
-        "training_job", base, "scraped", f"sum by ({keep}) ({indicator})", grid, every_scrape=True
+        JOB_LABEL, base, "scraped", f"sum by ({keep}) ({indicator})", grid, every_scrape=True
     )
     nodes = Recording(
-        "training_job",
+        JOB_LABEL,
         base,
         "scraped_nodes",
         f"count by ({keep}) ({indicator})",
@@ -229,7 +230,7 @@ def _scraped_bottleneck(
     hit_sel = selector(hits.record, b.matchers, **grid)
     node_sel = selector(nodes.record, b.matchers, **grid)
     recording = Recording(
-        "training_job",
+        JOB_LABEL,
         base,
         f"ratio_over_time{span}",
         f"sum_over_time({hit_sel}[{span}])\n/\nsum_over_time({node_sel}[{span}])",
@@ -301,10 +302,10 @@ def _health(name: str, counter: str, busy_param: str):
         busy_label = contract.metric(counter).labels[0]
         grid = _grid(b, counter, busy_param)
         served = b.sel(counter, **grid)
-        samples = b.sel("trainprof_samples_total")
+        samples = b.sel(contract.SAMPLES_TOTAL)
         return (
             HealthCheck(
-                "TrainprofRuleInputMissing",
+                INPUT_MISSING_ALERT,
                 f"count by ({jl}) ({samples})\nunless on ({jl})\ncount by ({jl}) ({served})",
                 summary="Exporters do not serve a series a rule needs.",
                 description=(
@@ -326,8 +327,8 @@ def _inputs(key: str, busy_param: str):
     return inputs
 
 
-_CPU_COUNTER = "trainprof_cpu_bottleneck_samples_total"
-_IO_COUNTER = "trainprof_io_bottleneck_samples_total"
+_CPU_COUNTER = contract.CPU_BOTTLENECK_SAMPLES_TOTAL
+_IO_COUNTER = contract.IO_BOTTLENECK_SAMPLES_TOTAL
 
 
 def _cpu(b: Build[CPUBottleneckParams]) -> RuleOutput:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import dataclasses
 
 from trainprof.contract import metrics as contract
-from trainprof.contract.names import NOT_STARTED_ALERT
+from trainprof.contract.names import (
+    JOB_LABEL,
+    NOT_STARTED_ALERT,
+    RECORDED_INITIALIZATION,
+    RECORDED_PHASE,
+)
 from trainprof.rules.catalog._text import HOST, JOB
 from trainprof.rules.model import (
     NUMBER_UNIT,
@@ -80,9 +85,7 @@ def _max_initialization_signals(
 ) -> tuple[Signal, ...]:
     """Reads OverallFrameworkMetrics' recording: a MissingRecording without it."""
     p = b.p
-    initialization = recordings.recording(
-        "trainprof_training_initialization_seconds", level="training_job"
-    )
+    initialization = recordings.recording(RECORDED_INITIALIZATION, level=JOB_LABEL)
     jl = ", ".join(b.job_labels)
     age = f"max {scope.by_job} (time() - {scope.sel('trainprof_training_start_timestamp_seconds')})"
     stepped = f"sum {scope.by_job} ({scope.sel('trainprof_training_steps_total')}) > 0"
@@ -103,8 +106,8 @@ def _not_started(b: Build[MaxInitializationTimeParams]) -> tuple[StateAlert, ...
     Fires at once, so Alertmanager can hold back the host and GPU verdicts of a job that is
     still loading: they describe initialization, which MaxInitializationTime judges.
     """
-    start = b.sel("trainprof_training_start_timestamp_seconds")
-    steps = b.sel("trainprof_training_steps_total")
+    start = b.sel(contract.TRAINING_START_TIMESTAMP_SECONDS)
+    steps = b.sel(contract.TRAINING_STEPS_TOTAL)
     return (
         StateAlert(
             NOT_STARTED_ALERT,
@@ -165,7 +168,7 @@ def _step_outlier(b: Build[StepOutlierParams]) -> RuleOutput:
             f"counts by default ({grid}); pass this configuration to trainprof.start() "
             "(rules_config=) so it counts this factor too"
         )
-    outliers = b.sel("trainprof_training_step_outliers_total", **_step_outlier_equal(b))
+    outliers = b.sel(contract.TRAINING_STEP_OUTLIERS_TOTAL, **_step_outlier_equal(b))
     return RuleOutput(
         (),
         (
@@ -196,7 +199,7 @@ def _step_outlier_signals(
     return (
         Signal(
             f"Steps slower than the mean + {p.stddev:g} standard deviations",
-            scope.sel("trainprof_training_step_outliers_total", **_step_outlier_equal(b)),
+            scope.sel(contract.TRAINING_STEP_OUTLIERS_TOTAL, **_step_outlier_equal(b)),
             "rank {{rank}} {{mode}}",
             NUMBER_UNIT,
             Threshold(p.n_outliers, f"n_outliers = {p.n_outliers}", "above"),
@@ -268,12 +271,12 @@ class DataloaderParams:
 
 
 def _workers_per_core(b: Build[DataloaderParams]) -> Recording:
-    workers = b.sel("trainprof_training_dataloader_workers")
-    cores = b.sel("trainprof_cpu_cores")
+    workers = b.sel(contract.TRAINING_DATALOADER_WORKERS)
+    cores = b.sel(contract.CPU_CORES)
     keep = ", ".join(b.job_labels + ("node",))
     return Recording(
         "node",
-        "trainprof_training_dataloader_workers",
+        contract.TRAINING_DATALOADER_WORKERS,
         "per_core",
         f"sum by ({keep}) ({workers})\n/ on ({keep})\nmax by ({keep}) ({cores})",
     )
@@ -374,43 +377,43 @@ DATALOADER = RuleSpec(
 
 
 def _overall_framework(b: Build[SummaryParams]) -> RuleOutput:
-    phase = b.sel("trainprof_training_phase_seconds_total")
-    duration = b.sel("trainprof_training_step_duration_seconds_sum")
-    count = b.sel("trainprof_training_step_duration_seconds_count")
-    start = b.sel("trainprof_training_start_timestamp_seconds")
-    first = b.sel("trainprof_training_first_step_timestamp_seconds")
+    phase = b.sel(contract.TRAINING_PHASE_SECONDS_TOTAL)
+    duration = b.sel(contract.TRAINING_STEP_DURATION_SECONDS + "_sum")
+    count = b.sel(contract.TRAINING_STEP_DURATION_SECONDS + "_count")
+    start = b.sel(contract.TRAINING_START_TIMESTAMP_SECONDS)
+    first = b.sel(contract.TRAINING_FIRST_STEP_TIMESTAMP_SECONDS)
     jl = ", ".join(b.job_labels)
     return RuleOutput(
         (
             Recording(
                 "rank_phase",
-                "trainprof_training_phase_seconds",
+                RECORDED_PHASE,
                 "ratio",
                 f"{phase}\n/ ignoring (phase) group_left\nsum without (phase) ({phase})",
             ),
             Recording(
                 "training_job_phase",
-                "trainprof_training_phase_seconds",
+                RECORDED_PHASE,
                 "ratio",
                 f"sum by ({jl}, phase) ({phase})\n/ ignoring (phase) group_left\n"
                 f"sum {b.by_job} ({phase})",
             ),
             Recording(
                 "training_job_mode",
-                "trainprof_training_step_duration_seconds",
+                contract.TRAINING_STEP_DURATION_SECONDS,
                 "ratio",
                 f"sum by ({jl}, mode) ({duration})\n/ ignoring (mode) group_left\n"
                 f"sum {b.by_job} ({duration})",
             ),
             Recording(
                 "rank_mode",
-                "trainprof_training_step_duration_seconds",
+                contract.TRAINING_STEP_DURATION_SECONDS,
                 "mean",
                 f"{duration}\n/\n{count}",
             ),
             Recording(
-                "training_job",
-                "trainprof_training_initialization_seconds",
+                JOB_LABEL,
+                RECORDED_INITIALIZATION,
                 "min",
                 f"min {b.by_job} ({first})\n-\nmin {b.by_job} ({start})",
             ),

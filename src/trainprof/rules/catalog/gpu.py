@@ -33,9 +33,9 @@ from trainprof.rules.params import (
     scan_interval_param,
 )
 
-_UTIL = "trainprof_gpu_utilization_sampled_ratio"
-_MEMORY = "trainprof_gpu_memory_used_sampled_ratio"
-_CPU = "trainprof_cpu_utilization_sampled_ratio"
+_UTIL = contract.GPU_UTILIZATION_SAMPLED_RATIO
+_MEMORY = contract.GPU_MEMORY_USED_SAMPLED_RATIO
+_CPU = contract.CPU_UTILIZATION_SAMPLED_RATIO
 
 
 def _window_param(default: int, help: str) -> Any:
@@ -493,7 +493,7 @@ def _load_balancing(b: Build[LoadBalancingParams]) -> RuleOutput:
             f"{b.path('threshold')}: {p.threshold:g} is above the largest possible "
             "Jensen-Shannon distance (0.8326); LoadBalancing can never fire"
         )
-    distance = b.sel("trainprof_gpu_utilization_js_distance")
+    distance = b.sel(contract.GPU_UTILIZATION_JS_DISTANCE)
     expr, for_seconds = b.patience(
         f"{distance} > {p.threshold:g}",
         p.patience,
@@ -526,7 +526,7 @@ def _load_balancing_signals(
     return (
         Signal(
             "Jensen-Shannon distance between the utilization of two GPUs",
-            scope.sel("trainprof_gpu_utilization_js_distance"),
+            scope.sel(contract.GPU_UTILIZATION_JS_DISTANCE),
             "{{node}} GPU {{gpu}} vs {{peer_gpu}}",
             NUMBER_UNIT,
             Threshold(p.threshold, f"threshold = {p.threshold:g}", "above"),

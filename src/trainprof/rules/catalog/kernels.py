@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
 from trainprof.rules.catalog._text import JOB, PCT
 from trainprof.rules.model import (
@@ -89,16 +90,16 @@ def _launch_bound(b: Build[LaunchBoundStepsParams]) -> RuleOutput:
     w = p.window
     idle = _share(
         b,
-        _increase(b, "trainprof_kernel_step_idle_seconds_total", w),
-        _increase(b, "trainprof_kernel_step_window_seconds_total", w),
-        "trainprof_kernel_step_idle_seconds_total",
+        _increase(b, contract.KERNEL_STEP_IDLE_SECONDS_TOTAL, w),
+        _increase(b, contract.KERNEL_STEP_WINDOW_SECONDS_TOTAL, w),
+        contract.KERNEL_STEP_IDLE_SECONDS_TOTAL,
         f"ratio_{_minutes(w)}",
     )
     mean = _share(
         b,
-        _increase(b, "trainprof_kernel_seconds_total", w),
-        _increase(b, "trainprof_kernel_launches_total", w),
-        "trainprof_kernel_seconds_total",
+        _increase(b, contract.KERNEL_SECONDS_TOTAL, w),
+        _increase(b, contract.KERNEL_LAUNCHES_TOTAL, w),
+        contract.KERNEL_SECONDS_TOTAL,
         f"mean_per_launch_{_minutes(w)}",
     )
     alert = Alert(
@@ -189,7 +190,7 @@ class MemcpyHeavyStepsParams:
 
 
 def _host_copies(b: Build) -> str:
-    metric = "trainprof_kernel_activity_seconds_total"
+    metric = contract.KERNEL_ACTIVITY_SECONDS_TOTAL
     b.sel(metric)  # a KeyError if the contract lost it
     return selector(metric, (*b.matchers, Matcher("activity", "=~", "memcpy_htod|memcpy_dtoh")))
 
@@ -206,14 +207,14 @@ def _memcpy_heavy(b: Build[MemcpyHeavyStepsParams]) -> RuleOutput:
         # a rank with no host copies at all has no such series: 0, not no verdict
         f"(\nsum {_by_rank(b)} (increase({_host_copies(b)}[{_minutes(w)}]))\nor\n0 * {busy}\n)",
         busy,
-        "trainprof_kernel_activity_seconds_total",
+        contract.KERNEL_ACTIVITY_SECONDS_TOTAL,
         f"host_copy_share_{_minutes(w)}",
     )
     pageable = _share(
         b,
-        _increase(b, "trainprof_kernel_memcpy_pageable_seconds_total", w),
+        _increase(b, contract.KERNEL_MEMCPY_PAGEABLE_SECONDS_TOTAL, w),
         busy,
-        "trainprof_kernel_memcpy_pageable_seconds_total",
+        contract.KERNEL_MEMCPY_PAGEABLE_SECONDS_TOTAL,
         f"busy_share_{_minutes(w)}",
     )
     on = f"or on ({', '.join(tuple(b.job_labels) + ('node', 'rank'))})"
@@ -299,7 +300,7 @@ class NoReducedPrecisionParams:
 def _no_reduced_precision(b: Build[NoReducedPrecisionParams]) -> RuleOutput:
     p = b.p
     w = p.window
-    metric = "trainprof_kernel_precision_seconds_total"
+    metric = contract.KERNEL_PRECISION_SECONDS_TOTAL
     matmul = _increase(b, metric, w, kernel_class="matmul")
     fp32 = _share(
         b,

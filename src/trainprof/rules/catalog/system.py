@@ -12,13 +12,13 @@ QUANTILES = contract.USAGE_QUANTILES
 
 # (histogram read, the signal its percentiles are recorded as)
 _HISTOGRAMS = (
-    ("trainprof_cpu_utilization_sampled_ratio",) * 2,
-    ("trainprof_cpu_iowait_sampled_ratio",) * 2,
-    ("trainprof_memory_used_sampled_ratio",) * 2,
+    (contract.CPU_UTILIZATION_SAMPLED_RATIO,) * 2,
+    (contract.CPU_IOWAIT_SAMPLED_RATIO,) * 2,
+    (contract.MEMORY_USED_SAMPLED_RATIO,) * 2,
     # The exporter pools every GPU of a host into these, so no `sum without (gpu, uuid)`
     # over a fleet's per-GPU buckets runs at each evaluation.
-    ("trainprof_node_gpu_utilization_sampled_ratio", "trainprof_gpu_utilization_sampled_ratio"),
-    ("trainprof_node_gpu_memory_used_sampled_ratio", "trainprof_gpu_memory_used_sampled_ratio"),
+    (contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO, contract.GPU_UTILIZATION_SAMPLED_RATIO),
+    (contract.NODE_GPU_MEMORY_USED_SAMPLED_RATIO, contract.GPU_MEMORY_USED_SAMPLED_RATIO),
 )
 
 

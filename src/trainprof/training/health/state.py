@@ -36,18 +36,18 @@ from trainprof.contract.sampling import Families, sample_value
 # Reduction name -> the gauge it is published as. `allclose` is not published itself: it
 # extends or resets the tensor's run of unchanged saves.
 TENSOR_GAUGES = {
-    "mean_abs": "trainprof_tensor_mean_abs",
-    "nan": "trainprof_tensor_nan_values",
-    "inf": "trainprof_tensor_inf_values",
-    "zero_ratio": "trainprof_tensor_zero_ratio",
-    "variance": "trainprof_tensor_variance",
-    "l1": "trainprof_tensor_l1_norm",
-    "l2": "trainprof_tensor_l2_norm",
-    "update_ratio": "trainprof_tensor_update_ratio",
-    "unchanged": "trainprof_tensor_unchanged_saves",
-    "dead_ratio": "trainprof_tensor_dead_unit_ratio",
-    "saturated_ratio": "trainprof_tensor_saturated_unit_ratio",
-    "spread": "trainprof_tensor_percentile_spread",
+    "mean_abs": contract.TENSOR_MEAN_ABS,
+    "nan": contract.TENSOR_NAN_VALUES,
+    "inf": contract.TENSOR_INF_VALUES,
+    "zero_ratio": contract.TENSOR_ZERO_RATIO,
+    "variance": contract.TENSOR_VARIANCE,
+    "l1": contract.TENSOR_L1_NORM,
+    "l2": contract.TENSOR_L2_NORM,
+    "update_ratio": contract.TENSOR_UPDATE_RATIO,
+    "unchanged": contract.TENSOR_UNCHANGED_SAVES,
+    "dead_ratio": contract.TENSOR_DEAD_UNIT_RATIO,
+    "saturated_ratio": contract.TENSOR_SATURATED_UNIT_RATIO,
+    "spread": contract.TENSOR_PERCENTILE_SPREAD,
 }
 OTHER_CLASS = "other"
 TOP_FEATURES = 10
@@ -243,12 +243,12 @@ class HealthState:
         ident = [identity[k] for k in ident_names]
         fam = Families(ident_names)
         if self.saves:
-            yield fam.counter("trainprof_tensor_saves_total", [], [(ident, self.saves)])
+            yield fam.counter(contract.TENSOR_SAVES_TOTAL, [], [(ident, self.saves)])
         if self.last_save_step is not None:
-            yield fam.gauge("trainprof_tensor_last_save_step", [], [(ident, self.last_save_step)])
+            yield fam.gauge(contract.TENSOR_LAST_SAVE_STEP, [], [(ident, self.last_save_step)])
         if self.last_save_time is not None:
             yield fam.gauge(
-                "trainprof_tensor_last_save_timestamp_seconds", [], [(ident, self.last_save_time)]
+                contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS, [], [(ident, self.last_save_time)]
             )
         if self.tensors:
             yield from self._tensor_families(fam, ident)
@@ -256,39 +256,39 @@ class HealthState:
             yield from self._loss_families(fam, ident)
         if self.logged:
             rows = [(ident + [n, m], v) for (n, m), v in sorted(self.logged.items())]
-            yield fam.gauge("trainprof_training_metric", ["metric", "mode"], rows)
+            yield fam.gauge(contract.TRAINING_METRIC, ["metric", "mode"], rows)
         if self.confusion:
             rows = [(ident + [a, b], n) for (a, b), n in sorted(self.confusion.items())]
             yield fam.counter(
-                "trainprof_classification_samples_total", ["label_class", "predicted_class"], rows
+                contract.CLASSIFICATION_SAMPLES_TOTAL, ["label_class", "predicted_class"], rows
             )
         if self.input_samples:
-            yield fam.counter("trainprof_input_samples_total", [], [(ident, self.input_samples)])
+            yield fam.counter(contract.INPUT_SAMPLES_TOTAL, [], [(ident, self.input_samples)])
             rows = [
                 (ident + [str(c)], s / self.input_samples)
                 for c, s in sorted(self.channel_sums.items())
             ]
-            yield fam.gauge("trainprof_input_channel_mean", ["channel"], rows)
+            yield fam.gauge(contract.INPUT_CHANNEL_MEAN, ["channel"], rows)
         if self.tokens:
-            yield fam.counter("trainprof_input_tokens_total", [], [(ident, self.tokens)])
+            yield fam.counter(contract.INPUT_TOKENS_TOTAL, [], [(ident, self.tokens)])
             rows = [(ident + [t], n) for t, n in sorted(self.token_matches.items())]
-            yield fam.counter("trainprof_input_token_matches_total", ["token"], rows)
+            yield fam.counter(contract.INPUT_TOKEN_MATCHES_TOTAL, ["token"], rows)
         if self.feature_top:
             rows = [(ident + [str(i + 1)], v) for i, v in enumerate(self.feature_top)]
-            yield fam.gauge("trainprof_xgboost_feature_importance_top_ratio", ["top"], rows)
+            yield fam.gauge(contract.XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO, ["top"], rows)
         if self.tree_depth is not None:
-            yield fam.gauge("trainprof_xgboost_tree_depth", [], [(ident, self.tree_depth)])
+            yield fam.gauge(contract.XGBOOST_TREE_DEPTH, [], [(ident, self.tree_depth)])
 
     def _tensor_families(self, fam: Families, ident: list[str]) -> Iterator[MetricFamily]:
         by_collection: dict[str, list[tuple[str, dict[str, float]]]] = {}
         for (collection, tensor), row in sorted(self.tensors.items()):
             by_collection.setdefault(collection, []).append((tensor, row))
         yield fam.gauge(
-            "trainprof_tensor_series_cut",
+            contract.TENSOR_SERIES_CUT,
             ["collection"],
             [(ident + [c], len(self.cut.get(c, ()))) for c in by_collection],
         )
-        labels = list(contract.metric("trainprof_tensor_mean_abs").labels)
+        labels = list(contract.metric(contract.TENSOR_MEAN_ABS).labels)
         for reduction, name in TENSOR_GAUGES.items():
             rows = []
             for collection, tensors in by_collection.items():
@@ -307,26 +307,26 @@ class HealthState:
         modes = sorted(self.losses.items())
         latest = [(m, h.latest) for m, h in modes if h.latest is not None]
         yield fam.gauge(
-            "trainprof_training_loss", ["mode"], [(ident + [m], v) for m, (_, v) in latest]
+            contract.TRAINING_LOSS, ["mode"], [(ident + [m], v) for m, (_, v) in latest]
         )
         yield fam.gauge(
-            "trainprof_training_loss_step", ["mode"], [(ident + [m], s) for m, (s, _) in latest]
+            contract.TRAINING_LOSS_STEP, ["mode"], [(ident + [m], s) for m, (s, _) in latest]
         )
         evaluations = [
             (m, threshold_label(n), e) for m, h in modes for n, e in sorted(h.evaluations.items())
         ]
         yield fam.gauge(
-            "trainprof_training_loss_evaluated",
+            contract.TRAINING_LOSS_EVALUATED,
             ["mode", "num_steps"],
             [(ident + [m, n], e.loss) for m, n, e in evaluations],
         )
         yield fam.gauge(
-            "trainprof_training_loss_baseline",
+            contract.TRAINING_LOSS_BASELINE,
             ["mode", "num_steps"],
             [(ident + [m, n], e.baseline) for m, n, e in evaluations],
         )
         yield fam.gauge(
-            "trainprof_training_loss_saves_since_improvement",
+            contract.TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT,
             ["mode"],
             [(ident + [m], h.since_best) for m, h in modes],
         )

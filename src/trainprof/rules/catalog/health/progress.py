@@ -1,0 +1,281 @@
+"""Is the job still learning: the loss (LossNotDecreasing, Overfit, Overtraining) and the
+steps (StalledTrainingRule)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trainprof.contract import metrics as contract
+from trainprof.rules.catalog._text import JOB
+from trainprof.rules.catalog.health.common import (
+    one_alert,
+    setting,
+    tensor_rule,
+    threshold_signal,
+    warn_process_default,
+)
+from trainprof.rules.model import NUMBER_UNIT, SECONDS_UNIT, Build, RuleOutput, Selects, Threshold
+from trainprof.rules.params import MODE, PERCENT, param, scan_interval_param
+from trainprof.rules.tensor_params import FLAG, NUMBER, REGEX, STEPS, TEXT, WHOLE
+
+# --- LossNotDecreasing ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LossNotDecreasingParams:
+    tensor_regex: str | None = param(None, REGEX, "Ignored: losses come from log_loss().")
+    use_losses_collection: bool = param(True, FLAG, "Ignored: losses come from log_loss().")
+    num_steps: int = param(10, STEPS, "Steps between the two losses compared.")
+    diff_percent: float = param(
+        0.1, PERCENT, "Minimum percentage by which the loss must decrease over num_steps."
+    )
+    increase_threshold_percent: float = param(
+        5, PERCENT, "Accepted, not used: any loss not decreasing enough already fires."
+    )
+    mode: str | None = param(None, MODE, "Only losses of this mode; empty for each mode.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
+    p = b.p
+    equal = {"num_steps": str(p.num_steps)}
+    if p.mode:
+        equal["mode"] = p.mode
+    evaluated = b.sel(contract.TRAINING_LOSS_EVALUATED, **equal)
+    baseline = b.sel(contract.TRAINING_LOSS_BASELINE, **equal)
+    factor = 1 - p.diff_percent / 100
+    return one_alert(
+        expr=f"{evaluated}\n>= {baseline} * {factor:.10g}",
+        summary="The loss is not decreasing.",
+        description=(
+            f"Job {JOB}, {{{{ $labels.mode }}}} loss: {{{{ $value }}}} at the latest "
+            f"evaluation did not fall by {p.diff_percent:g}% from the loss "
+            f"{p.num_steps} steps earlier."
+        ),
+    )
+
+
+def _loss_inputs(b: Build[LossNotDecreasingParams]):
+    if b.p.num_steps != 10:
+        so = f" so it evaluates {b.p.num_steps} too"
+        warn_process_default(b, "num_steps", "evaluates num_steps 10", so)
+    return {"loss_num_steps": b.p.num_steps}
+
+
+LOSS_NOT_DECREASING = tensor_rule(
+    name="LossNotDecreasing",
+    summary="Loss not decreasing",
+    detects=(
+        "Every `num_steps` steps, the latest saved loss compared with the newest loss saved "
+        "at least `num_steps` steps earlier: fires when it did not fall by `diff_percent` %."
+    ),
+    recommendation=(
+        "Check the learning rate (too small, or too large and oscillating), the data "
+        "pipeline (shuffling, labels), and whether the model has already converged; stop "
+        "the job if it no longer learns."
+    ),
+    severity="warning",
+    parameters=LossNotDecreasingParams,
+    build=_loss_not_decreasing,
+    signals=threshold_signal(
+        "Loss",
+        NUMBER_UNIT,
+        contract.TRAINING_LOSS,
+        lambda p: Threshold(0, "previous loss", "above"),
+    ),
+    inputs=_loss_inputs,
+    differences=(
+        "Reading of `diff_percent`: the documented one, fire when "
+        "`loss_s >= loss_prev x (1 - diff_percent/100)`. SageMaker's 2019 test passed only "
+        "with the opposite (`loss_s >= loss_prev x (1 + diff_percent/100)`); both agree at "
+        "`diff_percent` 0. Without `mode`, each mode's losses are judged separately (the "
+        "original picked one mode: eval, else train, else global). "
+        "`increase_threshold_percent` is accepted and not used."
+    ),
+)
+
+
+# --- Overfit ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class OverfitParams:
+    tensor_regex: str | None = param(None, REGEX, "Ignored: losses come from log_loss().")
+    start_step: int = param(0, WHOLE, "Training step from which the rule decides.")
+    patience: int = param(1, STEPS, "Evaluations the condition must hold in a row.")
+    ratio_threshold: float = param(
+        0.1, NUMBER, "(validation loss - training loss) / training loss above which it fires."
+    )
+    scan_interval_us: int = scan_interval_param()
+
+
+def _overfit(b: Build[OverfitParams]) -> RuleOutput:
+    p = b.p
+    train = b.sel(contract.TRAINING_LOSS, mode="train")
+    valid = b.sel(contract.TRAINING_LOSS, mode="eval")
+    step = b.sel(contract.TRAINING_LOSS_STEP, mode="train")
+    expr = (
+        f"({valid} - ignoring (mode) {train})\n/ ignoring (mode) abs({train})\n"
+        f"> {p.ratio_threshold:g}\nand ignoring (mode)\n{step} >= {p.start_step}"
+    )
+    return one_alert(
+        expr=expr,
+        summary="Validation loss is well above training loss.",
+        description=(
+            f"Job {JOB}: validation loss exceeds training loss by "
+            f"{{{{ $value | humanizePercentage }}}} (threshold {p.ratio_threshold:g})."
+        ),
+        for_seconds=(p.patience - 1) * p.scan_interval_us / 1e6,
+    )
+
+
+OVERFIT = tensor_rule(
+    name="Overfit",
+    summary="Overfitting",
+    detects=(
+        "The latest validation loss above the latest training loss by more than "
+        "`ratio_threshold` of the training loss, from `start_step` on."
+    ),
+    recommendation=(
+        "Add regularisation (dropout, weight decay, augmentation), get more data, or stop "
+        "earlier (early stopping on the validation loss)."
+    ),
+    severity="warning",
+    parameters=OverfitParams,
+    build=_overfit,
+    signals=threshold_signal(
+        "Training and validation loss",
+        NUMBER_UNIT,
+        contract.TRAINING_LOSS,
+        setting("ratio_threshold", "above"),
+    ),
+    differences=(
+        "Compares the latest saved loss of each mode (the original compared means over its "
+        "evaluation window). `patience` becomes a `for:` of patience - 1 scan intervals."
+    ),
+)
+
+
+# --- Overtraining ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class OvertrainingParams:
+    patience_train: int = param(5, STEPS, "Saved training losses without improvement.")
+    patience_validation: int = param(10, STEPS, "Saved validation losses without improvement.")
+    delta: float = param(0.01, NUMBER, "Minimum decrease of the best loss that counts.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _overtraining(b: Build[OvertrainingParams]) -> RuleOutput:
+    p = b.p
+    since = contract.TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT
+    expr = (
+        f"{b.sel(since, mode='train')} >= {p.patience_train}\n"
+        f"or\n{b.sel(since, mode='eval')} >= {p.patience_validation}"
+    )
+    return one_alert(
+        expr=expr,
+        summary="The loss stopped improving.",
+        description=(
+            f"Job {JOB}: the {{{{ $labels.mode }}}} loss has not improved by more than "
+            f"{p.delta:g} for {{{{ $value }}}} saved steps."
+        ),
+    )
+
+
+def _overtraining_inputs(b: Build[OvertrainingParams]):
+    if b.p.delta != 0.01:
+        warn_process_default(b, "delta", "counts improvements over 0.01")
+    return {"loss_delta": b.p.delta}
+
+
+OVERTRAINING = tensor_rule(
+    name="Overtraining",
+    summary="Loss stopped improving",
+    detects=(
+        "The training loss has not improved by more than `delta` for `patience_train` saved "
+        "steps, or the validation loss for `patience_validation`."
+    ),
+    recommendation="Stop the job (early stopping), or lower the learning rate and continue.",
+    severity="warning",
+    parameters=OvertrainingParams,
+    build=_overtraining,
+    signals=threshold_signal(
+        "Saves since the loss improved",
+        NUMBER_UNIT,
+        contract.TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT,
+        setting("patience_train", "above", spec=""),
+    ),
+    inputs=_overtraining_inputs,
+    differences=(
+        "Counts saved losses (SageMaker's steps were its saved steps too); `delta` is applied "
+        "by the training process, which must be given a non-default value "
+        "(watch(rules_config=))."
+    ),
+)
+
+
+# --- StalledTrainingRule -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StalledTrainingParams:
+    threshold: float = param(1800, NUMBER, "Seconds without a new step or save.")
+    stop_training_on_fire: bool = param(
+        False, FLAG, "Stop the job when it fires (through the StopTraining receiver)."
+    )
+    training_job_name_prefix: str | None = param(None, TEXT, "Accepted, not used.")
+    scan_interval_us: int = scan_interval_param()
+
+
+def _stalled(b: Build[StalledTrainingParams]) -> RuleOutput:
+    step = b.sel(contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
+    save = b.sel(contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS)
+    labels = {"action": "stop"} if b.p.stop_training_on_fire else {}
+    return one_alert(
+        expr=(
+            f"time() - (max {b.by_job} ({step}) or max {b.by_job} ({save}))\n> {b.p.threshold:g}"
+        ),
+        summary="Training has stalled.",
+        description=(
+            f"Job {JOB}: no step ended and no tensor was saved for "
+            "{{ $value | humanizeDuration }} "
+            f"(threshold {b.p.threshold:g} s)."
+        ),
+        labels=labels,
+    )
+
+
+def _since_last_step(scope: Selects) -> str:
+    last = scope.sel(contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS)
+    return f"time() - max {scope.by_job} ({last})"
+
+
+STALLED_TRAINING = tensor_rule(
+    name="StalledTrainingRule",
+    summary="Training stalled",
+    detects=(
+        "No training step ended (`trainprof.step()`, the callbacks) and no tensor was saved "
+        "(`trainprof.torch.watch`) for `threshold` seconds, while the process is still "
+        "scraped."
+    ),
+    recommendation=(
+        "Look for a hung collective (one rank died or waits), a deadlocked data loader, or "
+        "a blocking I/O call; stop the job rather than let it hold its GPUs."
+    ),
+    severity="critical",
+    parameters=StalledTrainingParams,
+    build=_stalled,
+    signals=threshold_signal(
+        "Seconds since the last step",
+        SECONDS_UNIT,
+        _since_last_step,
+        setting("threshold", "above", suffix=" s"),
+    ),
+    differences=(
+        "Native PromQL on the last step's timestamp: `time() - last > threshold`. "
+        "`stop_training_on_fire` adds the label action=stop, which the StopTraining "
+        "receiver acts on like a configured `stop` rule."
+    ),
+)
