@@ -3,12 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: help setup tools demo test check generate clean
+.PHONY: help setup tools demo test check generate clean image image-lock docker-image release version
 
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/, helm/)"
+	@echo "make image     build the exporter's OCI image into build/image/ (Debian's python3 + the wheel; needs root)"
+	@echo "make release   the wheel, sdist, image and packaged chart (trainprof-VERSION.tgz + index.yaml) in build/release/"
 	@echo "make check     fail on a lint or format finding in the Python files, a type finding in src/, a drifted generated artifact, an invalid rule file or a helm lint finding"
 
 # torch is named in the same pip command as the extras so nothing they pull in can replace
@@ -43,6 +45,23 @@ check: setup
 	amtool check-config alerting/alertmanager.example.yml
 	HELM_CACHE_HOME=$$(mktemp -d) HELM_CONFIG_HOME=$$(mktemp -d) HELM_DATA_HOME=$$(mktemp -d) \
 	  $$(command -v helm || echo .tools/helm/helm) lint --strict helm/trainprof
+
+version:
+	@sed -n 's/^__version__ = "\(.*\)"/\1/p' src/trainprof/_version.py
+
+# The exporter image without a registry: mmdebstrap + umoci (scripts/build_image.py).
+image: $(VENV)/.installed
+	@command -v mmdebstrap >/dev/null && command -v umoci >/dev/null || scripts/install-tools.sh
+	$(PY) scripts/build_image.py
+
+# Re-resolve the image's Debian and Python packages (after a Debian security update).
+image-lock: $(VENV)/.installed
+	$(PY) scripts/build_image.py --relock
+
+# The same image for users with Docker, with the same tag.
+docker-image:
+	docker build -f exporter/Dockerfile --build-arg VERSION=$$($(MAKE) -s version) \
+	  -t trainprof/exporter:$$($(MAKE) -s version) .
 
 clean:
 	rm -rf $(VENV) out build src/*.egg-info

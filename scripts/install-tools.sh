@@ -2,7 +2,8 @@
 # Installs the real Prometheus tools the tests run: prometheus + promtool (2.42),
 # Alertmanager + amtool (0.25) and VictoriaMetrics + vmalert (1.79), from Debian; Chromium
 # (the HTML report's screenshot test) and npm; then Grafana's dashboard JSON schema with ajv
-# (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/.
+# (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/;
+# mmdebstrap and umoci build the exporter's image.
 # Does nothing for what is already there.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,6 +18,10 @@ command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # the exporter's TLS tests make certificates
 command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The exporter image (make image, tests/test_image.py): a Debian root filesystem and an OCI
+# layout built without a container registry.
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
