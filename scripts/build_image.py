@@ -34,8 +34,9 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE_DIR = ROOT / "exporter" / "image"
@@ -91,7 +92,7 @@ PRUNE = (
 USER = "65534:65534"
 PORT = 9945
 # Bumped when the base's recipe changes, so a cached base root filesystem is rebuilt.
-BASE_RECIPE = "4"
+BASE_RECIPE = "5"
 
 
 class BuildError(Exception):
@@ -263,7 +264,7 @@ def prune(rootfs: Path) -> None:
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     )
     (rootfs / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
-    for name in ("tmp", "host/proc", "root"):
+    for name in ("tmp", "proc", "host/proc", "root"):
         (rootfs / name).mkdir(parents=True, exist_ok=True)
     os.chmod(rootfs / "tmp", 0o1777)
     os.chmod(rootfs / "root", 0o700)
@@ -326,8 +327,7 @@ def python_layer(rootfs: Path, wheel: Path) -> dict[str, str]:
     bindir.mkdir(parents=True, exist_ok=True)
     script = bindir / "trainprof"
     script.write_text(
-        "#!/usr/bin/python3\nimport sys\n\nfrom trainprof.cli import main\n\n"
-        "sys.exit(main())\n"
+        "#!/usr/bin/python3\nimport sys\n\nfrom trainprof.cli import main\n\nsys.exit(main())\n"
     )
     script.chmod(0o755)
     (bindir / "python").symlink_to("/usr/bin/python3")
