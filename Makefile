@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: help setup tools demo test check generate clean image image-lock docker-image release version
+.PHONY: help setup tools demo test check generate clean image image-lock docker-image release chart-package version
 
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
@@ -57,6 +57,26 @@ image: $(VENV)/.installed
 # Re-resolve the image's Debian and Python packages (after a Debian security update).
 image-lock: $(VENV)/.installed
 	$(PY) scripts/build_image.py --relock
+
+# What a release publishes, in $(RELEASE_DIR): the wheel and sdist, the image as an OCI
+# archive, the packaged chart and its chart-repository index (.github/workflows/release.yml
+# publishes them on a tag). CHART_URL is where the index says the chart file lives.
+RELEASE_DIR ?= build/release
+HELM ?= $$(command -v helm || echo .tools/helm/helm)
+VERSION = $$(sed -n 's/^__version__ = "\(.*\)"/\1/p' src/trainprof/_version.py)
+CHART_URL ?= https://github.com/trainprof/trainprof/releases/download/v$(VERSION)
+HELM_HOMES = HELM_CACHE_HOME=$$(mktemp -d) HELM_CONFIG_HOME=$$(mktemp -d) HELM_DATA_HOME=$$(mktemp -d)
+
+chart-package:
+	mkdir -p $(RELEASE_DIR)
+	$(HELM_HOMES) $(HELM) package helm/trainprof -d $(RELEASE_DIR)
+	$(HELM_HOMES) $(HELM) repo index $(RELEASE_DIR) --url $(CHART_URL)
+
+release: $(VENV)/.installed image chart-package
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(RELEASE_DIR) .
+	$(PY) -c "from setuptools import build_meta; build_meta.build_sdist('$(RELEASE_DIR)')" >/dev/null
+	cp build/image/trainprof-exporter-$(VERSION).oci.tar $(RELEASE_DIR)/
+	cd $(RELEASE_DIR) && sha256sum trainprof-* > SHA256SUMS && ls -l
 
 # The same image for users with Docker, with the same tag.
 docker-image:
