@@ -198,9 +198,9 @@ def test_make_release_packages_the_chart_with_a_chart_repository_index(packaged)
     ]
     with tarfile.open(tgz) as tar:
         names = set(tar.getnames())
-    committed = {
-        f"trainprof/{p.relative_to(CHART)}" for p in CHART.rglob("*") if p.is_file()
-    } - {"trainprof/.helmignore"}
+    committed = {f"trainprof/{p.relative_to(CHART)}" for p in CHART.rglob("*") if p.is_file()} - {
+        "trainprof/.helmignore"
+    }
     assert committed <= names, sorted(committed - names)[:5]
 
 
