@@ -463,6 +463,16 @@ METRICS: tuple[Metric, ...] = (
         "exporter",
     ),
     _m(
+        "trainprof_collector_unavailable",
+        "gauge",
+        "",
+        ("collector", "reason"),
+        "1 while the collector has nothing to read on this host, which is not a failure "
+        '(reason="no_nvidia_driver": no NVIDIA driver at all); absent otherwise.',
+        "exporter",
+        "exporter",
+    ),
+    _m(
         "trainprof_collector_duration_seconds",
         "gauge",
         "seconds",
