@@ -52,6 +52,7 @@ def nvidia_kernel_module_loaded() -> bool:
 
     return os.path.isdir(os.path.join(procfs(), "driver", "nvidia"))
 
+
 # GPM (Hopper and newer) metric -> GpuSample field; NVML reports them in percent.
 _GPM_METRICS = (
     ("sm_active", "NVML_GPM_METRIC_SM_UTIL"),
