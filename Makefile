@@ -43,6 +43,7 @@ check: setup
 	$(PY) -m trainprof.generation.generate --check
 	promtool check rules rules/trainprof.rules.yaml rules/trainprof.sources.rules.yaml
 	amtool check-config alerting/alertmanager.example.yml
+	$(VENV)/bin/actionlint .github/workflows/*.yml
 	HELM_CACHE_HOME=$$(mktemp -d) HELM_CONFIG_HOME=$$(mktemp -d) HELM_DATA_HOME=$$(mktemp -d) \
 	  $$(command -v helm || echo .tools/helm/helm) lint --strict helm/trainprof
 
@@ -50,9 +51,13 @@ version:
 	@sed -n 's/^__version__ = "\(.*\)"/\1/p' src/trainprof/_version.py
 
 # The exporter image without a registry: mmdebstrap + umoci (scripts/build_image.py).
-image: $(VENV)/.installed
+# BUILD_PY: a Python with pip and setuptools (the release workflow's, without the test venv).
+BUILD_PY ?= $(PY)
+
+image:
+	@[ -x "$(BUILD_PY)" ] || $(MAKE) $(VENV)/.installed
 	@command -v mmdebstrap >/dev/null && command -v umoci >/dev/null || scripts/install-tools.sh
-	$(PY) scripts/build_image.py
+	$(BUILD_PY) scripts/build_image.py
 
 # Re-resolve the image's Debian and Python packages (after a Debian security update).
 image-lock: $(VENV)/.installed
@@ -67,14 +72,20 @@ VERSION = $$(sed -n 's/^__version__ = "\(.*\)"/\1/p' src/trainprof/_version.py)
 CHART_URL ?= https://github.com/trainprof/trainprof/releases/download/v$(VERSION)
 HELM_HOMES = HELM_CACHE_HOME=$$(mktemp -d) HELM_CONFIG_HOME=$$(mktemp -d) HELM_DATA_HOME=$$(mktemp -d)
 
+# IMAGE_REPOSITORY: where the release pushes the image; the packaged chart's values point
+# there (helm/trainprof itself keeps trainprof/exporter, the name `make image` gives it).
+IMAGE_REPOSITORY ?= trainprof/exporter
+
 chart-package:
 	mkdir -p $(RELEASE_DIR)
-	$(HELM_HOMES) $(HELM) package helm/trainprof -d $(RELEASE_DIR)
+	rm -rf build/chart && mkdir -p build/chart && cp -r helm/trainprof build/chart/
+	sed -i 's|^\(    repository: \)trainprof/exporter\b|\1$(IMAGE_REPOSITORY)|' build/chart/trainprof/values.yaml
+	$(HELM_HOMES) $(HELM) package build/chart/trainprof -d $(RELEASE_DIR)
 	$(HELM_HOMES) $(HELM) repo index $(RELEASE_DIR) --url $(CHART_URL)
 
-release: $(VENV)/.installed image chart-package
-	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(RELEASE_DIR) .
-	$(PY) -c "from setuptools import build_meta; build_meta.build_sdist('$(RELEASE_DIR)')" >/dev/null
+release: image chart-package
+	$(BUILD_PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(RELEASE_DIR) .
+	$(BUILD_PY) -c "from setuptools import build_meta; build_meta.build_sdist('$(RELEASE_DIR)')" >/dev/null
 	cp build/image/trainprof-exporter-$(VERSION).oci.tar $(RELEASE_DIR)/
 	cd $(RELEASE_DIR) && sha256sum trainprof-* > SHA256SUMS && ls -l
 

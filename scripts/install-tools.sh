@@ -5,8 +5,10 @@
 # (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/;
 # mmdebstrap and umoci build the exporter's image.
 # Does nothing for what is already there.
+# `install-tools.sh helm` installs the helm binary only (the release workflow).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+only="${1:-all}"
 
 need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -23,6 +25,7 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || need+=(umoci)
 
+[ "$only" = helm ] && need=()
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "missing: ${need[*]}. Install them with: sudo apt-get install --no-install-recommends ${need[*]}" >&2
@@ -48,7 +51,7 @@ fi
 # Schema is generated from them, and tests/test_dashboards.py checks dashboards/*.json with
 # ajv against it (scripts/check-dashboard-schema.mjs).
 tools="$repo/.tools/grafana-schema"
-if [ ! -s "$tools/dashboard.schema.json" ]; then
+if [ "$only" = all ] && [ ! -s "$tools/dashboard.schema.json" ]; then
   mkdir -p "$tools"
   cd "$tools"
   [ -f package.json ] || echo '{"private": true}' > package.json
