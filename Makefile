@@ -6,7 +6,7 @@ PYTHON ?= python3
 .PHONY: help setup tools demo test check generate clean image image-lock docker-image release chart-package version
 
 help:
-	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
+	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager (KEEP=1: keep them running)"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/, helm/)"
 	@echo "make image     build the exporter's OCI image into build/image/ (Debian's python3 + the wheel; needs root)"
@@ -27,8 +27,9 @@ setup: $(VENV)/.installed tools
 tools:
 	@scripts/install-tools.sh
 
+# KEEP=1 leaves the demo's Prometheus, Alertmanager and exporter running until Ctrl-C.
 demo: setup
-	$(PY) -m trainprof.demo
+	$(PY) -m trainprof.demo $(if $(KEEP),--keep)
 
 test: setup
 	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest
