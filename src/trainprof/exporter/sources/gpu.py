@@ -186,8 +186,8 @@ class GpuSource:
                 "nvml",
                 "GPU collector unavailable: %s (%s); GPU metrics are off, "
                 "the other collectors keep working; retrying every %gs",
-                "no NVIDIA driver on this host (no libnvidia-ml, no NVIDIA kernel module): "
-                "nothing to alert on"
+                "no NVIDIA driver on this node (no libnvidia-ml, no NVIDIA kernel module: "
+                "nothing to read, not a failure)"
                 if no_driver
                 else _why_unavailable(nvml, e),
                 e,
