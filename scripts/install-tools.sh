@@ -3,7 +3,7 @@
 # Alertmanager + amtool (0.25) and VictoriaMetrics + vmalert (1.79), from Debian; Chromium
 # (the HTML report's screenshot test) and npm; then Grafana's dashboard JSON schema with ajv
 # (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/;
-# mmdebstrap and umoci build the exporter's image.
+# mmdebstrap and umoci build the exporter's image, podman and runc run it.
 # Does nothing for what is already there.
 # `install-tools.sh helm` installs the helm binary only (the release workflow).
 set -euo pipefail
@@ -24,6 +24,9 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 # layout built without a container registry.
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || need+=(umoci)
+# ... and run as a container (podman with runc: crun refuses this machine's hybrid cgroups).
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 
 [ "$only" = helm ] && need=()
 if [ ${#need[@]} -gt 0 ]; then

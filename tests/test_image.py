@@ -7,7 +7,8 @@ install, and both must serve the same series. podman runs it where podman can ru
 containers; where it cannot (this project's CI sandbox: crun may not set RLIMIT_NOFILE), the
 layout is unpacked with `umoci unpack` and its root filesystem run under chroot as the
 image's non-root user, with the host's /proc mounted at /host/proc as the chart mounts it.
-The runner used is printed.
+The runner used is printed; TRAINPROF_IMAGE_RUNNER=chroot takes the chroot path even where
+podman works.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -149,30 +151,49 @@ def test_two_builds_of_one_commit_are_the_same_image(image, tmp_path):
 # --- running it ------------------------------------------------------------------------------
 
 
-def _podman_works(out: Path, info: dict) -> str | None:
-    """None when podman can run this image here, else why not."""
+def _podman(*args: str) -> list[str]:
+    """`podman run` as this machine allows: podman's default open-files limit (1048576) is
+    above the hard limit a sandbox may impose, which the runtime then cannot set, so the
+    limits are given within it; runc where installed (crun refuses hybrid cgroups)."""
+    nofile = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536)
+    runtime = ["--runtime", "runc"] if shutil.which("runc") else []
+    return ["podman", *runtime, "run", "--rm", "--ulimit", f"nofile={nofile}:{nofile}"] + [
+        "--ulimit",
+        "nproc=4096:4096",
+        *args,
+    ]
+
+
+def _podman_works(image: str) -> str | None:
+    """None when podman runs this image here (with no network: it fetches nothing at start),
+    else why not."""
+    if os.environ.get("TRAINPROF_IMAGE_RUNNER") == "chroot":
+        return "TRAINPROF_IMAGE_RUNNER=chroot"
     if not shutil.which("podman"):
         return "podman is not installed"
     probe = subprocess.run(
-        ["podman", "run", "--rm", "--network=host", "--entrypoint=/usr/bin/python3"]
-        + [f"oci-archive:{out / info['archive']}", "-c", "print('ok')"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        _podman("--network=none", image, "--version"), capture_output=True, text=True, timeout=180
     )
-    if probe.returncode == 0 and "ok" in probe.stdout:
+    if probe.returncode == 0 and f"trainprof exporter {_version()}" in probe.stdout:
         return None
     return (probe.stderr.strip().splitlines() or ["podman run failed"])[-1]
 
 
-def _start_from_image(out: Path, info: dict, bundle: Path, port: int, log):
+def _start_from_image(out: Path, info: dict, bundle: Path, port: int, log, request):
     """The image's exporter on 127.0.0.1:`port`; returns (process, runner)."""
     listen = f"--web.listen-address=127.0.0.1:{port}"
-    why_not = _podman_works(out, info)
+    image = f"oci-archive:{out / info['archive']}"
+    why_not = _podman_works(image)
     if why_not is None:
-        argv = ["podman", "run", "--rm", "--network=host", "-v", "/proc:/host/proc:ro"]
-        argv += [f"oci-archive:{out / info['archive']}", "--path.procfs=/host/proc", listen]
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), "podman"
+        name = f"trainprof-test-{os.getpid()}-{port}"
+        request.addfinalizer(
+            lambda: subprocess.run(["podman", "rm", "-f", name], capture_output=True)
+        )
+        argv = _podman("--name", name, "--network=host", "-v", "/proc:/host/proc:ro", image)
+        proc = subprocess.Popen(
+            [*argv, "--path.procfs=/host/proc", listen], stdout=log, stderr=subprocess.STDOUT
+        )
+        return proc, "podman" + (" (runc)" if shutil.which("runc") else "")
     # The runtime spec umoci wrote from the image's configuration.
     spec = json.loads((bundle / "config.json").read_text())
     process = spec["process"]
@@ -223,7 +244,7 @@ def test_prometheus_scrapes_the_same_series_from_the_image_as_from_the_pip_insta
     image_log, pip_log = (tmp_path / "image.log").open("w"), (tmp_path / "pip.log").open("w")
     request.addfinalizer(image_log.close)
     request.addfinalizer(pip_log.close)
-    from_image, runner = _start_from_image(out, info, bundle, image_port, image_log)
+    from_image, runner = _start_from_image(out, info, bundle, image_port, image_log, request)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line(f"\ntest_image: the image's exporter ran under {runner}")
