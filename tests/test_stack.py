@@ -122,3 +122,19 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_report_that_cannot_be_made_is_said_and_fails_the_run(
+    tmp_path, prometheus_bin, alertmanager_bin
+):
+    """A script that never calls trainprof.start() leaves nothing to report on."""
+    result = subprocess.run(
+        _stack("--report", str(tmp_path / "report.html"), "--", sys.executable, "-c", "pass"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "error: no report: no trainprof series with training_job='local'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "report.html").exists()

@@ -182,10 +182,14 @@ def _run(args: argparse.Namespace, argv: list[str], config, job: str, workdir: P
             )
             code = 0
             if argv:
+                began = time.time()
                 code = _run_script(argv, stack.environment(job, node), stopping)
                 _say(f"{argv[0]} exited with {code}")
                 if args.report:
-                    _report(stack.prometheus, job, config, Path(args.report))
+                    # The script's run exactly: its last samples are already stale.
+                    span = (began - 1, time.time() + config.scrape_interval)
+                    if not _report(stack.prometheus, job, config, Path(args.report), span):
+                        code = code or EXIT_FAILED
             if not argv or args.keep:
                 _say("The stack keeps running: press Ctrl-C to stop it.")
                 _wait(stopping)
@@ -226,15 +230,21 @@ def _wait(stopping: threading.Event) -> None:
         pass
 
 
-def _report(prometheus: str, job: str, config, path: Path) -> None:
-    from trainprof.report import build, from_prometheus, render
+def _report(prometheus: str, job: str, config, path: Path, span: tuple[float, float]) -> bool:
+    """The job's HTML report over `span` (start, end); False, said, when it cannot be made."""
+    from trainprof.report import ReportError, build, from_prometheus, render
 
     try:
-        path.write_text(render(build(from_prometheus(prometheus, job, config))), encoding="utf-8")
+        collected = from_prometheus(prometheus, job, config, start=span[0], end=span[1])
+        path.write_text(render(build(collected)), encoding="utf-8")
+    except ReportError as e:
+        print(f"error: no report: {e}", file=sys.stderr)
+        return False
     except OSError as e:
         print(f"error: cannot write the report {path}: {e.strerror or e}", file=sys.stderr)
-        return
+        return False
     _say(f"report written to {path}")
+    return True
 
 
 def _summary(notifications: list[dict]) -> None:
