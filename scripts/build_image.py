@@ -323,6 +323,14 @@ def python_layer(rootfs: Path, wheel: Path) -> dict[str, str]:
     run(pip + PIP_PLATFORM + ["--require-hashes", "-r", str(PYTHON_LOCK)])
     run(pip + [str(wheel)])
     shutil.rmtree(site / "bin", ignore_errors=True)  # scripts with the build host's shebang
+    # pip records where the wheel came from (a path on the build host): not part of the image.
+    for direct in site.glob("*.dist-info/direct_url.json"):
+        direct.unlink()
+        record = direct.parent / "RECORD"
+        lines = record.read_text().splitlines(keepends=True)
+        record.write_text(
+            "".join(x for x in lines if not x.startswith(f"{direct.parent.name}/direct_url.json,"))
+        )
     bindir = rootfs / "usr" / "local" / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     script = bindir / "trainprof"

@@ -39,10 +39,10 @@ def _version() -> str:
     return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
 
 
-def _build(out: Path) -> dict:
+def _build(out: Path, *options: str) -> dict:
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build_image.py"), "--out", str(out)]
-        + ["--lock", "prefer"],
+        + ["--lock", "prefer", *options],
         capture_output=True,
         text=True,
         timeout=600,
@@ -140,8 +140,9 @@ def test_the_image_is_small_and_holds_no_compiler_shell_or_package_manager(image
 
 
 def test_two_builds_of_one_commit_are_the_same_image(image, tmp_path):
+    """The second from nothing: its own Debian download and root filesystem."""
     _, first = image
-    second = _build(tmp_path / "again")
+    second = _build(tmp_path / "again", "--cache", str(tmp_path / "cache"))
     assert second["digest"] == first["digest"]
     assert (tmp_path / "again" / first["archive"]).read_bytes() == (
         image[0] / first["archive"]
