@@ -92,8 +92,7 @@ release: image chart-package
 
 # The same image for users with Docker, with the same tag.
 docker-image:
-	docker build -f exporter/Dockerfile --build-arg VERSION=$$($(MAKE) -s version) \
-	  -t trainprof/exporter:$$($(MAKE) -s version) .
+	docker build -f exporter/Dockerfile --build-arg VERSION=$(VERSION) -t trainprof/exporter:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) out build src/*.egg-info

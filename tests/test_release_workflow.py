@@ -107,3 +107,31 @@ def test_the_make_targets_it_runs_exist(tmp_path):
         for word in step.get("run", "").split():
             if word.startswith("scripts/"):
                 assert (ROOT / word).exists(), word
+
+
+def test_the_dockerfile_builds_what_make_image_builds():
+    """Docker users get the same tag, lock and entry point; the base is pinned by digest.
+    (No Docker here: tests/test_image.py runs the image `make image` builds.)"""
+    import re
+
+    text = (ROOT / "exporter" / "Dockerfile").read_text()
+    (base,) = re.findall(r"^ARG BASE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", base), base
+    assert "--require-hashes -r /tmp/requirements.lock" in text
+    assert "COPY exporter/image/python-requirements.lock" in text
+    assert re.search(r"^USER 65534:65534$", text, re.M)
+    assert '\nENTRYPOINT ["trainprof", "exporter"]\nCMD ["--path.procfs=/host/proc"]' in text
+    result = subprocess.run(
+        ["make", "-n", "docker-image"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    # The tag and the label's version are read from the package's version source.
+    read_version = "$(sed -n 's/^__version__ = \"\\(.*\\)\"/\\1/p' src/trainprof/_version.py)"
+    assert f"--build-arg VERSION={read_version}" in result.stdout, result.stdout
+    assert f"-t trainprof/exporter:{read_version} ." in result.stdout, result.stdout
+    version = subprocess.run(
+        ["make", "-s", "version"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+    assert version == re.search(
+        r'__version__ = "(.+)"', (ROOT / "src/trainprof/_version.py").read_text()
+    ).group(1)
