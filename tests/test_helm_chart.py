@@ -932,3 +932,10 @@ def test_rules_for_dcgm_exporter_never_add_a_second_gpu_poller(
     (ds,) = by_kind(objects(rendered["default"]), "DaemonSet")
     (container,) = ds["spec"]["template"]["spec"]["containers"]
     assert "--no-collector.gpu" not in container["args"]
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(chart)
+    assert result.attempted and result.failed == 0

@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import trainprof
     import trainprof.exporter
+    from trainprof.engines.localstack import get_json
     from trainprof.engines.stack import EXPORTER_JOB, RANKS_JOB, firing, local_stack
     from trainprof.generation.render import to_yaml
     from trainprof.rules.compiler import compile_rules
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                             "act 2: batches come prefetched, the batch is bigger, the GPU is "
                             "kept busy"
                         )
-                    now = firing(prom)
+                    now = firing(get_json(f"{prom}/api/v1/alerts")["data"]["alerts"])
                     for key in now.keys() - seen.keys():
                         alert = now[key]
                         fired.setdefault(key[0], time.monotonic() - started)

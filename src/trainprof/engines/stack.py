@@ -173,12 +173,15 @@ def local_stack(
         hook.server_close()
 
 
-def firing(base: str) -> dict[tuple, dict]:
-    """The alerts Prometheus has firing, by (alertname, gpu, reason, rank)."""
-    from trainprof.engines.localstack import get_json
+def firing(alerts: list[dict[str, Any]]) -> dict[tuple, dict]:
+    """Prometheus' firing alerts (`/api/v1/alerts`' list) by (alertname, gpu, reason, rank).
 
+    >>> firing([{"state": "pending", "labels": {"alertname": "A"}},
+    ...         {"state": "firing", "labels": {"alertname": "B", "gpu": "0"}}])
+    {('B', '0', None, None): {'state': 'firing', 'labels': {'alertname': 'B', 'gpu': '0'}}}
+    """
     out = {}
-    for alert in get_json(f"{base}/api/v1/alerts")["data"]["alerts"]:
+    for alert in alerts:
         if alert["state"] != "firing":
             continue
         labels = alert["labels"]
