@@ -165,7 +165,6 @@ def test_the_kernel_module_is_looked_up_in_the_proc_filesystem_the_exporter_read
     from trainprof.exporter import sources
 
     monkeypatch.setattr(psutil, "PROCFS_PATH", psutil.PROCFS_PATH)
-    monkeypatch.setattr(sources, "_PROCFS", list(sources._PROCFS))
     (tmp_path / "stat").write_text("cpu  1 0 1 1 0 0 0 0 0 0\n")
     sources.set_procfs(str(tmp_path))
     assert nvidia_kernel_module_loaded() is False

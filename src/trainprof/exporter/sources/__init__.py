@@ -42,14 +42,6 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-_PROCFS = ["/proc"]
-
-
-def procfs() -> str:
-    """The proc filesystem the sources read (`/proc` unless `set_procfs` moved it)."""
-    return _PROCFS[0]
-
-
 def set_procfs(path: str) -> None:
     """Point every psutil source at another proc filesystem (a DaemonSet's /host/proc).
 
@@ -61,7 +53,6 @@ def set_procfs(path: str) -> None:
     if not os.path.isfile(os.path.join(path, "stat")):
         raise ValueError(f"{path} has no stat file; is it a proc filesystem?")
     psutil.PROCFS_PATH = path
-    _PROCFS[0] = path
 
 
 def default_sources(

@@ -48,9 +48,9 @@ NO_DRIVER = "no_nvidia_driver"
 def nvidia_kernel_module_loaded() -> bool:
     """Whether the NVIDIA kernel module is loaded on this host: it lists itself under
     driver/nvidia in the proc filesystem the exporter reads (the host's with --path.procfs)."""
-    from trainprof.exporter.sources import procfs
+    import psutil  # its PROCFS_PATH is the exporter's proc filesystem (set_procfs)
 
-    return os.path.isdir(os.path.join(procfs(), "driver", "nvidia"))
+    return os.path.isdir(os.path.join(psutil.PROCFS_PATH, "driver", "nvidia"))
 
 
 # GPM (Hopper and newer) metric -> GpuSample field; NVML reports them in percent.
