@@ -11,6 +11,7 @@
     trainprof actions serve|check|rbac -c actions.yaml
     trainprof exporter [--web.listen-address :9945] [--no-collector.gpu] ...
     trainprof record FILE [exporter flags]
+    trainprof stack [-c rules.yaml] [--keep] [-- python train.py ...]
 
 Exit codes: 0 success, 1 an operation failed (I/O, a missing tool), 2 bad input.
 """
@@ -45,6 +46,7 @@ def _missing_extra(module: str | None, command: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     """Every sub-command is a module with `add_parser(subparsers)` and `run(args) -> int`."""
     from trainprof.actions import cli as actions
+    from trainprof.engines import stack_cli as stack
     from trainprof.exporter import cli as exporter
     from trainprof.generation import export, generate
     from trainprof.replay import cli as replay
@@ -58,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainprof {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (rules, replay, report, trace, export, generate, actions, exporter):
+    for command in (rules, replay, report, trace, export, generate, actions, exporter, stack):
         command.add_parser(commands)
     return parser
 
