@@ -46,6 +46,7 @@ def _reads_stay_in_repository():
 
 def pytest_sessionfinish(session):
     found = _READS.outside_tests + _READS.take()
+    _READS.stop()
     if found:
         sys.stderr.write("\n" + _READS.message(found) + " (outside any test)\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -159,6 +159,11 @@ class Plugin:
         self.audit.environ.update({k: os.environ[k] for k in (ROOT_ENV, LOG_ENV, "PYTHONPATH")})
         sys.addaudithook(self.audit.hook)
 
+    def stop(self) -> None:
+        if self.log:
+            os.unlink(self.log)
+            self.log = ""
+
     def take(self) -> list[str]:
         """What was touched since the last call, here and in child processes."""
         new = [f"{path} ({event})" for event, path in self.audit.found[self._seen :]]
