@@ -221,9 +221,12 @@ def test_exporter_version_and_the_extra_a_missing_module_asks_for(capsys, monkey
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"trainprof exporter {__version__}"
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert main(["exporter", "--web.listen-address", "127.0.0.1:0"]) == 1
+    assert main(["exporter", "--web.listen-address", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err
-    assert "pynvml is not installed" in err and "pip install 'trainprof[exporter]'" in err
+    assert err == (
+        "error: trainprof exporter needs pynvml, which is not installed: "
+        "pip install 'trainprof[exporter]'\n"
+    )
 
 
 def test_the_exporter_serves_its_own_process_metrics():
