@@ -157,6 +157,31 @@ def real_data(root) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """trainprof's wheel, built once per session from a copy of the sources (the build
+    writes nothing into the checkout)."""
+    import subprocess
+
+    top = tmp_path_factory.mktemp("wheel")
+    source = top / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+    shutil.copytree(ROOT / "src", source / "src", ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation"]
+        + ["--disable-pip-version-check", "-q", "-w", str(top / "dist")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=top,
+    )
+    assert build.returncode == 0, build.stderr
+    (built,) = (top / "dist").glob("trainprof-*.whl")
+    return built
+
+
+@pytest.fixture(scope="session")
 def chromium() -> str:
     return _tool("chromium")
 
