@@ -6,10 +6,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from importlib import resources
 from pathlib import Path
 
-import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,3 +83,19 @@ def test_the_changelog_has_this_version_and_an_unreleased_section():
     assert "Keep a Changelog" in changelog
     assert "## [Unreleased]" in changelog
     assert f"## [{_the_version()}]" in changelog
+
+
+def test_the_python_claimed_is_the_python_the_suite_runs_on():
+    """pyproject, mypy and the README claim the Python that CI runs the tests with, and no
+    other: a suite run on another version fails here until the claims are widened."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    versions = {
+        c.rsplit(" :: ", 1)[1]
+        for c in project["project"]["classifiers"]
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    assert versions == {running}
+    assert project["project"]["requires-python"] == f">={running}"
+    assert project["tool"]["mypy"]["python_version"] == running
+    assert f"Python {running} (the version CI runs)" in (ROOT / "README.md").read_text()
