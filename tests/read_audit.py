@@ -10,7 +10,9 @@ the same hook (tests/read_audit_site/sitecustomize.py, through PYTHONPATH) and a
 they find to a log the session reads; an outside path handed to any child process, Python or
 not, in its arguments, environment or working directory, counts as read.
 
-Allowed: the repository, the temporary directory, the interpreter's prefixes and site
+Allowed: the repository, the session's temporary directory (TMPDIR is set to
+<temporary directory>/trainprof-tests for the session and its children, so a checkout under
+/tmp with ../shared beside it is still caught), the interpreter's prefixes and site
 directories, the system directories below, and dot-entries of the home directory (caches and
 tool configuration such as ~/.cache/pip).
 """
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import threading
 
+SESSION_TMP = "trainprof-tests"  # the session's temporary directory, inside the system's
 ROOT_ENV = "TRAINPROF_READ_AUDIT_ROOT"
 LOG_ENV = "TRAINPROF_READ_AUDIT_LOG"
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "read_audit_site")
@@ -141,22 +144,28 @@ class Plugin:
     was touched (in this process or a child), or the session for reads outside any test."""
 
     def __init__(self, root: str):
+        self.root = root
         self.log = ""
-        self.audit = Audit(root)
+        self.audit: Audit | None = None
         self._seen = 0  # entries of audit.found already given to a test
         self._logged = 0  # bytes of the child log already read
         self.outside_tests: list[str] = []
 
     def start(self) -> None:
-        fd, self.log = tempfile.mkstemp(prefix="trainprof-read-audit-", suffix=".jsonl")
+        # The session's own temporary directory, so that the temporary directory is not
+        # where a checkout and ../shared beside it may lie (a CI clone under /tmp).
+        temporary = os.path.join(tempfile.gettempdir(), SESSION_TMP)
+        os.makedirs(temporary, exist_ok=True)
+        os.environ["TMPDIR"] = tempfile.tempdir = temporary
+        self.audit = Audit(self.root)
+        fd, self.log = tempfile.mkstemp(prefix="read-audit-", suffix=".jsonl")
         os.close(fd)
-        self.audit.environ = dict(os.environ)
         os.environ[ROOT_ENV] = self.audit.root
         os.environ[LOG_ENV] = self.log
         os.environ["PYTHONPATH"] = os.pathsep.join(
             p for p in (SITE_DIR, os.environ.get("PYTHONPATH")) if p
         )
-        self.audit.environ.update({k: os.environ[k] for k in (ROOT_ENV, LOG_ENV, "PYTHONPATH")})
+        self.audit.environ = dict(os.environ)
         sys.addaudithook(self.audit.hook)
 
     def stop(self) -> None:
@@ -166,6 +175,8 @@ class Plugin:
 
     def take(self) -> list[str]:
         """What was touched since the last call, here and in child processes."""
+        if self.audit is None:
+            return []
         new = [f"{path} ({event})" for event, path in self.audit.found[self._seen :]]
         self._seen = len(self.audit.found)
         if not self.log:
@@ -182,6 +193,6 @@ class Plugin:
     def message(self, paths: list[str]) -> str:
         listed = "\n  ".join(paths[:20])
         return (
-            f"read outside the repository {self.audit.root} (tests read their data from "
+            f"read outside the repository {self.root} (tests read their data from "
             f"tests/data; tests/read_audit.py says what is allowed):\n  {listed}"
         )

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import read_audit
@@ -27,6 +28,7 @@ from pathlib import Path
 
 OUTSIDE = Path({outside!r})
 INSIDE = Path({inside!r})
+BESIDE = Path({beside!r})
 
 def test_open():
     OUTSIDE.read_text()
@@ -59,6 +61,9 @@ def test_shared_beside_the_repository():
     else:
         OUTSIDE.read_text()  # no ../shared here: the same read of another outside file
 
+def test_beside_in_the_temporary_directory():
+    BESIDE.read_text()  # a checkout under /tmp reading ../shared
+
 def test_inside():
     INSIDE.read_text()
     os.listdir(INSIDE.parent)
@@ -67,16 +72,20 @@ def test_inside():
 
 
 def _probe(tmp_path: Path, import_time_read: bool = False) -> subprocess.CompletedProcess:
-    # The probe session's temporary directory is tmp/, so outside/ is outside everything
-    # it may read; the repository is this one.
-    (tmp_path / "tmp").mkdir()
+    # The probe session's system temporary directory is tmp/ (its own is inside it), so
+    # outside/ and tmp/shared/ are outside everything it may read; the repository is this one.
     outside = tmp_path / "outside" / "secret.txt"
-    outside.parent.mkdir()
-    outside.write_text("not the repository's")
-    probe = tmp_path / "tmp" / "probe"
-    probe.mkdir()
+    beside = tmp_path / "tmp" / "shared" / "data.txt"
+    for path in (outside, beside):
+        path.parent.mkdir(parents=True)
+        path.write_text("not the repository's")
+    probe = tmp_path / "tmp" / read_audit.SESSION_TMP / "probe"
+    probe.mkdir(parents=True)
     source = PROBE.format(
-        outside=str(outside), inside=str(HERE / "data" / "README.md"), shared=str(SHARED)
+        outside=str(outside),
+        inside=str(HERE / "data" / "README.md"),
+        shared=str(SHARED),
+        beside=str(beside),
     )
     if import_time_read:
         source += "\nOUTSIDE.read_text()\n"
@@ -107,6 +116,7 @@ def test_every_way_of_reading_outside_fails_and_reading_inside_passes(tmp_path):
         "test_a_path_handed_to_a_child",
         "test_a_python_grandchild",
         "test_shared_beside_the_repository",
+        "test_beside_in_the_temporary_directory",
     }, out
     assert re.search(r"^PASSED test_probe.py::test_inside$", out, re.M), out
     secret = str(tmp_path / "outside" / "secret.txt")
@@ -128,3 +138,7 @@ def test_the_allowed_places_are_the_repository_tools_and_temporary_files():
     assert audit.inside(os.path.expanduser("~/.cache/pip"))
     assert not audit.inside(str(ROOT.parent / "shared" / "real-sagemaker"))
     assert not audit.inside(os.path.expanduser("~/notes.txt"))
+    # The session's temporary directory is its own, not the system's, where a clone and
+    # ../shared beside it may lie.
+    assert Path(tempfile.gettempdir()).name == read_audit.SESSION_TMP
+    assert not audit.inside(str(Path(tempfile.gettempdir()).parent / "shared"))
