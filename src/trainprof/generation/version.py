@@ -9,6 +9,10 @@ lags behind.
     docker build -t trainprof/exporter:1.2.3 .
     >>> print(stamp('LABEL org.opencontainers.image.version="0.0.9"', "1.2.3"))
     LABEL org.opencontainers.image.version="1.2.3"
+    >>> print(stamp('docker build --build-arg VERSION=0.0.9 .', "1.2.3"))
+    docker build --build-arg VERSION=1.2.3 .
+    >>> print(stamp('LABEL org.opencontainers.image.version="${VERSION}"', "1.2.3"))
+    LABEL org.opencontainers.image.version="${VERSION}"
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from trainprof import _version
 IMAGE = "trainprof/exporter"
 # Repository-relative files that name the version; each is checked only where it exists.
 STAMPED = ("exporter/Dockerfile",)
+# The image's tag, a `--build-arg VERSION=` in a documented command and a literal OCI version
+# label; a label that reads the build argument (`"${VERSION}"`) is left alone.
 _PATTERNS = (
     re.compile(r"(?<![\w/.-])(" + re.escape(IMAGE) + r":)[0-9][0-9A-Za-z.+-]*"),
-    re.compile(r'(org\.opencontainers\.image\.version=")[^"]*(?=")'),
+    re.compile(r"(--build-arg VERSION=)[0-9][0-9A-Za-z.+-]*"),
+    re.compile(r'(org\.opencontainers\.image\.version=")[0-9][^"]*(?=")'),
 )
 
 
