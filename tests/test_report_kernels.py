@@ -17,7 +17,7 @@ from trainprof.trace import read_trace, summarize
 
 from browser import dump_dom, screenshot
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "real-gpu-traces"
+TRACES = Path(__file__).resolve().parent / "data" / "real-gpu-traces"
 NCCL = TRACES / "a100-nccl-training.pt.trace.json.gz"
 PANELS = [
     "GPU time by overlap class",

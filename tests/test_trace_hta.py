@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "real-gpu-traces"
+TRACES = ROOT / "tests" / "data" / "real-gpu-traces"
 NAMES = ["a100-nccl-training", "a100-alexnet", "mi250-toy-train"]
 CLASS_NAMES = {
     "COMPUTATION": "compute",
@@ -53,7 +53,7 @@ def _require_hta() -> None:
 
 def _trace(name: str) -> Path:
     path = TRACES / f"{name}.pt.trace.json.gz"
-    assert path.is_file(), f"missing shared test data {path}"
+    assert path.is_file(), f"missing test data {path}"
     return path
 
 
