@@ -84,6 +84,13 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     add_source_argument(report)
     add_access_arguments(report)
     report.add_argument(
+        "--prometheus-timeout",
+        type=duration,
+        default=60.0,
+        metavar="DURATION",
+        help="how long each request to Prometheus may take in all, answer included (default: 1m)",
+    )
+    report.add_argument(
         "--trace",
         nargs="+",
         action="extend",
@@ -225,4 +232,5 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         now=now,
         access=access,
         run=args.job_run,
+        timeout=args.prometheus_timeout,
     )
