@@ -1,7 +1,7 @@
 """Property: any rule configuration ends in exit 0 or 2, never a traceback, and exit 0 is valid.
 
-Three input kinds, as users bring them: YAML/JSON rule configurations, pasted SageMaker SDK
-Python, and DescribeTrainingJob responses. Inputs are built from the real vocabulary (rule
+Four input kinds, as users bring them: YAML/JSON rule configurations, custom rules with
+their overrides, pasted SageMaker SDK Python, and DescribeTrainingJob responses. Inputs are built from the real vocabulary (rule
 and parameter names, near misses, and the values that broke the loader before: unitless
 durations, numbers beyond a float, braces in URLs, regexes only Python accepts, deep nesting)
 so most examples reach the compiler. Everything that exits 0 is then checked by the real
@@ -128,6 +128,84 @@ def _jsonable(value):
     return value
 
 
+# Custom rules: placeholders in every place an expression can hold them (a label value, a
+# regex in either quote, a raw string, a duration, outside quotes, a comment), values that
+# tried to break out of them before, and Go templates Prometheus would refuse.
+CUSTOM_EXPRS = [
+    'max by (training_job) (trainprof_tensor_mean_abs{collection="{p}"}) > {t}',
+    "up{job=~'{p}'} > {t}",
+    'up{job=~"{p}.*"} > {t}',
+    "up{job=`{p}`} > {t}",
+    "rate(up[{window}]) > {t}",
+    "{p} > {t}",
+    "sum by ({p}) (up) > {t}",
+    "up > {t} # {p}\n",
+    "up > {t",
+    "up > {nosuch}",
+]
+CUSTOM_TEXTS = st.one_of(
+    st.sampled_from(
+        ['a"} or vector(1) or up{x="', "a\nb", "gradients", "up", "5m", "`", "", "None", "bert-.*"]
+    ),
+    st.lists(st.sampled_from(REGEX_PARTS + WEIRD_PARTS), max_size=3).map("".join),
+)
+NOTES = st.sampled_from(
+    [
+        "Mean above {t}.",
+        "{{ $value }} on {{ $labels.training_job }} ({p})",
+        "{{ .Value | humanize }}",
+        "{{ end }}",
+        "{{ nosuch }}",
+        "{{",
+        "}}",
+        "{p}",
+        "{{ $labels.x",
+    ]
+)
+CUSTOM_NUMBERS = st.one_of(NUMBERS, TEXT_NUMBERS, PLAUSIBLE)
+
+
+def _mostly(draw, plausible, hostile):
+    """Three draws in four from `plausible`, so that most examples reach the compiler."""
+    return draw(plausible if draw(st.sampled_from([1, 1, 1, 0])) else hostile)
+
+
+@st.composite
+def custom_configs(draw):
+    rule: dict = {
+        "custom": _mostly(draw, st.just("Custom1"), st.sampled_from(["Dataloader", "9x"]))
+    }
+    rule["expr"] = draw(st.sampled_from(CUSTOM_EXPRS))
+    if "{window}" in rule["expr"] and draw(st.integers(min_value=0, max_value=3)):
+        rule["window"] = draw(PLAUSIBLE)
+    rule["parameters"] = {
+        "p": _mostly(draw, st.sampled_from(["gradients", "training_job", "5m"]), CUSTOM_TEXTS),
+        "t": _mostly(draw, PLAUSIBLE, CUSTOM_NUMBERS),
+    }
+    for key in ("summary", "description", "recommendation"):
+        if draw(st.booleans()):
+            plausible = ["Mean above {t}."] + (["{{ $value }}"] if key != "summary" else [])
+            rule[key] = _mostly(draw, st.sampled_from(plausible), NOTES)
+    for key in ("window", "patience"):
+        if draw(st.integers(min_value=0, max_value=3)) == 0:
+            rule[key] = _mostly(draw, PLAUSIBLE, NUMBERS)
+    if draw(st.booleans()):
+        rule["actions"] = ["StopTraining"]
+    entries: list = [rule]
+    if draw(st.booleans()):
+        overrides = draw(
+            st.dictionaries(
+                st.sampled_from(["p", "t", "window", "threshold"]),
+                st.one_of(CUSTOM_TEXTS, CUSTOM_NUMBERS),
+                max_size=2,
+            )
+        )
+        entries.append({"rule": rule["custom"], "parameters": overrides})
+    if draw(st.booleans()):
+        entries.append({"rule": "ProfilerReport"})
+    return yaml.safe_dump({"rules": entries}, allow_unicode=True)
+
+
 @st.composite
 def python_configs(draw):
     lines = ["from sagemaker.debugger import ProfilerRule, Rule, ProfilerConfig, rule_configs"]
@@ -183,6 +261,7 @@ def describe_responses(draw):
 
 INPUTS = st.one_of(
     yaml_configs().map(lambda t: (t, "yaml")),
+    custom_configs().map(lambda t: (t, "yaml")),
     python_configs().map(lambda t: (t, "py")),
     describe_responses().map(lambda t: (t, "json")),
 )
@@ -225,6 +304,8 @@ def test_everything_accepted_passes_promtool(promtool, tmp_path):
     if not ACCEPTED:
         test_every_configuration_ends_in_exit_0_or_2()
     assert len(ACCEPTED) >= 10, "the fuzzer should reach the compiler often"
+    custom = sum("custom:" in text for text in ACCEPTED.values())
+    assert custom >= 10, f"only {custom} accepted configurations have a custom rule"
     paths = []
     for i, out in enumerate(ACCEPTED):
         path = tmp_path / f"rules{i}.yaml"
