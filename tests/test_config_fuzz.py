@@ -1,11 +1,13 @@
 """Property: any rule configuration ends in exit 0 or 2, never a traceback, and exit 0 is valid.
 
 Four input kinds, as users bring them: YAML/JSON rule configurations, custom rules with
-their overrides, pasted SageMaker SDK Python, and DescribeTrainingJob responses. Inputs are built from the real vocabulary (rule
-and parameter names, near misses, and the values that broke the loader before: unitless
-durations, numbers beyond a float, braces in URLs, regexes only Python accepts, deep nesting)
-so most examples reach the compiler. Everything that exits 0 is then checked by the real
-`promtool check rules`. The example count is bounded (derandomized, a few seconds in CI);
+their overrides, pasted SageMaker SDK Python, and DescribeTrainingJob responses. Inputs are
+built from the real vocabulary (rule and parameter names, near misses, and the values that
+broke the loader before: unitless durations, numbers beyond a float, braces in URLs, regexes
+only Python accepts, deep nesting, text that broke out of a custom rule's label value, Go
+templates Prometheus refuses) so most examples reach the compiler. Everything that exits 0 is
+then checked by the real `promtool check rules`, in one run. The example count is bounded
+(derandomized, a few seconds in CI);
 TRAINPROF_FUZZ_EXAMPLES=3000 TRAINPROF_FUZZ_RANDOM=1 runs a longer, fresh search.
 """
 
@@ -130,76 +132,78 @@ def _jsonable(value):
 
 # Custom rules: placeholders in every place an expression can hold them (a label value, a
 # regex in either quote, a raw string, a duration, outside quotes, a comment), values that
-# tried to break out of them before, and Go templates Prometheus would refuse.
+# broke out of them before, Go templates Prometheus refuses, numbers no alert reaches. Each
+# example makes one part hostile and keeps the rest plausible, so most reach the compiler.
 CUSTOM_EXPRS = [
     'max by (training_job) (trainprof_tensor_mean_abs{collection="{p}"}) > {t}',
-    "up{job=~'{p}'} > {t}",
-    'up{job=~"{p}.*"} > {t}',
+    "max by (training_job) (trainprof_tensor_mean_abs{collection='{p}'}) > {t}",
+    'up{job=~"{p}"} > {t}',
+    "up{job=~'{p}.*'} > {t}",
     "up{job=`{p}`} > {t}",
     "rate(up[{window}]) > {t}",
     "{p} > {t}",
     "sum by ({p}) (up) > {t}",
     "up > {t} # {p}\n",
-    "up > {t",
-    "up > {nosuch}",
 ]
+HOSTILE_EXPRS = ["up > {t", "up > {nosuch}", "up{a=~'(?!x)'} > {t}", "{p}{t}"]
 CUSTOM_TEXTS = st.one_of(
     st.sampled_from(
-        ['a"} or vector(1) or up{x="', "a\nb", "gradients", "up", "5m", "`", "", "None", "bert-.*"]
+        ['a"} or vector(1) or up{x="', "a'} or vector(1) #", "a\nb", "`", "", "None", "x) or (up"]
     ),
-    st.lists(st.sampled_from(REGEX_PARTS + WEIRD_PARTS), max_size=3).map("".join),
+    st.lists(st.sampled_from(REGEX_PARTS + WEIRD_PARTS), min_size=1, max_size=3).map("".join),
 )
+PLAIN_TEXTS = st.sampled_from(["gradients", "training_job", "5m", "bert-.*"])
 NOTES = st.sampled_from(
-    [
-        "Mean above {t}.",
-        "{{ $value }} on {{ $labels.training_job }} ({p})",
-        "{{ .Value | humanize }}",
-        "{{ end }}",
-        "{{ nosuch }}",
-        "{{",
-        "}}",
-        "{p}",
-        "{{ $labels.x",
-    ]
+    ["Mean above {t}.", "{{ $value }} on {{ $labels.training_job }}", "{{ .Value | humanize }}"]
 )
-CUSTOM_NUMBERS = st.one_of(NUMBERS, TEXT_NUMBERS, PLAUSIBLE)
-
-
-def _mostly(draw, plausible, hostile):
-    """Three draws in four from `plausible`, so that most examples reach the compiler."""
-    return draw(plausible if draw(st.sampled_from([1, 1, 1, 0])) else hostile)
+HOSTILE_NOTES = st.sampled_from(
+    ["{{ end }}", "{{ nosuch }}", "{{", "}}", "{p}", "{{ $labels.x", '{{ template "x" }}']
+)
+CUSTOM_NUMBERS = st.one_of(NUMBERS, TEXT_NUMBERS)
+HOSTILE_PARTS = (
+    "name",
+    "expr",
+    "p",
+    "t",
+    "override p",
+    "override t",
+    "summary",
+    "description",
+    "recommendation",
+    "window",
+    "patience",
+)
 
 
 @st.composite
 def custom_configs(draw):
-    rule: dict = {
-        "custom": _mostly(draw, st.just("Custom1"), st.sampled_from(["Dataloader", "9x"]))
-    }
-    rule["expr"] = draw(st.sampled_from(CUSTOM_EXPRS))
-    if "{window}" in rule["expr"] and draw(st.integers(min_value=0, max_value=3)):
-        rule["window"] = draw(PLAUSIBLE)
+    hostile = draw(st.sampled_from(HOSTILE_PARTS))
+
+    def part(name, plausible, bad):
+        return draw(bad if name == hostile else plausible)
+
+    rule: dict = {"custom": part("name", st.just("Custom1"), st.sampled_from(["Dataloader", "9"]))}
+    rule["expr"] = part("expr", st.sampled_from(CUSTOM_EXPRS), st.sampled_from(HOSTILE_EXPRS))
     rule["parameters"] = {
-        "p": _mostly(draw, st.sampled_from(["gradients", "training_job", "5m"]), CUSTOM_TEXTS),
-        "t": _mostly(draw, PLAUSIBLE, CUSTOM_NUMBERS),
+        "p": part("p", PLAIN_TEXTS, CUSTOM_TEXTS),
+        "t": part("t", PLAUSIBLE, CUSTOM_NUMBERS),
     }
     for key in ("summary", "description", "recommendation"):
-        if draw(st.booleans()):
-            plausible = ["Mean above {t}."] + (["{{ $value }}"] if key != "summary" else [])
-            rule[key] = _mostly(draw, st.sampled_from(plausible), NOTES)
+        if key == hostile or draw(st.booleans()):
+            plausible = NOTES if key != "summary" else st.just("Custom rule above {t}.")
+            rule[key] = part(key, plausible, HOSTILE_NOTES)
     for key in ("window", "patience"):
-        if draw(st.integers(min_value=0, max_value=3)) == 0:
-            rule[key] = _mostly(draw, PLAUSIBLE, NUMBERS)
+        if key == hostile or "{window}" in rule["expr"] and key == "window":
+            rule[key] = part(key, PLAUSIBLE, NUMBERS)
     if draw(st.booleans()):
         rule["actions"] = ["StopTraining"]
     entries: list = [rule]
-    if draw(st.booleans()):
-        overrides = draw(
-            st.dictionaries(
-                st.sampled_from(["p", "t", "window", "threshold"]),
-                st.one_of(CUSTOM_TEXTS, CUSTOM_NUMBERS),
-                max_size=2,
-            )
-        )
+    overrides = {}
+    if hostile == "override p" or draw(st.booleans()):
+        overrides["p"] = part("override p", PLAIN_TEXTS, CUSTOM_TEXTS)
+    if hostile == "override t" or draw(st.booleans()):
+        overrides["t"] = part("override t", PLAUSIBLE.map(str), CUSTOM_NUMBERS)
+    if overrides:
         entries.append({"rule": rule["custom"], "parameters": overrides})
     if draw(st.booleans()):
         entries.append({"rule": "ProfilerReport"})

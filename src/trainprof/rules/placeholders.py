@@ -3,8 +3,8 @@ stand there, and the text made by putting the values in.
 
 A value is never pasted into PromQL as it comes. Inside a quoted string (a label value) any
 text goes, escaped as that string's content, and in the string of a `=~` or `!~` matcher it
-must be a regular expression Prometheus (RE2) accepts; outside quotes only a number, a metric
-or label name or a duration, none of which can bring an operator, a parenthesis or a string
+must be a regular expression Prometheus (RE2) accepts; outside quotes only a finite number, a
+metric or label name or a duration, none of which can bring an operator, a parenthesis or a string
 into the expression:
 
     >>> template = 'max(trainprof_tensor_mean_abs{collection="{coll}"}) > {threshold}'
@@ -26,8 +26,12 @@ from trainprof.contract.validation import regex_problem, short
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _MATCHES_REGEX = re.compile(r"[=!]~\s*$")
-# What may stand outside quotes: a metric or label name, or a duration.
-_BARE = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*|([0-9]+(ms|s|m|h|d|w|y))+")
+# What may stand outside quotes: a metric or label name, a duration or a decimal number.
+_BARE = re.compile(
+    r"[A-Za-z_:][A-Za-z0-9_:]*|([0-9]+(ms|s|m|h|d|w|y))+|[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)"
+    r"([eE][-+]?[0-9]+)?"
+)
+_NOT_FINITE = re.compile(r"[-+]?(inf|nan)", re.IGNORECASE)
 
 
 def placeholders(text: str) -> list[str]:
@@ -92,6 +96,8 @@ def misplaced(value: Any, place: Place) -> str | None:
         return None
     text = str(value)
     if not place.quote:
+        if _NOT_FINITE.fullmatch(text):  # `> inf` never fires
+            return f"{short(text)} is not a finite number"
         if _BARE.fullmatch(text):
             return None
         return (
