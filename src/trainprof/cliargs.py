@@ -34,7 +34,9 @@ __all__ = [
     "add_source_argument",
     "source_setting",
     "duration",
+    "kubernetes_name",
     "label",
+    "namespace",
     "positive_int",
     "write_json",
     "write_output",
@@ -69,13 +71,44 @@ def source_setting(text: str) -> tuple[str, ...]:
 
 
 def label(text: str) -> tuple[str, str]:
-    """A NAME=VALUE argument whose name is a valid Prometheus label name."""
-    from trainprof.rules.promql import LABEL_NAME
+    """A NAME=VALUE argument: a label of a Kubernetes object, as the API server checks it.
+
+    >>> label("app.kubernetes.io/part-of=ml-platform")
+    ('app.kubernetes.io/part-of', 'ml-platform')
+    >>> label("__name__=x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '__name__' is not a Kubernetes label key: ...
+    """
+    from trainprof.deploy.kubernetes_names import label_key_problem, label_value_problem
 
     key, sep, value = text.partition("=")
-    if not sep or not LABEL_NAME.match(key):
-        raise argparse.ArgumentTypeError(f"{text!r} is not name=value with a valid label name")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not name=value")
+    problem = label_key_problem(key) or label_value_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return key, value
+
+
+def kubernetes_name(text: str) -> str:
+    """The name of a Kubernetes object (a DNS-1123 subdomain)."""
+    from trainprof.deploy.kubernetes_names import object_name_problem
+
+    problem = object_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def namespace(text: str) -> str:
+    """A Kubernetes namespace (a DNS-1123 label)."""
+    from trainprof.deploy.kubernetes_names import namespace_problem
+
+    problem = namespace_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def positive_int(text: str) -> int:

@@ -12,7 +12,14 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments, label
+from trainprof.cliargs import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    add_rule_config_arguments,
+    kubernetes_name,
+    label,
+    namespace,
+)
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -42,9 +49,12 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         "chart (helm install -f trainprof.values.yaml) (default: rules)",
     )
     compile_.add_argument(
-        "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
+        "--name",
+        type=kubernetes_name,
+        default="trainprof-rules",
+        help="PrometheusRule name (default: trainprof-rules)",
     )
-    compile_.add_argument("--namespace", help="PrometheusRule namespace")
+    compile_.add_argument("--namespace", type=namespace, help="PrometheusRule namespace")
     compile_.add_argument(
         "--label",
         type=label,
