@@ -14,6 +14,7 @@ argument types from here, so no sub-CLI reaches into `trainprof.cli` or another 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +37,10 @@ __all__ = [
     "duration",
     "kubernetes_name",
     "label",
+    "linked_below",
     "namespace",
     "positive_int",
+    "write_below",
     "write_json",
     "write_output",
 ]
@@ -184,6 +187,50 @@ def write_json(path: str, doc: Any) -> int:
     import json
 
     return write_output(path, json.dumps(doc, indent=2) + "\n")
+
+
+class LinkedOutput(OSError):
+    """A file trainprof would write below an output directory is a symbolic link."""
+
+
+def linked_below(directory: str, relative: str) -> str | None:
+    """The first path from `directory` (excluded: the user named it) down to
+    `directory/relative` that is a symbolic link, or None.
+
+    >>> linked_below("/nonexistent", "trainprof/Chart.yaml") is None
+    True
+    """
+    path = directory
+    for part in os.path.normpath(relative).split(os.sep):
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return path
+    return None
+
+
+def write_below(directory: str, relative: str, text: str) -> str:
+    """Write `text` to `directory/relative` (its folders made), never through a symbolic
+    link below `directory`: one planted there would have trainprof overwrite the file it
+    points at. Raises LinkedOutput naming the link, or OSError; returns the path."""
+    path = os.path.join(directory, relative)
+    linked = linked_below(directory, relative)
+    if linked is None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        linked = linked_below(directory, relative)
+    if linked is not None:
+        raise LinkedOutput(f"{linked} is a symbolic link; trainprof does not write through one")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError:
+        if os.path.islink(path):  # planted between the check and the open
+            raise LinkedOutput(
+                f"{path} is a symbolic link; trainprof does not write through one"
+            ) from None
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
 
 
 def write_output(path: str, text: str) -> int:

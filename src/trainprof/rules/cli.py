@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 from trainprof.cliargs import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    LinkedOutput,
     add_rule_config_arguments,
     kubernetes_name,
     label,
     namespace,
+    write_below,
 )
 
 if TYPE_CHECKING:
@@ -116,9 +118,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     path = os.path.join(args.output, files.OUTPUT_NAMES[args.format])
     try:
-        os.makedirs(args.output, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_below(args.output, files.OUTPUT_NAMES[args.format], text)
+    except LinkedOutput as e:
+        print(f"error: refusing to write {path}: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as e:
         print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
