@@ -112,6 +112,27 @@ def test_a_server_echoing_the_credentials_never_gets_them_printed(
     assert not any(s in err for s in secrets)
 
 
+@both
+def test_credentials_echoed_in_the_data_never_reach_a_message(live_job, access, capsys, tmp_path):
+    """The front names its jobs after the Authorization header it got; the report lists
+    the jobs Prometheus knows when the one asked for is not there."""
+    base, _, _ = live_job
+    options, secrets = access
+
+    def respond(request):
+        if request.path.startswith("/api/v1/label/"):
+            echoed = [f"job-of-{request.headers.get('Authorization')}"]
+            body = json.dumps({"status": "success", "data": echoed}).encode()
+            answer(request, 200, body, Content_Type="application/json")
+        else:
+            forwarding(base)(request)
+
+    with front(respond) as (url, _):
+        code, err = report(capsys, tmp_path, url, "no-such-job", *options)
+    assert code == 2 and "jobs Prometheus knows: job-of-" in err, err
+    assert not any(s in err for s in secrets)
+
+
 def _first(kind: str, change):
     """A change to the first answer of `kind` (query, query_range, label) that has a
     result, made once."""

@@ -24,7 +24,9 @@ are served meanwhile for at most `stale_after` seconds, then no GPU series. Line
 parse, values that are not numbers in range, GPUs past `MAX_GPUS` and MIG instances
 (`GPU_I_ID` set: their rows are not whole GPUs) are skipped, counted and said once; the rest
 of the body is used, and a reading that skipped lines marks the sample partial (success 0).
-The URL's user and password, if any, are sent as basic authentication and never logged.
+The URL's user and password, if any, are sent as basic authentication, only to that server
+(a redirect to another host is refused, so neither the password nor another host's GPUs get
+in: `contract.httpget`), and never logged.
 """
 
 from __future__ import annotations
