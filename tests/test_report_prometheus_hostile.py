@@ -270,7 +270,7 @@ def test_a_flood_is_cut_off_at_the_cap(declare, capsys, tmp_path):
     with front(flooding(sent, declare=declare)) as (url, _):
         code, err = report(capsys, tmp_path, url, "j")
         time.sleep(0.2)  # the front notices the closed connection
-    assert code == 2 and f"Prometheus at {url}: the answer is larger than 64 MiB" in err, err
+    assert code == 2 and f"Prometheus at {url}: the answer is larger than 32 MiB" in err, err
     assert sent[0] < 2**30 // 4, f"the report read {sent[0] / 2**20:.0f} MiB"
 
 
