@@ -39,8 +39,10 @@ NUMBERS = st.one_of(
 )
 TEXT_NUMBERS = st.sampled_from(["70", " 5 ", "1e400", "nan", "-1", "0x10", "", "1_000", "½"])
 PLAUSIBLE = st.integers(min_value=1, max_value=100)
+REGEX_PARTS = ["bert", "-.*", "(?=x)", "\\1", "(a)", "a++", "(?x)", "\\Z", "[[:alpha:]]", "{2}"]
 VALUES = st.one_of(
     PLAUSIBLE,
+    st.lists(st.sampled_from(REGEX_PARTS + ['"} or vector(1) #']), max_size=3).map("".join),
     PLAUSIBLE.map(str),
     NUMBERS,
     TEXT_NUMBERS,
@@ -53,7 +55,6 @@ DURATIONS = st.one_of(
     st.sampled_from(["0", "500", "1e400s", "fast", "0.0001ms"]),
     NUMBERS,
 )
-REGEX_PARTS = ["bert", "-.*", "(?=x)", "\\1", "(a)", "a++", "(?x)", "\\Z", "[[:alpha:]]", "{2}"]
 # Text that travels into PromQL strings and YAML: quotes, escapes, braces, control characters,
 # a line separator and a lone surrogate (from a "\\ud800" escape in YAML or JSON).
 WEIRD_PARTS = ['"', "\\", "\n", "}", "{{", "\x00", "\x1b", "\u2028", "\ud800", "é", "$1"]

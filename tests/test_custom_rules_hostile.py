@@ -129,6 +129,18 @@ def test_a_regex_parameter_must_be_one_prometheus_accepts(promtool):
     )
 
 
+@pytest.mark.parametrize("rule", ["AllZero", "UnchangedTensor", "ExplodingTensor"])
+def test_a_built_in_rules_tensor_regex_must_be_one_prometheus_accepts(rule, promtool, tmp_path):
+    entry = {"rule": rule, "parameters": {"tensor_regex": "(?!bias).*"}}
+    text = _problems([entry])
+    assert "rules[0].parameters.tensor_regex: '(?!bias).*' uses a negative lookahead" in text
+    entry["parameters"] = {"tensor_regex": ".*weight", "collection_names": 'a"} or vector(1) #, b'}
+    path = tmp_path / "rules.yaml"
+    path.write_text(to_yaml({"groups": compile_rules(load_config({"rules": [entry]})).groups}))
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_go_templates_are_checked_when_the_configuration_is_loaded(promtool):
     text = _problems(
         [
