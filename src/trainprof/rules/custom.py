@@ -280,12 +280,12 @@ def _misplaced(d: Definition, values: Mapping[str, Any]) -> tuple[tuple[str, str
         problem = misplaced(values[name], place) if name in d.defaults else None
         if problem:
             found.setdefault(name, problem)
-    for text in (d.summary, d.description):
+    for where, text in (("summary", d.summary), ("description", d.description)):
         for name in placeholders(text):
             value = values.get(name)
             problem = template_problem(value) if isinstance(value, str) else None
             if problem:
-                found.setdefault(name, f"{problem} in the description")
+                found.setdefault(name, f"{problem} in the {where}")
     return tuple(found.items())
 
 
