@@ -59,7 +59,8 @@ def test_no_sub_cli_reaches_into_the_top_level_cli():
     [
         (cliargs.duration, "0s", "'0s' must be longer than 0s"),
         (cliargs.duration, "soon", "soon"),
-        (cliargs.label, "1abc=x", "'1abc=x' is not name=value with a valid label name"),
+        (cliargs.label, "__name__=x", "'__name__' is not a Kubernetes label key"),
+        (cliargs.label, "team=a b", "'a b' is not a Kubernetes label value"),
         (cliargs.label, "release", "'release' is not name=value"),
         (cliargs.positive_int, "0", "'0' must be at least 1"),
         (cliargs.positive_int, "two", "'two' is not a whole number"),

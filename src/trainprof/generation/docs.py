@@ -233,4 +233,13 @@ rules; `actions` work as above. A custom rule is compiled, routed, drawn in the 
 dashboard (the left side of a top-level `> {parameter}` comparison, against that
 parameter), reported and replayed like a built-in rule. Its expression is used as written:
 it is not narrowed by the configuration's `selector`.
+
+A value is never pasted into the expression as it comes, defaults and overrides alike:
+inside a quoted string (a label value) any text, escaped as that string's content; in the
+string of a `=~` or `!~` matcher a regular expression Prometheus (RE2) reads; outside quotes
+only a number, a metric or label name or a duration (`'x) or vector(1)'` is refused there,
+at the path that gave it). Numbers are finite (`.inf` would never fire), and no value brings
+`{{ }}` into the description. Every custom rule's finished expression and its description's
+and recommendation's Go templates are checked by promtool in one run when the configuration
+is loaded.
 """
