@@ -5,6 +5,7 @@
     trainprof rules list
     trainprof replay SOURCE [--rules rules.yaml] [--scrape-interval 15s] [--json -|FILE]
     trainprof report (--prometheus URL --job NAME [--from T --to T] | --replay SOURCE) -o FILE
+    trainprof compare A B [-o compare.html] [--json FILE|-]   (or --sagemaker JOB_DIR)
     trainprof trace summarize TRACE... [--json -|FILE] [--top N]
     trainprof generate [--check]                    (inside a source checkout only)
     trainprof export rules|dashboards|alerting|chart -o DIR [-c rules.yaml] [--force]
@@ -52,6 +53,7 @@ def _missing_extra(error: ModuleNotFoundError, command: str | None) -> str | Non
 def _parser() -> argparse.ArgumentParser:
     """Every sub-command is a module with `add_parser(subparsers)` and `run(args) -> int`."""
     from trainprof.actions import cli as actions
+    from trainprof.compare import cli as compare
     from trainprof.engines import stack_cli as stack
     from trainprof.exporter import cli as exporter
     from trainprof.generation import export, generate
@@ -66,7 +68,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainprof {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in (rules, replay, report, trace, export, generate, actions, exporter, stack):
+    for command in (
+        rules,
+        replay,
+        report,
+        compare,
+        trace,
+        export,
+        generate,
+        actions,
+        exporter,
+        stack,
+    ):
         command.add_parser(commands)
     return parser
 

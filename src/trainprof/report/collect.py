@@ -12,7 +12,7 @@ import dataclasses
 import datetime
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from trainprof.contract.names import JOB_LABEL
 from trainprof.dashboards.queries import presence, presence_names
@@ -78,15 +78,18 @@ def from_replay(
     training_job: str | None = None,
     promtool: str | None = None,
     sources: tuple[str, ...] | None = None,
+    extra: Callable[[Compiled], Mapping[str, ReportQuery]] | None = None,
 ) -> Collected:
     """Replay `source` (SageMaker profiler output or a trainprof recording) through the
     rules and evaluate the report's queries over it with promtool; `sources` as `trainprof
-    replay --source`."""
+    replay --source`; `extra`: more queries in the dashboard's variables (the compare
+    report's), given the compiled rules."""
     asked: dict[str, ReportQuery] = {}
 
     def build(compiled: Compiled, job: str, seconds: float) -> dict[str, Query]:
         step = query_step(seconds, compiled.config.scrape_interval, POINTS)
-        asked.update(resolved(compiled, job, None, seconds, step))
+        more = extra(compiled) if extra else None
+        asked.update(resolved(compiled, job, None, seconds, step, more))
         return {name: Query(q.expr, q.over_time) for name, q in asked.items()}
 
     result = replay(
@@ -268,11 +271,12 @@ def from_prometheus(
     access: Access | None = None,
     run: str | None = None,
     timeout: float = 60.0,
+    extra: Callable[[Compiled], Mapping[str, ReportQuery]] | None = None,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
     samples within the last week (and before now). A job name used by several runs (a
     resubmitted job) is narrowed to one run: the latest, or `run` (its number or start).
-    `timeout`: seconds each request may take in all."""
+    `timeout`: seconds each request may take in all; `extra` as with `from_replay`."""
     import time
 
     api = PrometheusAPI(url, timeout=timeout, access=access)
@@ -319,7 +323,8 @@ def from_prometheus(
         )
 
     compiled = compile_rules(config)
-    queries = resolved(compiled, training_job, namespace, end - start, step)
+    more = extra(compiled) if extra else None
+    queries = resolved(compiled, training_job, namespace, end - start, step, more)
     results: dict[str, Series] = {}
     for name, q in queries.items():
         results[name] = (

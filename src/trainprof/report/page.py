@@ -260,3 +260,13 @@ def render(report: Report) -> str:
         "rules it implements; times are UTC. Recommendations are starting points, not "
         f"verdicts.</p>{notes_html}</footer></body></html>\n"
     )
+
+
+# The compare report (trainprof.compare.page) is written in this style, with these pieces.
+facts_html, table_html, chart_html, badge_html, section_html = (
+    _facts,
+    _table,
+    _chart,
+    _badge,
+    _section,
+)

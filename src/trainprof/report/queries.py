@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
@@ -132,12 +133,18 @@ def grafana_builtins(seconds: float, step: float, scrape_interval: float) -> dic
 
 
 def resolved(
-    compiled: Compiled, training_job: str, namespace: str | None, seconds: float, step: float
+    compiled: Compiled,
+    training_job: str,
+    namespace: str | None,
+    seconds: float,
+    step: float,
+    extra: Mapping[str, ReportQuery] | None = None,
 ) -> dict[str, ReportQuery]:
-    """The report's queries for one job, variables replaced."""
+    """The report's queries for one job, and `extra` ones in the same dashboard variables
+    (the compare report's), variables replaced."""
     values = one_job(training_job, namespace)
     builtins = grafana_builtins(seconds, step, compiled.config.scrape_interval)
     return {
         name: dataclasses.replace(rq, expr=interpolate(rq.expr, values, builtins))
-        for name, rq in report_queries(compiled).items()
+        for name, rq in {**report_queries(compiled), **(extra or {})}.items()
     }
