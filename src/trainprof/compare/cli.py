@@ -29,6 +29,7 @@ from trainprof.cliargs import (
     add_source_argument,
     duration,
 )
+from trainprof.compare.runs import CompareError
 from trainprof.engines.prometheus_api import add_access_arguments
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
 
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 RESERVED_LABELS = ("sagemaker", "trainprof")
-
-
-class CompareError(ValueError):
-    """Input compare cannot use, as one sentence naming what and where."""
 
 
 def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
@@ -180,7 +177,7 @@ def labels(text: str) -> tuple[str, str]:
     >>> labels("x")
     Traceback (most recent call last):
     ...
-    trainprof.compare.cli.CompareError: --labels 'x': give two labels, A,B
+    trainprof.compare.runs.CompareError: --labels 'x': give two labels, A,B
     """
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 2:

@@ -191,6 +191,8 @@ def _step_time(c: Comparison) -> tuple[Section, str]:
         ra, rb = st["runs"][a], st["runs"][b]
         judged = _verdict_badge(change) if change else "unjudged"
         words = {"beyond": "beyond noise", "within": "within noise", "unjudged": "not judged"}
+        if change and change.get("same_bucket"):
+            words["unjudged"] = "inside one histogram bucket: not resolved"
         rows.append(
             [
                 name,
@@ -429,7 +431,7 @@ def _rules_table(doc: dict) -> str:
             count = v.get("times_triggered", v.get("triggered"))
             times = f" ×{count}" if v["status"] == "fired" and count else ""
             cells.append(f"<td>{badge_html(v['status'])}{esc(times)}</td>")
-            cells.append(f"<td>{esc(_measured(v))}</td>")
+            cells.append(f"<td>{esc(measured_text(v))}</td>")
         css = ' class="changed"' if rule in changed else ""
         body.append(f'<tr{css} data-rule="{esc(rule)}">{"".join(cells)}</tr>')
     return (
@@ -438,7 +440,8 @@ def _rules_table(doc: dict) -> str:
     )
 
 
-def _measured(v: dict) -> str:
+def measured_text(v: dict) -> str:
+    """A verdict's `measured` for people: replay's shape as the report writes it."""
     from trainprof.rules.status import Measure, measured_text
 
     m = v.get("measured")
@@ -627,7 +630,7 @@ def _sagemaker_sections(doc: dict) -> tuple[list[tuple[Section, str]], str]:
                 "",
             )
         )
-    return out, sm.get("source", "")
+    return out, sm.get("training_job") or sm.get("source", "")
 
 
 def _not_compared(doc: dict) -> tuple[Section, str]:

@@ -26,6 +26,10 @@ VERSION = 1
 STEP_STATISTICS = ("p50", "p95", "mean")
 
 
+class CompareError(ValueError):
+    """Input compare cannot use, as one sentence naming what and where."""
+
+
 @dataclasses.dataclass
 class Comparison:
     """The document (the JSON contract) and the runs it was made from, for the page and
@@ -49,6 +53,20 @@ def beyond(b: float, a: float, noise_a: float | None, noise_b: float | None) -> 
         "noise": _round(noise),
         "beyond_noise": None if noise is None else abs(change) > noise,
     }
+
+
+def bucket_of(value: float, buckets: list[tuple[float, float]]) -> tuple[float, float]:
+    """The histogram bucket (lower, upper bound] a quantile was interpolated in.
+
+    >>> bucket_of(0.015, [(0.01, 0), (0.02, 5), (math.inf, 5)])
+    (0.01, 0.02)
+    """
+    lower = 0.0
+    for le, _ in buckets:
+        if value <= le:
+            return (lower, le)
+        lower = le
+    return (lower, math.inf)
 
 
 def compare_runs(a: RunFigures, b: RunFigures) -> Comparison:
@@ -100,6 +118,12 @@ def _step_time(a: RunFigures, b: RunFigures, not_comparable: list[str]) -> dict 
         if va is None or vb is None:
             continue
         change[name] = beyond(vb, va, a.step_time.noise(name), b.step_time.noise(name))
+        if name != "mean":
+            bounds = [bucket_of(v, st.buckets) for v, st in ((va, a.step_time), (vb, b.step_time))]
+            change[name]["same_bucket"] = bounds[0] == bounds[1]
+            if bounds[0] == bounds[1]:
+                # Interpolated inside one bucket: the histogram does not resolve the change.
+                change[name]["beyond_noise"] = None
     quiet = [r.label for r in (a, b) if r.step_time and r.step_time.noise("p50") is None]
     if quiet:
         not_comparable.append(

@@ -63,7 +63,9 @@ def _runs(doc: dict) -> list[str]:
                 judged = {True: "beyond noise", False: "within noise", None: "not judged"}[
                     change["beyond_noise"]
                 ]
-                if change["noise"] is not None:
+                if change.get("same_bucket"):
+                    judged = "inside one histogram bucket"
+                elif change["noise"] is not None:
                     judged += f" (±{seconds(change['noise'])})"
             lines.append(
                 _row(

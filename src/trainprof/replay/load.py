@@ -33,6 +33,7 @@ def detect_format(source: str) -> str:
     raise ReplayError(
         f"{source}: neither SageMaker profiler output (system/incremental, "
         "framework/pevents) nor a trainprof recording (.jsonl)"
+        + sagemaker.verdicts_only_hint(source)
     )
 
 

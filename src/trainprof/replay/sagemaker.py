@@ -40,6 +40,8 @@ _GPU = re.compile(r"^gpu(\d+)$")
 # SageMaker wrote the metric groups of one sample microseconds apart; events this close
 # together belong to one sample (the original rules clustered within 20 ms too).
 SNAPSHOT_SPREAD = 0.02
+# Where ProfilerReport wrote one JSON per rule: ProfilerReport/profiler-output/<this>/.
+REPORTS_DIR = "profiler-reports"
 # Dimensions SageMaker wrote that no profiler rule reads (disk and network throughput).
 _UNUSED_TYPES = {"i/o", "network"}
 
@@ -75,6 +77,31 @@ def looks_like_sagemaker(path: str) -> bool:
     return False
 
 
+def verdicts_only_hint(source: str) -> str:
+    """What to say of a folder holding SageMaker's ProfilerReport verdicts and nothing to
+    replay: where they are, and the command that shows them."""
+    reports = report_dirs(source)
+    if not reports:
+        return ""
+    return (
+        f"; it holds SageMaker's own ProfilerReport verdicts ({reports[0]}): "
+        f"trainprof compare --sagemaker {source} shows them"
+    )
+
+
+def report_dirs(source: str) -> list[str]:
+    """The `profiler-reports` folders under `source` (ProfilerReport's per-rule verdict
+    JSONs, `ProfilerReport/profiler-output/profiler-reports/*.json`), or `source` itself
+    when it is one; sorted."""
+    if not os.path.isdir(source):
+        return []
+    found = []
+    for dirpath, _, names in os.walk(source):
+        if os.path.basename(dirpath) == REPORTS_DIR and any(n.endswith(".json") for n in names):
+            found.append(dirpath)
+    return sorted(found)
+
+
 def find_profiler_output(source: str) -> ProfilerOutput:
     """Locate the system and framework files under `source` (a profiler-output directory
     or any directory above one). Raises SourceError if there is nothing, or two jobs."""
@@ -88,7 +115,7 @@ def find_profiler_output(source: str) -> ProfilerOutput:
     if not roots:
         raise SourceError(
             f"{source}: no SageMaker profiler output here (looked for "
-            "system/incremental and framework/pevents)"
+            "system/incremental and framework/pevents)" + verdicts_only_hint(source)
         )
     if len(roots) > 1:
         raise SourceError(

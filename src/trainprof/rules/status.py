@@ -81,10 +81,8 @@ def measured_text(measure: Measure | None) -> str:
             return f"{v:.0f}s"
         return f"{v:.3g}"
 
-    return (
-        f"{show(measure.value)} (peak {show(measure.peak)}) vs "
-        f"{measure.fires} {show(measure.threshold)}"
-    )
+    peak = "" if measure.peak is None else f" (peak {show(measure.peak)})"
+    return f"{show(measure.value)}{peak} vs {measure.fires} {show(measure.threshold)}"
 
 
 def _round(v: float | None) -> float | None:
