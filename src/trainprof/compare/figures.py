@@ -6,7 +6,7 @@ times, phase seconds per step, utilisation distributions pooled over every sampl
 GPU (or node), GPU memory per GPU. Totals are kept for the summary only.
 
     >>> noise([0.10, 0.11, 0.10, 0.12, 0.10, 0.30, 0.11, 0.10, 0.10, 0.11])
-    0.01
+    0.019
 """
 
 from __future__ import annotations

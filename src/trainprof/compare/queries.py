@@ -3,8 +3,9 @@ variables, so the same PromQL runs against Prometheus and over a replay.
 
     >>> from trainprof.rules.compiler import compile_rules
     >>> from trainprof.rules.config import default_config
-    >>> print(compare_queries(compile_rules(default_config()))["compare.step_count"].expr)
-    sum(last_over_time(trainprof_training_step_duration_seconds_count{training_job="$training_job", namespace=~"$namespace", node=~"$node", rank=~"$rank"}[$__range]))
+    >>> q = compare_queries(compile_rules(default_config()))["compare.step_count"]
+    >>> q.expr.split("{")[0], q.expr.split("}")[1], q.over_time
+    ('sum(last_over_time(trainprof_training_step_duration_seconds_count', '[$__range]))', False)
 
 Counters are read at their last value in the range (`last_over_time`), not as an
 `increase`: a run's training processes start their counters at zero, so the last value is
