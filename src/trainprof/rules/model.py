@@ -214,6 +214,8 @@ class RuleSpec(Generic[P]):
     datapoints: str = "samples"
     # A rule comparing GPUs within a node does not apply to a node with fewer.
     min_gpus_per_node: int = 0
+    # False for a rule ProfilerReport does not stand for: configured as a rule of its own.
+    profiler_report: bool = True
     # The `source` settings it can read its GPU signals from (trainprof.sources); with any
     # other the compiler leaves it out and says so.
     gpu_sources: tuple[str, ...] = ("trainprof", "dcgm")

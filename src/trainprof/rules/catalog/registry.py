@@ -45,6 +45,10 @@ from trainprof.rules.catalog.kernels import (
     MEMCPY_HEAVY_STEPS,
     NO_REDUCED_PRECISION,
 )
+from trainprof.rules.catalog.regression import (
+    GPU_UTILIZATION_REGRESSION,
+    STEP_TIME_REGRESSION,
+)
 from trainprof.rules.catalog.system import OVERALL_SYSTEM_USAGE
 from trainprof.rules.model import RuleSpec
 
@@ -64,6 +68,9 @@ PROFILER_RULES: tuple[RuleSpec, ...] = (
     OVERALL_SYSTEM_USAGE,
     OVERALL_FRAMEWORK_METRICS,
 )
+# trainprof's own rules comparing a job with a baseline run, which ProfilerReport does not
+# include either (`RuleSpec.profiler_report`).
+REGRESSION_RULES: tuple[RuleSpec, ...] = (STEP_TIME_REGRESSION, GPU_UTILIZATION_REGRESSION)
 # The tensor rules (family "health"), which ProfilerReport does not include.
 TENSOR_RULES: tuple[RuleSpec, ...] = (
     VANISHING_GRADIENT,
@@ -87,7 +94,7 @@ TENSOR_RULES: tuple[RuleSpec, ...] = (
     SIMILAR_ACROSS_RUNS,
     POOR_WEIGHT_INITIALIZATION,
 )
-CATALOG: tuple[RuleSpec, ...] = PROFILER_RULES + TENSOR_RULES
+CATALOG: tuple[RuleSpec, ...] = PROFILER_RULES + REGRESSION_RULES + TENSOR_RULES
 
 BY_NAME = {r.name: r for r in CATALOG}
 PROFILER_REPORT = "ProfilerReport"
@@ -110,7 +117,7 @@ def lookup(name: str) -> RuleSpec | None:
 
 def profiler_rules() -> tuple[RuleSpec, ...]:
     """The rules ProfilerReport stands for (CATALOG may be extended, as tests do)."""
-    return tuple(r for r in CATALOG if r.family != "health")
+    return tuple(r for r in CATALOG if r.family != "health" and r.profiler_report)
 
 
 def alerting_rules() -> tuple[RuleSpec, ...]:
