@@ -12,8 +12,9 @@ from scenario import load_cases
 
 
 def _overrides(case: dict) -> bool:
-    """A case's configuration overrides parameters. Naming tensor rules with none is their
-    defaults: they are not in the default configuration, so their cases must name them."""
+    """A case's configuration overrides parameters. Naming rules ProfilerReport leaves out
+    (the tensor and regression rules) with none is their defaults: they are not in the
+    default configuration, so their cases must name them."""
     config = case.get("config")
     if config is None:
         return False
@@ -21,7 +22,7 @@ def _overrides(case: dict) -> bool:
     plain = isinstance(rules, list) and all(
         isinstance(r, dict)
         and set(r) == {"rule"}
-        and getattr(catalog.lookup(str(r["rule"])), "family", "") == "health"
+        and catalog.lookup(str(r["rule"])) not in catalog.profiler_rules()
         for r in rules
     )
     return not plain

@@ -29,11 +29,15 @@ ACTIONS_URL = "http://trainprof-actions.trainprof.svc:9095/alerts"
 
 
 def compiled_alerts(config: RulesConfig | None = None) -> list[dict[str, Any]]:
-    """The alerting rules of `config`; by default of ProfilerReport and of every tensor rule
-    (which SageMaker never attached by default, but which route like the others)."""
+    """The alerting rules of `config`; by default of ProfilerReport, of every tensor rule
+    (which SageMaker never attached by default, but which route like the others) and of the
+    regression rules."""
+    from trainprof.rules.config import regression_config
     from trainprof.rules.tensors import example_tensor_config
 
-    configs = [config] if config else [default_config(), example_tensor_config()]
+    configs = (
+        [config] if config else [default_config(), example_tensor_config(), regression_config()]
+    )
     return [r for c in configs for g in compile_rules(c).groups for r in g["rules"] if "alert" in r]
 
 

@@ -709,3 +709,13 @@ def load_config(
 def default_config(scrape_interval: float | None = None) -> RulesConfig:
     """ProfilerReport with every default: what SageMaker attached to a job by default."""
     return load_config({"rules": [{"rule": registry.PROFILER_REPORT}]}, "defaults", scrape_interval)
+
+
+def regression_config(scrape_interval: float | None = None) -> RulesConfig:
+    """trainprof's regression rules, each with its defaults: ProfilerReport leaves them out,
+    so the generated docs and routes compile them from here."""
+    return load_config(
+        {"rules": [{"rule": r.name} for r in registry.REGRESSION_RULES]},
+        "regression rules",
+        scrape_interval,
+    )

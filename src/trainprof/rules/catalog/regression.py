@@ -401,4 +401,3 @@ GPU_UTILIZATION_REGRESSION = RuleSpec(
         "(5 minutes) forgets the baselines it learnt."
     ),
 )
-
