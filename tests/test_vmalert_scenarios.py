@@ -163,6 +163,20 @@ def _firing_at(alerts, at: float, alertname: str, interval: float) -> list[dict[
 _ENGINE_DIFFERENCES = {
     "ExplodingTensor: a NaN loss fires": "VictoriaMetrics drops NaN samples",
 }
+# The regression rules learn a job's runs in recordings that read their own last value.
+# This harness replays one rule at a time over the whole span (so that a recording is
+# searchable before the next rule reads it): a self-reading recording then has no last
+# value to read, and a previous run is never learnt. The named-baseline cases pass.
+_SELF_READING = (
+    "vmalert's replay, one rule over the whole span, cannot feed a recording its own last value"
+)
+for _case in (
+    "GPUUtilizationRegression: a second run whose GPU is 30 points less busy fires once "
+    "patience has passed",
+    "StepTimeRegression: a second run 20% slower than the first fires once patience has passed",
+    "StepTimeRegression: a run restarting without a gap is a new run, compared with the one before",
+):
+    _ENGINE_DIFFERENCES[_case] = _SELF_READING
 
 
 def _params():
