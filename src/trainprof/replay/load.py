@@ -80,6 +80,10 @@ def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
         if not first - MAX_GAP <= start <= last:
             del timeline.rank_starts[key]
             far += 1
+    for key, times in list(timeline.rank_restarts.items()):
+        kept_times = [t for t in times if first - MAX_GAP <= t <= last]
+        far += len(times) - len(kept_times)
+        timeline.rank_restarts[key] = kept_times
     if far:
         damage.skip(
             f"samples or steps more than {MAX_GAP / 3600:g} h away from the job "
@@ -180,7 +184,7 @@ def _recording_timeline(
     hosts: dict[str, dict[float, HostSample]] = {}
     steps: set[Step] = set()
     phases: set[PhaseTotals] = set()
-    starts: dict[tuple[str, int], float] = {}
+    starts: dict[tuple[str, int], set[float]] = {}
     # The job's name: what the training processes say (`start(training_job=...)`), else
     # what a meta record says.
     jobs: dict[str, str] = {}
@@ -209,7 +213,7 @@ def _recording_timeline(
             elif kind == "process":
                 found = recorded.process_start(record, where, damage)
                 if found is not None:
-                    starts[found[0]] = found[1]
+                    starts.setdefault(found[0], set()).add(found[1])
                 named = recorded.training_job(record)
                 if named is not None:
                     jobs.setdefault(named, path)
@@ -248,6 +252,18 @@ def _recording_timeline(
             + f"); replayed as {next(iter(jobs))!r} (--job names it)"
         )
     name = training_job or next(iter(jobs), None) or job or "recorded-job"
-    timeline = Timeline(by_node, name, interval, ordered, ranks, starts)
+    firsts = {key: min(times) for key, times in starts.items()}
+    timeline = Timeline(by_node, name, interval, ordered, ranks, firsts)
+    timeline.rank_restarts = {
+        key: sorted(times)[1:] for key, times in starts.items() if len(times) > 1
+    }
+    if timeline.rank_restarts:
+        notes.append(
+            "replayed as restarted processes (their counters start again, as a new run's): "
+            + ", ".join(
+                f"{node} rank {rank} at {', '.join(_utc(t) for t in times)} UTC"
+                for (node, rank), times in sorted(timeline.rank_restarts.items())
+            )
+        )
     timeline.phases = sorted(phases, key=lambda p: (p.t, p.node, p.rank))
     return timeline, notes

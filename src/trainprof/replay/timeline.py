@@ -74,6 +74,9 @@ class Timeline:
     rank_starts: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
     # Each rank's phase totals over time (a trainprof recording; SageMaker output has none).
     phases: list[PhaseTotals] = dataclasses.field(default_factory=list)
+    # Later starts of a rank's process (a recording of several runs of the job, or a rank
+    # that restarted): from each, the rank serves a new process' series, counters from zero.
+    rank_restarts: dict[tuple[str, int], list[float]] = dataclasses.field(default_factory=dict)
 
     @property
     def first(self) -> float:
@@ -236,11 +239,25 @@ def _scrape_ranks(
             state.set_gpus(gpus[(node, rank)])
         steps.sort(key=lambda s: s.end)
         phases = sorted(phases_by_rank.get((node, rank), []), key=lambda p: p.t)
+        restarts = list(timeline.rank_restarts.get((node, rank), []))
         observed: dict[str, float] = {}
         i = j = 0
         for k in range(count):
             instant = t0 + k * scrape_interval
             before = i + j
+            while restarts and restarts[0] <= instant + 1e-9:
+                # What the old process did before the new one started is its own; the new
+                # process serves its series from zero, as a restarted target does.
+                restart = restarts.pop(0)
+                while i < len(steps) and steps[i].end <= restart:
+                    state.observe_step(steps[i].mode, steps[i].start, steps[i].end)
+                    i += 1
+                while j < len(phases) and phases[j].t <= restart:
+                    j += 1
+                state = TrainingState(labels, stddevs=stddevs, start_time=restart)
+                if gpus and (node, rank) in gpus:
+                    state.set_gpus(gpus[(node, rank)])
+                observed = {}
             while i < len(steps) and steps[i].end <= instant + 1e-9:
                 state.observe_step(steps[i].mode, steps[i].start, steps[i].end)
                 i += 1
