@@ -34,14 +34,12 @@ def compare_queries(compiled: Compiled) -> dict[str, ReportQuery]:
         "compare.step_seconds": ReportQuery(f"sum(last_over_time({total}[{RANGE}]))"),
         "compare.step_count": ReportQuery(f"sum(last_over_time({count}[{RANGE}]))"),
         "compare.step_buckets": ReportQuery(f"sum by (le) (last_over_time({buckets}[{RANGE}]))"),
-        "compare.step_mean": ReportQuery(
-            f"sum(rate({total}[{RATE_INTERVAL}]))\n/\nsum(rate({count}[{RATE_INTERVAL}]))", True
-        ),
+        "compare.step_mean": ReportQuery(x.step_mean(scope), True),
         "compare.samples": ReportQuery(
             f"sum(last_over_time({scope.sel(contract.TRAINING_SAMPLES_TOTAL)}[{RANGE}]))"
         ),
         "compare.gpu": ReportQuery(
-            _pooled(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO), True, "GPU utilization"
+            x.job_mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO), True, "GPU utilization"
         ),
         "compare.gpu_memory_peak": ReportQuery(
             f"max by (node, gpu) (max_over_time("
@@ -59,13 +57,3 @@ def compare_queries(compiled: Compiled) -> dict[str, ReportQuery]:
             f"histogram_quantile({quantile}, sum by (le) (rate({buckets}[{RATE_INTERVAL}])))", True
         )
     return q
-
-
-def _pooled(scope: Scope, histogram: str) -> str:
-    """The job's mean of a sampled ratio over every sample of all its nodes (or GPUs)."""
-    gauge = x.gauge(scope, histogram)
-    if gauge is not None:
-        return f"avg(avg_over_time({gauge}[{RATE_INTERVAL}]))"
-    total = f"rate({scope.sel(histogram + '_sum')}[{RATE_INTERVAL}])"
-    count = f"rate({scope.sel(histogram + '_count')}[{RATE_INTERVAL}])"
-    return f"sum({total})\n/\nsum({count})"

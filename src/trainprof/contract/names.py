@@ -90,6 +90,7 @@ class Dashboard:
 
 JOB_DASHBOARD = Dashboard("trainprof-job", "Trainprof job")
 FLEET_DASHBOARD = Dashboard("trainprof-fleet", "Trainprof fleet")
+COMPARE_DASHBOARD = Dashboard("trainprof-compare", "Trainprof compare")
 
 
 # --- exit codes of every command --------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Grafana dashboards, generated from the rule catalog and committed under `dashboards/`.
 
-    >>> sorted(DASHBOARDS)
-    ['dashboards/trainprof-fleet.json', 'dashboards/trainprof-job.json']
+    >>> [path.split("/")[1] for path in sorted(DASHBOARDS)]
+    ['trainprof-compare.json', 'trainprof-fleet.json', 'trainprof-job.json']
 
 Each module builds one dashboard from a rule configuration (the committed files use
 SageMaker's default ProfilerReport); `panels` is the house style over grafanalib and the

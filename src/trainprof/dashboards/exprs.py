@@ -77,6 +77,24 @@ def steps_by_mode(scope: Scope) -> str:
     return f"sum by (mode) ({scope.sel('trainprof_training_steps_total')})"
 
 
+def job_mean(scope: Scope, histogram: str, over: str = RATE_INTERVAL) -> str:
+    """The job's mean of a sampled ratio over `over`: every sample of all its nodes (or
+    GPUs) pooled, one series; a source adapter's gauge averaged."""
+    g = gauge(scope, histogram)
+    if g is not None:
+        return f"avg(avg_over_time({g}[{over}]))"
+    total = f"rate({scope.sel(histogram + '_sum')}[{over}])"
+    count = f"rate({scope.sel(histogram + '_count')}[{over}])"
+    return f"sum({total})\n/\nsum({count})"
+
+
+def step_mean(scope: Scope, over: str = RATE_INTERVAL) -> str:
+    """The job's mean step duration over `over`, every rank's steps."""
+    total = scope.sel(contract.TRAINING_STEP_DURATION_SECONDS + "_sum")
+    count = scope.sel(contract.TRAINING_STEP_DURATION_SECONDS + "_count")
+    return f"sum(rate({total}[{over}]))\n/\nsum(rate({count}[{over}]))"
+
+
 def step_rate(scope: Scope, by: str = "", over: str = RATE_INTERVAL) -> str:
     rate = f"rate({scope.sel('trainprof_training_steps_total')}[{over}])"
     return f"sum by ({by}) ({rate})" if by else f"sum({rate})"

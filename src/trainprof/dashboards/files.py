@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD
+from trainprof.contract.names import COMPARE_DASHBOARD, FLEET_DASHBOARD, JOB_DASHBOARD
 from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig
 
@@ -23,9 +23,16 @@ def _fleet(config: RulesConfig, compiled: Compiled | None) -> Any:
     return fleet.dashboard(config, compiled)
 
 
+def _compare(config: RulesConfig, compiled: Compiled | None) -> Any:
+    from trainprof.dashboards import compare
+
+    return compare.dashboard(config, compiled)
+
+
 DASHBOARDS: dict[str, Callable[[RulesConfig, Compiled | None], Any]] = {
     JOB_DASHBOARD.file: _job,
     FLEET_DASHBOARD.file: _fleet,
+    COMPARE_DASHBOARD.file: _compare,
 }
 
 

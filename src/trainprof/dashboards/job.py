@@ -10,7 +10,7 @@ alerting rule with the series it watches and its threshold. Alerts link here
 from __future__ import annotations
 
 from trainprof.contract import metrics as contract
-from trainprof.contract.names import FLEET_DASHBOARD, JOB_DASHBOARD, JOB_LABEL
+from trainprof.contract.names import COMPARE_DASHBOARD, FLEET_DASHBOARD, JOB_DASHBOARD, JOB_LABEL
 from trainprof.dashboards import exprs as x
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.alerts import catalog_rows, state_now, times_triggered
@@ -508,6 +508,12 @@ def dashboard(config: RulesConfig, compiled: Compiled | None = None) -> ui.Dashb
                 FLEET_DASHBOARD.uid,
                 FLEET_DASHBOARD.slug,
                 "Every running job, rules firing, idle GPU-hours",
-            )
+            ),
+            ui.link_with(
+                "Compare with another run",
+                COMPARE_DASHBOARD.url()
+                + "?var-job_a=$training_job&var-job_b=$training_job&var-namespace=$namespace",
+                "This job overlaid on another job or an earlier run of its own",
+            ),
         ],
     )

@@ -34,6 +34,8 @@ from trainprof.generation.render import to_json
 Dashboard = core.Dashboard
 Row = core.RowPanel
 Table = core.Table
+Stat = core.Stat
+TimeSeries = core.TimeSeries
 Variable = core.Template
 
 # The first schema version whose panel model this module writes (Grafana 10.4 and later
@@ -421,6 +423,13 @@ def query_variable(
     )
 
 
+def custom_variable(name: str, options: Sequence[str], *, label: str) -> core.Template:
+    """A variable offering fixed values, the first selected."""
+    return core.Template(
+        name=name, label=label, query=",".join(options), type="custom", default=options[0]
+    )
+
+
 # --- the dashboard ---------------------------------------------------------------------------
 
 
@@ -498,6 +507,11 @@ def link_to(title: str, uid: str, slug: str, tooltip: str = "") -> dict[str, Any
         "targetBlank": False,
         "tags": [],
     }
+
+
+def link_with(title: str, url: str, tooltip: str = "") -> dict[str, Any]:
+    """A dashboard link to `url` (its variables set in the URL), keeping the time range."""
+    return {**link_to(title, "", "", tooltip), "url": url, "includeVars": False}
 
 
 def grafanalib_json(d: core.Dashboard) -> dict[str, Any]:
