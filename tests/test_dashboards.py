@@ -10,7 +10,7 @@ import pytest
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.names import JOB_DASHBOARD
-from trainprof.dashboards import DASHBOARDS, fleet, job, panel_queries
+from trainprof.dashboards import DASHBOARDS, compare, fleet, job, panel_queries
 from trainprof.dashboards import iter_panels as panels
 from trainprof.dashboards.panels import grafanalib_json, modernize
 from trainprof.dashboards.queries import JOB_VARIABLES, Scope, interpolate, series_labels
@@ -66,10 +66,33 @@ def test_alerts_link_to_the_job_dashboard_and_its_variables(root):
     assert set(re.findall(r"var-(\w+)=", url)) <= names
 
 
+def _variables_set(url: str) -> dict[str, str]:
+    return dict(re.findall(r"var-(\w+)=([^&]*)", url))
+
+
 def test_the_dashboards_link_to_each_other(root):
     job_data = committed(root, "dashboards/trainprof-job.json")
     fleet_data = committed(root, "dashboards/trainprof-fleet.json")
-    assert [link["url"] for link in job_data["links"]] == [f"/d/{fleet.UID}/{fleet.SLUG}"]
+    compare_data = committed(root, "dashboards/trainprof-compare.json")
+    job_links = [link["url"] for link in job_data["links"]]
+    assert job_links[0] == f"/d/{fleet.UID}/{fleet.SLUG}"
+    # The job dashboard opens the compare dashboard with this job as A and B, and the
+    # compare dashboard opens either job's dashboard: each sets only variables the other has.
+    assert job_links[1].startswith(f"/d/{compare.UID}/{compare.SLUG}?")
+    names = {
+        d: {v["name"] for v in data["templating"]["list"]}
+        for d, data in (("job", job_data), ("compare", compare_data))
+    }
+    assert _variables_set(job_links[1]) == {
+        "job_a": "$training_job",
+        "job_b": "$training_job",
+        "namespace": "$namespace",
+    }
+    assert set(_variables_set(job_links[1])) <= names["compare"]
+    back = [link["url"] for link in compare_data["links"]]
+    assert [u.split("?")[0] for u in back] == [f"/d/{job.UID}/{job.SLUG}"] * 2
+    assert [_variables_set(u)["training_job"] for u in back] == ["$job_a", "$job_b"]
+    assert all(set(_variables_set(u)) <= names["job"] for u in back)
     assert [link["url"] for link in fleet_data["links"]] == [f"/d/{job.UID}/{job.SLUG}"]
     table_links = [
         link["url"]

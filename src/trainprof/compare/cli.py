@@ -299,11 +299,16 @@ def _previous_run(args, access, config, job: str, later: str | None) -> str:
     import time
 
     from trainprof.engines.prometheus_api import PrometheusAPI
-    from trainprof.report.collect import find_runs, pick_run
+    from trainprof.report.collect import _extreme, _presence, find_runs, pick_run
 
     api = PrometheusAPI(args.prometheus, timeout=args.prometheus_timeout, access=access)
     now = time.time()
-    runs = find_runs(api, job, args.namespace, now - 7 * 86400, now)
+    # Where the job was seen in the last week, so runs are looked for at a step that short
+    # runs do not fall between.
+    presence = _presence(job, args.namespace, config.source)
+    first = _extreme(api, "min", presence, 7 * 86400, now)
+    last = _extreme(api, "max", presence, 7 * 86400, now)
+    runs = find_runs(api, job, args.namespace, first, last) if first and last else []
     if len(runs) < 2:
         raise CompareError(
             f"{job} has {len(runs)} run(s) in the last week that trainprof can tell apart "

@@ -3,7 +3,7 @@
 
 Variables: `job_a` and `job_b` (training_job), and `a_offset`, how long before B's run A's
 ran: with the same job in both, an offset of the time between two runs overlays the earlier
-run on the later one (0s compares two jobs that ran at the same time). Every A query reads
+run on the later one ("the same time" compares two jobs that ran together). Every A query reads
 its series that long ago (`offset $a_offset`).
 
 Stat panels give B against A over the dashboard's range: step time and step rate as a
@@ -210,8 +210,19 @@ def overlaid_row(scope: Scope) -> ui.Row:
 def variables(config: RulesConfig) -> list[ui.Variable]:
     job = presence(config.source)
     in_namespace = f'{job[:-1]}, namespace=~"$namespace"}}'
+    # Prometheus refuses `offset 0s`: "the same time" is a millisecond, which no scrape
+    # interval resolves.
     offset = ui.custom_variable(
-        OFFSET, ("0s", "1h", "6h", "1d", "2d", "7d"), label="A ran earlier by"
+        OFFSET,
+        [
+            ("the same time", "1ms"),
+            ("1 hour", "1h"),
+            ("6 hours", "6h"),
+            ("1 day", "1d"),
+            ("2 days", "2d"),
+            ("7 days", "7d"),
+        ],
+        label="A ran earlier by",
     )
     return [
         ui.datasource_variable(),

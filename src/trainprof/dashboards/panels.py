@@ -423,10 +423,19 @@ def query_variable(
     )
 
 
-def custom_variable(name: str, options: Sequence[str], *, label: str) -> core.Template:
-    """A variable offering fixed values, the first selected."""
+def custom_variable(name: str, options: Sequence[tuple[str, str]], *, label: str) -> core.Template:
+    """A variable offering fixed (text, value) pairs, the first selected; Grafana reads them
+    from its query as `text : value,...`."""
     return core.Template(
-        name=name, label=label, query=",".join(options), type="custom", default=options[0]
+        name=name,
+        label=label,
+        query=",".join(f"{text} : {value}" for text, value in options),
+        type="custom",
+        default=options[0][1],
+        options=[
+            {"selected": i == 0, "text": text, "value": value}
+            for i, (text, value) in enumerate(options)
+        ],
     )
 
 

@@ -29,7 +29,7 @@ JOB_VARIABLES = (*JOB_LABELS, "node", "gpu", "rank")
 FLEET_VARIABLES = ("namespace",)
 # Variables holding exactly one value are matched with `=`; the others may be "All" (.*)
 # or several values, which Grafana writes as a regex.
-SINGLE_VALUED = (JOB_LABEL,)
+SINGLE_VALUED = (JOB_LABEL, "job_a", "job_b")  # the job dashboard's, the compare one's
 ALERT_SERIES = ("ALERTS", "ALERTS_FOR_STATE")
 # The series that say a job exists: one from the exporter, one from the training API.
 PRESENCE = (contract.SAMPLES_TOTAL, contract.TRAINING_STEPS_TOTAL)

@@ -302,7 +302,8 @@ def from_prometheus(
             if asked_start is None:
                 start = max(start, min(chosen.started, chosen.first))
             if asked_end is None and index + 1 < len(runs):
-                end = min(end, runs[index + 1].first - 1)
+                # The next run began when its first process started (seen a scrape later).
+                end = min(end, min(runs[index + 1].first, runs[index + 1].started) - 1)
             notes.append(
                 f"{len(runs)} runs of {training_job} (told apart by their start time): "
                 + "; ".join(f"run {i + 1} started {_utc(r.started)}" for i, r in enumerate(runs))
