@@ -16,6 +16,7 @@ import math
 
 from trainprof.contract.quantiles import histogram_quantile
 from trainprof.dashboards.exprs import SYSTEM_USAGE_NAMES
+from trainprof.replay import Verdict as ReplayVerdict
 from trainprof.report import usage
 from trainprof.report.build import _parameters as parameters_text
 from trainprof.report.collect import Collected, Points
@@ -63,6 +64,16 @@ class Verdict:
     first_fired_at: float | None
     status_detail: RuleStatus | None = None
 
+    @classmethod
+    def of(cls, v: ReplayVerdict) -> Verdict:
+        return cls(
+            v.status.status if v.status else ("fired" if v.fired else "quiet"),
+            v.fired,
+            len(v.alerts),
+            v.first_fired_at,
+            v.status,
+        )
+
     def as_json(self) -> dict:
         detail = self.status_detail.as_json() if self.status_detail else {}
         return {
@@ -72,6 +83,7 @@ class Verdict:
             "datapoints": detail.get("datapoints"),
             "measured": detail.get("measured"),
             "first_fired_at": _number(self.first_fired_at),
+            "reason": self.status_detail.reason if self.status_detail else "",
         }
 
 
@@ -149,16 +161,7 @@ def figures(label: str, c: Collected) -> RunFigures:
         gpu_over_time=n.relative(c, "compare.gpu"),
         gpu_memory_peak_bytes=n.highest("compare.gpu_memory_peak"),
         gpu_memory_total_bytes=n.highest("compare.gpu_memory_total"),
-        rules={
-            name: Verdict(
-                v.status.status if v.status else ("fired" if v.fired else "quiet"),
-                v.fired,
-                len(v.alerts),
-                v.first_fired_at,
-                v.status,
-            )
-            for name, v in c.verdicts.items()
-        },
+        rules={name: Verdict.of(v) for name, v in c.verdicts.items()},
         scrape_interval=c.config.scrape_interval,
         parameters={i.spec.name: parameters_text(i) for i in c.config.rules},
         notes=list(c.notes),

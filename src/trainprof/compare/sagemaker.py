@@ -25,6 +25,7 @@ import os
 import tempfile
 from typing import Any
 
+from trainprof.compare.figures import Verdict
 from trainprof.compare.runs import VERSION, CompareError, Comparison
 from trainprof.contract.validation import short
 from trainprof.replay import sagemaker as raw
@@ -252,16 +253,7 @@ def compare_sagemaker(
             }
         )
         for name, verdict in collected.verdicts.items():
-            status = verdict.status
-            mine = {
-                "status": status.status if status else (FIRED if verdict.fired else QUIET),
-                "fired": verdict.fired,
-                "times_triggered": len(verdict.alerts),
-                **({k: v for k, v in status.as_json().items() if k != "status"} if status else {}),
-            }
-            if status and status.reason:
-                mine["reason"] = status.reason
-            rules_doc.setdefault(name, {})[TRAINPROF] = mine
+            rules_doc.setdefault(name, {})[TRAINPROF] = Verdict.of(verdict).as_json()
         for rule, by_run in rules_doc.items():
             if SAGEMAKER in by_run and TRAINPROF in by_run:
                 theirs, mine = by_run[SAGEMAKER], by_run[TRAINPROF]

@@ -67,6 +67,7 @@ def artifacts() -> dict[str, Callable[[], str]]:
         "alerting/actions/rbac.yaml": lambda: alerting.rbac_text(GENERATOR),
         schemas.RULES_SCHEMA: schemas.rules_schema_text,
         schemas.ACTIONS_SCHEMA: schemas.actions_schema_text,
+        schemas.COMPARE_SCHEMA: schemas.compare_schema_text,
         **{path: functools.partial(_dashboard, path, compiled) for path in dashboards.DASHBOARDS},
         "docs/scrape/kubernetes.yml": lambda: relabel.kubernetes_scrape_text(GENERATOR),
         "docs/scrape/file-sd.yml": lambda: relabel.file_sd_scrape_text(GENERATOR),

@@ -21,6 +21,7 @@ from trainprof.sources.options import SOURCES
 SCHEMA_URL = "https://raw.githubusercontent.com/trainprof/trainprof/main/schemas/"
 RULES_SCHEMA = "schemas/trainprof-rules.schema.json"
 ACTIONS_SCHEMA = "schemas/trainprof-actions.schema.json"
+COMPARE_SCHEMA = "schemas/trainprof-compare.schema.json"
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _DURATION = {
     "type": "string",
@@ -366,3 +367,9 @@ def rules_schema_text() -> str:
 
 def actions_schema_text() -> str:
     return text(actions_schema())
+
+
+def compare_schema_text() -> str:
+    from trainprof.compare.schema import compare_schema
+
+    return text(compare_schema())
