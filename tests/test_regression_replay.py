@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from trainprof.contract import recording
-from trainprof.contract.sampling import GpuSample, HostSample
+from synthetic_runs import write_run
 
 START = 1_780_000_000
 RULES = """\
@@ -23,34 +22,6 @@ rules:
 - rule: GPUUtilizationRegression
   parameters: {window: 2, patience: 3}
 """
-
-
-def write_run(path, start: float, minutes: float, step_seconds: float, gpu: float) -> None:
-    """One run of job bert on node n1: its rank's steps (two a second) and the host's
-    samples (GPU utilization `gpu`), written with the recording format's own writer."""
-    with recording.open_recording(str(path), "w") as stream:
-        writer = recording.Writer(stream)
-        writer.write(recording.meta(0.5, "test"))
-        writer.write(recording.process_record("n1", 0, start, training_job="bert"))
-        t = start + 1.0
-        while t < start + minutes * 60:
-            writer.write(recording.step_record("n1", 0, "train", t, t + step_seconds))
-            t += 0.5
-        k = 1
-        while k * 0.5 < minutes * 60:
-            writer.write(
-                recording.host_record(
-                    "n1",
-                    HostSample(
-                        start + k * 0.5,
-                        cpu_utilization=[0.3, 0.3],
-                        cpu_iowait=[0.0, 0.0],
-                        memory_used_ratio=0.3,
-                        gpus=[GpuSample(0, "GPU-0", utilization=gpu, memory_used_ratio=0.5)],
-                    ),
-                )
-            )
-            k += 1
 
 
 def replay(source, tmp_path) -> dict:
