@@ -205,7 +205,14 @@ def _traces_kind() -> dict:
                         "name": TEXT,
                         "change": {"enum": list(CHANGES)},
                         "runs": _by_label(
-                            _object({"count": NUMBER, "seconds": NUMBER, "total": COUNT})
+                            _object(
+                                {
+                                    "count": NUMBER,
+                                    "seconds": NUMBER,
+                                    "total": COUNT,
+                                    "total_seconds": NUMBER,
+                                }
+                            )
                         ),
                         "change_seconds": NUMBER,
                         "time_changed": {"type": "boolean"},

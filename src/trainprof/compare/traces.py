@@ -223,8 +223,8 @@ def _names(a: Side, b: Side, what: str, per_step: bool) -> dict[str, Any]:
                 "name": name,
                 "change": change,
                 "runs": {
-                    a.label: {"count": _count(ra), "seconds": round(secs_a, 9), "total": ca},
-                    b.label: {"count": _count(rb), "seconds": round(secs_b, 9), "total": cb},
+                    a.label: _side(ra, secs_a, ca, ta),
+                    b.label: _side(rb, secs_b, cb, tb),
                 },
                 "change_seconds": round(moved, 9),
                 "time_changed": abs(moved) > max(TIME_CHANGE * secs_a, 1e-6),
@@ -236,6 +236,16 @@ def _names(a: Side, b: Side, what: str, per_step: bool) -> dict[str, Any]:
         1 for e in entries if e["change"] == "unchanged" and e["time_changed"]
     )
     return {"per": PER_STEP if per_step else WHOLE, "summary": summary, "entries": entries}
+
+
+def _side(per: Fraction, seconds: float, total: int, total_ns: int) -> dict[str, Any]:
+    """A name's figures in one trace: per step (or whole) and over the whole window."""
+    return {
+        "count": _count(per),
+        "seconds": round(seconds, 9),
+        "total": total,
+        "total_seconds": round(total_ns * NS, 9),
+    }
 
 
 def _count(x: Fraction) -> float | int:
