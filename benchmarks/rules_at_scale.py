@@ -2,7 +2,7 @@
 
     python benchmarks/rules_at_scale.py [--nodes 1000] [--gpus 8] [--cores 64] [--jobs 100]
         [--engine prometheus|victoriametrics] [--minutes 10] [--baseline 3] [--scan 15s|60s]
-        [--unhealthy 1]
+        [--unhealthy 1] [--regression]
         [--source trainprof|dcgm,node_exporter|dcgm|node_exporter] [--attribution pod|assignment]
 
 A fake exporter serves the series of `--nodes` hosts (the real SampleAccumulator's output for
@@ -30,7 +30,10 @@ engine starts with an empty rule file; the rules come with a SIGHUP): the differ
 rules' own CPU. Then it stops serving (Prometheus stops ingesting and marks the series
 stale) and runs every rule's expression as an instant query at the moment serving stopped,
 keeping the fastest of five: the undisturbed cost (on VictoriaMetrics, while it keeps
-ingesting). On Prometheus it also prints the costliest rules
+ingesting). With `--regression`, every node also serves one training rank (steps of about
+half a second, the training API's own TrainingState) and StepTimeRegression and
+GPUUtilizationRegression join the rules, at the same scan interval: their groups' lines are
+their cost. On Prometheus it also prints the costliest rules
 of the `trainprof.sources` group (the adapters' normalisation), each with its evaluation time
 in the engine and its fastest query.
 """
@@ -64,15 +67,20 @@ from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 from trainprof.sources import parse_sources
+from trainprof.training.state import TrainingState
 
 
-def rules_config(scan: float) -> dict:
-    """ProfilerReport with every rule scanning every `scan` seconds (SageMaker's default: 60)."""
+def rules_config(scan: float, regression: bool = False) -> dict:
+    """ProfilerReport with every rule scanning every `scan` seconds (SageMaker's default: 60);
+    with `regression`, the regression rules too."""
     parameters = {"scan_interval_us": int(scan * 1e6)}
-    return {
-        "scrape_interval": "15s",
-        "rules": [{"rule": "ProfilerReport", "parameters": parameters}],
-    }
+    rules: list[dict] = [{"rule": "ProfilerReport", "parameters": parameters}]
+    if regression:
+        rules += [
+            {"rule": name, "parameters": parameters}
+            for name in ("StepTimeRegression", "GPUUtilizationRegression")
+        ]
+    return {"scrape_interval": "15s", "rules": rules}
 
 
 class Fleet:
@@ -91,6 +99,7 @@ class Fleet:
         jobs: int = 1,
         namespace: str | None = None,
         unhealthy: float = 1.0,
+        ranks: bool = False,
     ):
         self.nodes, self.gpus, self.cores, self.jobs = nodes, gpus, cores, jobs
         self.unhealthy_jobs = round(jobs * unhealthy)
@@ -101,6 +110,15 @@ class Fleet:
             low: SampleAccumulator(0.5, identity=identity) for low in (0.0, 0.75)
         }  # by the lowest GPU utilization drawn
         self.rng = random.Random(1)
+        # One training rank per node (--regression): its steps, as the training API serves.
+        self.rank = (
+            TrainingState(
+                {"training_job": "JOB", "node": "NODE", "rank": "RANK", "local_rank": "0"},
+                start_time=time.time(),
+            )
+            if ranks
+            else None
+        )
         self.t = 0.0
         self.lock = threading.Lock()
         self.stopped = False
@@ -126,8 +144,11 @@ class Fleet:
                         ],
                     )
                 )
+            if self.rank is not None:
+                duration = 0.4 + 0.2 * self.rng.random()
+                self.rank.observe_step("train", self.t - duration, self.t)
 
-    def _template(self, acc: SampleAccumulator) -> tuple[str, str]:
+    def _template(self, acc: SampleAccumulator | TrainingState) -> tuple[str, str]:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(type("C", (), {"collect": lambda _: acc.families()})())
         lines = generate_latest(registry).decode().splitlines(keepends=True)
@@ -138,10 +159,13 @@ class Fleet:
         with self.lock:
             self._advance()
             templates = {low: self._template(acc) for low, acc in self.hosts.items()}
-        out = [templates[0.0][0]]
+            rank = self._template(self.rank) if self.rank is not None else None
+        out = [templates[0.0][0]] + ([rank[0]] if rank else [])
         for n in range(self.nodes):
             job = n % self.jobs
             _, template = templates[0.0 if job < self.unhealthy_jobs else 0.75]
+            if rank is not None:
+                template += rank[1].replace('rank="RANK"', f'rank="{n // self.jobs}"')
             out.append(
                 template.replace('node="NODE"', f'node="n{n:04d}"').replace(
                     'training_job="JOB"', f'training_job="job{job:03d}"'
@@ -440,6 +464,12 @@ def main() -> None:
         help="how the adapters find each GPU's job: kube-state-metrics' kube_pod_labels "
         "(pod) or the ranks' trainprof_gpu_assignment_info",
     )
+    parser.add_argument(
+        "--regression",
+        action="store_true",
+        help="one training rank per node, and StepTimeRegression and GPUUtilizationRegression "
+        "among the rules (trainprof source)",
+    )
     args = parser.parse_args()
     if args.minutes * 60 < FILL + 60:
         parser.error(
@@ -448,9 +478,14 @@ def main() -> None:
         )
     if args.source == ("trainprof",):
         fleet: Fleet | AdapterFleet = Fleet(
-            args.nodes, args.gpus, args.cores, args.jobs, unhealthy=args.unhealthy
+            args.nodes,
+            args.gpus,
+            args.cores,
+            args.jobs,
+            unhealthy=args.unhealthy,
+            ranks=args.regression,
         )
-        rules = rules_config(args.scan)
+        rules = rules_config(args.scan, args.regression)
     else:
         fleet = AdapterFleet(args.source, args)
         rules = {**rules_config(args.scan), "source": ",".join(args.source)}

@@ -6,7 +6,7 @@ times, phase seconds per step, utilisation distributions pooled over every sampl
 GPU (or node), GPU memory per GPU. Totals are kept for the summary only.
 
     >>> noise([0.10, 0.11, 0.10, 0.12, 0.10, 0.30, 0.11, 0.10, 0.10, 0.11])
-    0.019
+    0.005
 """
 
 from __future__ import annotations
@@ -169,8 +169,9 @@ def figures(label: str, c: Collected) -> RunFigures:
 
 
 def noise(values: list[float]) -> float | None:
-    """Half the spread between the 10th and 90th percentile of a statistic measured window
-    by window: how much it moves within one run. None with fewer than MIN_WINDOWS values."""
+    """Half the interquartile range of a statistic measured window by window: how much it
+    moves within one run, the run's first and last windows (warm-up, a last step cut short)
+    and a profiled step or two weighing little. None with fewer than MIN_WINDOWS values."""
     finite = sorted(v for v in values if math.isfinite(v))
     if len(finite) < MIN_WINDOWS:
         return None
@@ -181,7 +182,7 @@ def noise(values: list[float]) -> float | None:
         high = min(low + 1, len(finite) - 1)
         return finite[low] + (finite[high] - finite[low]) * (pos - low)
 
-    return round((at(0.9) - at(0.1)) / 2, 9)
+    return round((at(0.75) - at(0.25)) / 2, 9)
 
 
 class _Read:

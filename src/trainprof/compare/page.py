@@ -179,7 +179,7 @@ def _step_time(c: Comparison) -> tuple[Section, str]:
         "Step time",
         "Step durations of every rank. A change is beyond the runs' own noise when it is "
         "larger than how much each run's statistic moved by itself from window to window "
-        "(half its 10th-90th percentile spread), the two added.",
+        "(half its interquartile range), the two added.",
     )
     if st is None:
         section.empty = "Not compared: see below."

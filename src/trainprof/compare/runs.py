@@ -3,8 +3,8 @@
 
 A change is the second run (B) minus the first (A). A step-time change is *beyond the runs'
 own noise* when it is larger than the two runs' noise together, each run's noise being half
-the spread between the 10th and 90th percentile of the statistic measured window by window
-over that run (`figures.noise`): a change smaller than that is within what either run did
+the interquartile range of the statistic measured window by window over that run
+(`figures.noise`): a change smaller than that is within what either run did
 by itself from one minute to the next.
 
     >>> beyond(0.120, 0.100, 0.004, 0.006)
@@ -147,16 +147,15 @@ def _phases(a: RunFigures, b: RunFigures, not_comparable: list[str]) -> dict | N
         if any(r.phases.get(p, (None, None))[1] for r in (a, b))
     ]
     for phase in timed:
+        # A phase one run never timed took none of its time.
+        found = {r.label: r.phases.get(phase, (0.0, 0.0)) for r in (a, b)}
         row: dict[str, Any] = {
             "runs": {
-                r.label: {
-                    "share": _round(r.phases.get(phase, (None, None))[0]),
-                    "seconds_per_step": _round(r.phases.get(phase, (None, None))[1]),
-                }
-                for r in (a, b)
+                label: {"share": _round(share), "seconds_per_step": _round(per_step)}
+                for label, (share, per_step) in found.items()
             }
         }
-        pa, pb = a.phases.get(phase, (None, None))[1], b.phases.get(phase, (None, None))[1]
+        pa, pb = found[a.label][1], found[b.label][1]
         row["change_seconds_per_step"] = (
             _round(pb - pa) if pa is not None and pb is not None else None
         )
