@@ -298,3 +298,25 @@ def test_the_schema_refuses_a_document_without_rules(runs, root):
 def test_docstrings(name):
     module = importlib.import_module(f"trainprof.compare.{name}")
     assert doctest.testmod(module).failed == 0
+
+
+def test_the_real_before_and_after_pair(real_data, root, promtool):
+    """The real pair (tests/data/compare-pair): the fix took the per-image augmentation out
+    of the data loading; compare says the steps got faster beyond both runs' noise, and that
+    the time left the dataloader phase."""
+    pair = real_data / "compare-pair"
+    result = cli(
+        "compare", str(pair / "before"), str(pair / "after"), "--labels", "before,after",
+        "--json", "-",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    valid(root, doc)
+    mean = doc["step_time"]["change"]["mean"]
+    assert mean["ratio"] < -0.3 and mean["beyond_noise"] is True
+    assert doc["phases"]["moved"][0]["phase"] == "dataloader"
+    assert doc["phases"]["moved"][0]["change_seconds_per_step"] < -0.02
+    augment = doc["phases"]["phases"]["augment"]["runs"]
+    assert augment["before"]["seconds_per_step"] == 0 < augment["after"]["seconds_per_step"]
+    # Both runs' host samples: a CPU utilisation distribution on each side.
+    assert set(doc["utilization"]["CPU utilization"]["runs"]) == {"before", "after"}
