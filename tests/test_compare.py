@@ -320,3 +320,27 @@ def test_the_real_before_and_after_pair(real_data, root, promtool):
     assert augment["before"]["seconds_per_step"] == 0 < augment["after"]["seconds_per_step"]
     # Both runs' host samples: a CPU utilisation distribution on each side.
     assert set(doc["utilization"]["CPU utilization"]["runs"]) == {"before", "after"}
+
+
+def test_two_tensor_trials_compare_their_tensor_rules(tmp_path, root, promtool):
+    """Two SageMaker Debugger trials (written with smdebug's own FileWriter) compare their
+    tensor rules' verdicts; they hold no steps or system metrics, and the comparison says so."""
+    import numpy as np
+
+    from smdebug_writer import write_trial
+
+    for name, falls in (("a", True), ("b", False)):
+        losses = {i: {"CrossEntropyLoss_output_0": np.float32(1.0 - (i / 10 if falls else 0))}
+                  for i in range(30)}  # fmt: skip
+        write_trial(tmp_path / name / "debug-output", losses)
+    result = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "-")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    valid(root, doc)
+    assert doc["step_time"] is None and doc["phases"] is None
+    assert "LossNotDecreasing" in doc["rules"] and "CPUBottleneck" not in doc["rules"]
+    statuses = {r: (v["A"]["status"], v["B"]["status"]) for r, v in doc["rules"].items()}
+    assert statuses["LossNotDecreasing"] == ("quiet", "fired")
+    assert {c["rule"] for c in doc["verdict_changes"]} == {
+        r for r, (a, b) in statuses.items() if a != b
+    }

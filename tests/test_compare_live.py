@@ -167,3 +167,32 @@ def test_one_run_cannot_be_compared_with_itself(two_jobs):
     )  # fmt: skip
     assert result.returncode == 2
     assert "bert-large has 1 run(s)" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_offset_moves_a_back_in_time(two_jobs):
+    """Shifted an hour back, before either job existed, every query of A alone is empty and
+    every query of B alone still has data: the offset reaches every one of A's selectors."""
+    base, config_path = two_jobs
+    from trainprof.rules.files import read_config
+
+    data = modernize(grafanalib_json(compare.dashboard(read_config(str(config_path)))))
+    values = {"namespace": "team-a", "job_a": "bert-base", "job_b": "bert-large", "a_offset": "1h"}
+    sides = {"a": 0, "b": 0}
+    for title, ref, expr in panel_queries(data):
+        has_a, has_b = "$job_a" in expr, "$job_b" in expr
+        if has_a == has_b:
+            continue  # B against A: both
+        result, error = try_query(base, interpolate(expr, values, BUILTINS))
+        assert error is None, f"{title} [{ref}]: {error}"
+        if has_a:
+            # "or vector(0)" answers for an empty count
+            assert (
+                not result
+                or result == [{"metric": {}, "value": result[0]["value"]}]
+                and (result[0]["value"][1] == "0")
+            ), f"{title}: A has data an hour back"
+            sides["a"] += 1
+        else:
+            assert result, f"{title}: B has no data"
+            sides["b"] += 1
+    assert sides["a"] == sides["b"] >= 10

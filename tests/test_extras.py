@@ -125,6 +125,7 @@ LISTEN = ["--web.listen-address", "127.0.0.1:0"]
     [
         ("numpy", ["replay", JOB], "all"),
         ("numpy", ["report", "--replay", JOB, "-o", "r.html"], "all"),
+        ("numpy", ["compare", JOB, JOB, "-o", "r.html"], "all"),
         ("yaml", ["rules", "compile", "-c", "rules.yaml", "-o", "out"], "all"),
         ("grafanalib", ["export", "dashboards", "-o", "out"], "all"),
         ("psutil", ["exporter", *LISTEN], "exporter"),
