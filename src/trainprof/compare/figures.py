@@ -156,7 +156,7 @@ def figures(label: str, c: Collected) -> RunFigures:
         samples=n.scalar("compare.samples"),
         step_time=_step_time(c, n, steps),
         phases=_phases(n),
-        usage={k: v for k, v in _pooled_usage(n).items()},
+        usage=_pooled_usage(n),
         usage_cdf=_usage_cdf(n),
         gpu_over_time=n.relative(c, "compare.gpu"),
         gpu_memory_peak_bytes=n.highest("compare.gpu_memory_peak"),

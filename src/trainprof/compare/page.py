@@ -17,7 +17,7 @@ from trainprof.compare import svg
 from trainprof.compare.runs import Comparison
 from trainprof.report import format as fmt
 from trainprof.report.build import Chart, Section, Table
-from trainprof.report.page import CSP, STYLE, badge_html, esc, section_html, table_html
+from trainprof.report.page import CSP, STYLE, badge_html, esc, section_html
 
 EXTRA_STYLE = """
 .badge.fired { background: var(--red); }
@@ -646,6 +646,3 @@ def _not_compared(doc: dict) -> tuple[Section, str]:
     if items:
         extra = "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
     return section, extra
-
-
-__all__ = ["render", "table_html"]

@@ -138,6 +138,8 @@ def _rules(doc: dict) -> list[str]:
         cells = ""
         for label in labels:
             v = by_run.get(label)
-            cells += f"{(v['status'] if v else '-'):>16}"
+            count = (v.get("times_triggered") or v.get("triggered") or 0) if v else 0
+            shown = (v["status"] + (f" x{count}" if v["status"] == "fired" else "")) if v else "-"
+            cells += f"{shown:>16}"
         lines.append(f"  {rule:<26}{cells}" + ("   changed" if rule in changed else ""))
     return lines

@@ -263,10 +263,4 @@ def render(report: Report) -> str:
 
 
 # The compare report (trainprof.compare.page) is written in this style, with these pieces.
-facts_html, table_html, chart_html, badge_html, section_html = (
-    _facts,
-    _table,
-    _chart,
-    _badge,
-    _section,
-)
+badge_html, section_html = _badge, _section
