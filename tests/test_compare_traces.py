@@ -161,3 +161,24 @@ def test_the_real_pair_before_and_after():
     conv = entries["aten::conv2d"]
     assert conv["change"] == "decreased"
     assert conv["runs"]["B"]["count"] < conv["runs"]["A"]["count"]
+
+
+def test_the_trace_page_shows_the_classes_and_the_names_that_changed(tmp_path, chromium):
+    from browser import dump_dom
+
+    a = TRACES / "a100-nccl-training.pt.trace.json.gz"
+    b = TRACES / "mi250-toy-train.pt.trace.json.gz"
+    page = tmp_path / "traces.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", "compare", str(a), str(b), "-o", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    dom = dump_dom(chromium, page)
+    for section in ("summary", "time-classes", "kernels", "operators", "not-compared"):
+        assert f'id="{section}"' in dom, section
+    # The biggest mover: the A100 run's NCCL all-reduce, removed.
+    assert "ncclKernel_AllReduce_RING_LL_Sum_float" in dom
+    assert "removed (65" in dom and "<script" not in page.read_text()
