@@ -12,6 +12,7 @@ and a recording sees its own previous sample):
 
 - `mean_rate<window>`: the current value (step time: sum over count of the step histogram;
   GPU utilisation: every sample of every GPU of the job);
+- `run_start`: the run's start (its earliest process start);
 - `previous_run_mean`: when a new run starts, the mean the last run ended with, kept for
   the whole new run;
 - `run_mean`, `run_evaluations`: the running mean of the current value over the run's
@@ -112,6 +113,7 @@ class RunBaseline:
     """The recordings that learn one signal's baseline runs (see the module docstring)."""
 
     now: Recording
+    start: Recording
     previous: Recording
     run_mean: Recording
     evaluations: Recording
@@ -125,6 +127,7 @@ class RunBaseline:
         # evaluation's run start and mean comes before what updates them.
         return (
             self.now,
+            self.start,
             self.previous,
             self.run_mean,
             self.evaluations,
@@ -137,15 +140,17 @@ class RunBaseline:
     def of(
         cls, b: Build, metric: str, now: str, start: str, memory_days: float, window: str
     ) -> RunBaseline:
-        """`now`: the current value per job; `start`: the run's start per job."""
+        """`now`: the current value per job; `start`: the run's start per job (recorded
+        once, read by the recordings after it)."""
         on = b.on_job
-        start = _group(start)
 
         def rec(operation: str, expr: str) -> Recording:
             return Recording("training_job", metric, operation, expr)
 
         current = rec(f"mean_rate{window}", now)
         x = current.record
+        run_start = rec("run_start", start)
+        start = run_start.record
         names = {
             op: f"training_job:{metric}:{op}"
             for op in (
@@ -167,6 +172,7 @@ class RunBaseline:
         same_run = f"({start}\n== {on}\n{last_start})"
         return cls(
             current,
+            run_start,
             rec(
                 "previous_run_mean",
                 f"(\n  {last_mean}\n  and {on}\n  ({start}\n  > {on}\n  {last_start})\n)\n"
@@ -203,10 +209,6 @@ class RunBaseline:
         return selector(self.now.record, [Matcher("training_job", "!=", name)])
 
 
-def _group(expr: str) -> str:
-    return f"({expr})"
-
-
 def _window(b: Build, minutes: float, param_name: str) -> str:
     seconds = minutes * 60
     minimum = 2 * b.scrape_interval
@@ -228,7 +230,7 @@ def _step_baseline(b: Build[StepTimeRegressionParams]) -> RunBaseline:
     jl = ", ".join(b.job_labels)
     total = f"rate({b.sel(_STEP + '_sum', **_step_mode(b))}[{window}])"
     count = f"rate({b.sel(_STEP + '_count', **_step_mode(b))}[{window}])"
-    now = f"sum by ({jl}) ({total})\n/\nsum by ({jl}) ({count})\n> 0"
+    now = f"sum by ({jl}) ({total})\n/\n(sum by ({jl}) ({count}) > 0)"
     start = f"min by ({jl}) ({b.sel(_START)})"
     return RunBaseline.of(b, _STEP, now, start, p.memory_days, window)
 
@@ -327,10 +329,7 @@ def _gpu_baseline(b: Build[GPUUtilizationRegressionParams]) -> RunBaseline:
         now = f"avg by ({jl}) (avg_over_time({gauge}[{window}]))"
     else:
         count = f"sum by ({jl}) (rate({b.sel(_UTIL + '_count')}[{window}]))"
-        now = (
-            f"sum by ({jl}) (rate({b.sel(_UTIL + '_sum')}[{window}]))\n/\n{count}\n"
-            f"and {b.on_job}\n{count} > 0"
-        )
+        now = f"sum by ({jl}) (rate({b.sel(_UTIL + '_sum')}[{window}]))\n/\n({count} > 0)"
     # A job without the training API is one run for as long as it is seen.
     start = (
         f"min by ({jl}) ({b.sel(_START)})\nor {b.on_job}\n"
