@@ -97,7 +97,9 @@ def exploding_tensor(view: View, collection_names=(), tensor_regex=None, only_na
 
     return _first(
         view,
-        lambda s: any(bad(t) for t in view.chosen(view.at(s), _names(collection_names), tensor_regex)),
+        lambda s: any(
+            bad(t) for t in view.chosen(view.at(s), _names(collection_names), tensor_regex)
+        ),
     )
 
 
@@ -196,7 +198,9 @@ def tensor_variance(
 
     return _first(
         view,
-        lambda s: any(off(t) for t in view.chosen(view.at(s), _names(collection_names), tensor_regex)),
+        lambda s: any(
+            off(t) for t in view.chosen(view.at(s), _names(collection_names), tensor_regex)
+        ),
     )
 
 
@@ -205,9 +209,7 @@ def _history(view: View, step: int, tensors: list[dict]) -> Iterator[list[dict]]
     for t in tensors:
         if t["step"] == step:
             yield [
-                u
-                for u in view.upto(step)
-                if u["name"] == t["name"] and u["worker"] == t["worker"]
+                u for u in view.upto(step) if u["name"] == t["name"] and u["worker"] == t["worker"]
             ]
 
 
@@ -386,9 +388,7 @@ def nlp_sequence_ratio(
 
 def feature_importance_overweight(view: View, threshold=0.8, nfeatures=3, **_) -> int | None:
     def condition(s):
-        tensors = [
-            t for t in view.at(s) if "feature_importance" in view.collections_of(t["name"])
-        ]
+        tensors = [t for t in view.at(s) if "feature_importance" in view.collections_of(t["name"])]
         values = sorted((float(t["value"].sum()) for t in tensors), reverse=True)
         total = sum(values)
         return bool(total) and sum(values[: int(nfeatures)]) / total > float(threshold)

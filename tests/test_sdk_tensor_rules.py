@@ -11,6 +11,7 @@ from trainprof.actions.config import load_actions_config
 from trainprof.actions.decide import plan
 from trainprof.actions.payload import Alert
 from trainprof.alerting import files, routing
+from trainprof.contract.names import INPUT_MISSING_ALERT
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 from trainprof.rules.sdk import Rule, extract, rule_configs, to_config
@@ -40,7 +41,7 @@ def _alerts(config):
         r["labels"]["rule"]: r
         for g in compile_rules(config).groups
         for r in g["rules"]
-        if "alert" in r
+        if "alert" in r and r["alert"] != INPUT_MISSING_ALERT
     }
 
 

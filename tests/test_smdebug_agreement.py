@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sagemaker_oracle import RULES, first_fired
 from trainprof.replay.tensors import replay_trial
 from trainprof.rules.config import load_config
-
-from sagemaker_oracle import RULES, first_fired
 
 DATA = Path(__file__).resolve().parent / "data" / "smdebug-trials"
 CASES = json.loads((DATA / "cases.json").read_text())

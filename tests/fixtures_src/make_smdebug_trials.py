@@ -106,7 +106,9 @@ def read_back(root: Path) -> dict:
             mode, mode_step = trial.mode_modestep(step)
             for worker in sorted(tensor.workers(step)):
                 value = tensor.value(step, worker=worker)
-                assert tensor.value(mode_step, mode=mode, worker=worker).tobytes() == value.tobytes()
+                assert (
+                    tensor.value(mode_step, mode=mode, worker=worker).tobytes() == value.tobytes()
+                )
                 tensors.append(
                     {
                         "name": name,
@@ -125,7 +127,11 @@ def read_back(root: Path) -> dict:
         for name in sorted(trial.collections())
         if name not in ("all", "default")
     }
-    return {"steps": [int(s) for s in trial.steps()], "collections": collections, "tensors": tensors}
+    return {
+        "steps": [int(s) for s in trial.steps()],
+        "collections": collections,
+        "tensors": tensors,
+    }
 
 
 def _plain(value: np.ndarray):
@@ -177,17 +183,22 @@ def with_value(step_values: dict[int, float], collection: str, name: str, steps=
             x = x.copy()
             x[1, 2] = step_values[step]
         t.save(step, {name: x}, collection)
-        t.save(step, {"fc1.weight": scaled(0.2) if collection != "weights" else scaled(0.3)},
-               "weights" if collection != "weights" else "biases")
+        t.save(
+            step,
+            {"fc1.weight": scaled(0.2) if collection != "weights" else scaled(0.3)},
+            "weights" if collection != "weights" else "biases",
+        )
     return t
 
 
 def losses(train: list, eval_: list | None = None, train_every=1, eval_at=()):
-    """Train losses saved every `train_every` steps; eval losses at global steps `eval_at`,
-    with eval mode steps 0, 2, 4, ..."""
+    """Train losses saved every `train_every` steps; eval losses at global steps `eval_at`
+    (odd, between the train steps), with eval mode steps 0, 2, 4, ..."""
     t = Trial()
     for i, v in enumerate(train):
-        t.save(i * train_every, {"CrossEntropyLoss_output_0": f32([v])}, "losses", TRAIN, i)
+        # every step a train step unless eval steps come between: then every other one
+        mode_step = i if eval_at else i * train_every
+        t.save(i * train_every, {"CrossEntropyLoss_output_0": f32([v])}, "losses", TRAIN, mode_step)
     for i, (step, v) in enumerate(zip(eval_at, eval_ or [])):
         t.save(step, {"CrossEntropyLoss_output_0": f32([v])}, "losses", EVAL, 2 * i)
     return t
@@ -250,8 +261,9 @@ def tokens(shares: dict[int, float], steps=4, n=5, length=20, name="embedding0_i
             k = int(round(share * ids.size))
             ids[start : start + k] = token
             start += k
-        t.save(step, {name: rng.permutation(ids).reshape(n, length).astype(np.int64)},
-               "input_sequence")
+        t.save(
+            step, {name: rng.permutation(ids).reshape(n, length).astype(np.int64)}, "input_sequence"
+        )
     return t
 
 
@@ -268,9 +280,7 @@ def steady(start=1.0, factor=0.8):
 
 
 _overfit_alternating = Trial()
-_named_images = images(
-    [(0, 0, 0), (0, 0, 0), (1.2, 1.2, 1.2), (1.2, 1.2, 1.2)], name="Net_input_0"
-)
+_named_images = images([(0, 0, 0), (0, 0, 0), (1.2, 1.2, 1.2), (1.2, 1.2, 1.2)], name="Net_input_0")
 _named_images.regex["input_image"] = [".*Net_input_0"]  # the job's CollectionConfig
 
 CASES: dict[str, dict[str, tuple[dict, str, Trial]]] = {
@@ -310,7 +320,7 @@ CASES: dict[str, dict[str, tuple[dict, str, Trial]]] = {
         "fire-train-plateau": (
             {"num_steps": 4, "diff_percent": 5},
             "fires",
-            losses(steady()[:6] + [steady()[5] * 0.99] * 6, train_every=2),
+            losses(steady()[:6] + [steady()[5] * 0.99] * 10, train_every=2),
         ),
         "fire-eval-plateau": (
             {"num_steps": 4, "diff_percent": 5},
@@ -411,7 +421,9 @@ CASES: dict[str, dict[str, tuple[dict, str, Trial]]] = {
         "fire-max-at-3": (
             {"max_threshold": 4, "min_threshold": 0.01, "collection_names": "weights"},
             "fires",
-            with_value({}, "weights", "fc2.weight", base=lambda s: with_variance(9 if s >= 3 else 1)),
+            with_value(
+                {}, "weights", "fc2.weight", base=lambda s: with_variance(9 if s >= 3 else 1)
+            ),
         ),
         "fire-min-at-2": (
             {"max_threshold": 4, "min_threshold": 0.01, "collection_names": "weights"},
@@ -433,9 +445,9 @@ CASES: dict[str, dict[str, tuple[dict, str, Trial]]] = {
     },
 }
 
-# Overfit alternating: above the ratio at every other invocation only.
-for _i in range(8):
-    _loss = f32([1.0 if _i % 2 == 0 else (1.5 if _i % 4 == 1 else 1.05)])
+# Overfit alternating: above the ratio at every other invocation at most.
+for _i in range(12):  # train 1.0, eval 1.5, train 1.3, eval 1.0, ...
+    _loss = f32([(1.0, 1.5, 1.3, 1.0)[_i % 4]])
     _mode = TRAIN if _i % 2 == 0 else EVAL
     _overfit_alternating.save(_i, {"CrossEntropyLoss_output_0": _loss}, "losses", _mode, _i // 2)
 
@@ -578,9 +590,7 @@ CASES.update(
             "fire-imbalance-at-2": (
                 {"threshold_imbalance": 3, "threshold_misprediction": 0.9, "samples": 40},
                 "fires",
-                classes(
-                    [[0] * 16 + [1] * 4] * 3, [[0] * 16 + [1] * 4] * 3
-                ),
+                classes([[0] * 16 + [1] * 4] * 3, [[0] * 16 + [1] * 4] * 3),
             ),
             "fire-mispredicted-at-1": (
                 {"threshold_imbalance": 10, "threshold_misprediction": 0.5, "samples": 40},
@@ -697,8 +707,8 @@ def hook_trial(root: Path) -> None:
     """A tiny PyTorch model trained under smdebug's own PyTorch hook (smd.Hook), TRAIN then
     EVAL, saving every 2 steps: weights, gradients and losses as the hook names them. The
     learning rate falls to 0 after step 24, so the loss stops decreasing there."""
-    import torch
     import smdebug.pytorch as smd
+    import torch
 
     torch.manual_seed(27)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
@@ -752,8 +762,13 @@ def main() -> int:
     for rule, variants in HOOK_CASES.items():
         for n, params in enumerate(variants):
             index.append(
-                {"rule": rule, "case": f"hook-pytorch#{n}", "trial": "hook-pytorch",
-                 "parameters": params, "intent": "measured"}
+                {
+                    "rule": rule,
+                    "case": f"hook-pytorch#{n}",
+                    "trial": "hook-pytorch",
+                    "parameters": params,
+                    "intent": "measured",
+                }
             )
     (OUT / "cases.json").write_text(json.dumps(index, indent=1) + "\n")
     print(f"wrote {len(index)} trials under {OUT}", file=sys.stderr)

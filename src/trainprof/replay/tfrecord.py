@@ -172,6 +172,7 @@ class TensorEvent:
     mode: str  # train | eval | predict | global
     mode_step: int
     value: np.ndarray
+    worker: str = ""  # from the event file's name (<step>_<worker>.tfevents)
 
 
 _MODES = {"1": "train", "2": "eval", "3": "predict", "4": "global"}

@@ -81,9 +81,10 @@ class LossHistory:
         self.best: float | None = None
         self.since_best = 0
 
-    def observe(self, step: int, loss: float) -> None:
+    def observe(self, step: int, loss: float) -> bool:
+        """False when `step` is not a new save (saved twice, or out of order)."""
         if self.latest is not None and step <= self.latest[0]:
-            return  # a step saved twice (or out of order) is not a new save
+            return False
         for n in self.num_steps:
             previous = self.evaluations.get(n)
             if previous is not None and step < previous.step + n:
@@ -98,6 +99,7 @@ class LossHistory:
         else:
             self.since_best += 1
         self._forget(step)
+        return True
 
     def _newest_at_or_before(self, step: int) -> tuple[int, float] | None:
         for saved in reversed(self.saved):
@@ -138,6 +140,7 @@ class HealthState:
         self.included: set[tuple[str, str]] = set()
         self.cut: dict[str, set[str]] = {}
         self.losses: dict[str, LossHistory] = {}
+        self.loss_steps: dict[str, int] = {}  # mode -> training step of its latest loss
         self.logged: dict[tuple[str, str], float] = {}
         self.confusion: dict[tuple[str, str], float] = {}
         self.input_samples = 0.0
@@ -178,12 +181,20 @@ class HealthState:
             row.setdefault("unchanged", 0.0)
 
     def observe_loss(
-        self, mode: str, step: int, loss: float, timestamp: float | None = None
+        self,
+        mode: str,
+        step: int,
+        loss: float,
+        timestamp: float | None = None,
+        mode_step: int | None = None,
     ) -> None:
+        """A loss saved at training step `step`; LossNotDecreasing compares losses
+        `num_steps` apart in their mode's steps (`mode_step`, smdebug's; default `step`)."""
         history = self.losses.get(mode)
         if history is None:
             history = self.losses[mode] = LossHistory(self.loss_num_steps, self.loss_delta)
-        history.observe(step, float(loss))
+        if history.observe(step if mode_step is None else mode_step, float(loss)):
+            self.loss_steps[mode] = step
         if timestamp is not None:
             self.last_save_time = timestamp
 
@@ -310,7 +321,9 @@ class HealthState:
             contract.TRAINING_LOSS, ["mode"], [(ident + [m], v) for m, (_, v) in latest]
         )
         yield fam.gauge(
-            contract.TRAINING_LOSS_STEP, ["mode"], [(ident + [m], s) for m, (s, _) in latest]
+            contract.TRAINING_LOSS_STEP,
+            ["mode"],
+            [(ident + [m], self.loss_steps.get(m, s)) for m, (s, _) in latest],
         )
         evaluations = [
             (m, threshold_label(n), e) for m, h in modes for n, e in sorted(h.evaluations.items())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from trainprof.contract import metrics as contract
+from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     one_alert,
@@ -36,16 +37,37 @@ class LossNotDecreasingParams:
     scan_interval_us: int = scan_interval_param()
 
 
+# SageMaker's LossNotDecreasing reads one mode's losses: EVAL's if any, else TRAIN's, else
+# GLOBAL's (RULE-SEMANTICS.md section 4).
+LOSS_MODES = ("eval", "train", "global")
+
+
 def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
     p = b.p
-    equal = {"num_steps": str(p.num_steps)}
-    if p.mode:
-        equal["mode"] = p.mode
-    evaluated = b.sel(contract.TRAINING_LOSS_EVALUATED, **equal)
-    baseline = b.sel(contract.TRAINING_LOSS_BASELINE, **equal)
     factor = 1 - p.diff_percent / 100
+    equal = {"num_steps": str(p.num_steps)}
+
+    def judged(mode: str) -> str:
+        evaluated = b.sel(contract.TRAINING_LOSS_EVALUATED, mode=mode, **equal)
+        baseline = b.sel(contract.TRAINING_LOSS_BASELINE, mode=mode, **equal)
+        return f"{evaluated}\n>= {baseline} * {factor:.10g}"
+
+    if p.mode:
+        expr = judged(p.mode)
+    else:
+        parts = []
+        for i, mode in enumerate(LOSS_MODES):
+            part = judged(mode)
+            if i:
+                before = "|".join(LOSS_MODES[:i])
+                b.sel(contract.TRAINING_LOSS)  # in the metric contract
+                mode_matcher = promql.Matcher("mode", "=~", before)
+                saved = promql.selector(contract.TRAINING_LOSS, [*b.matchers, mode_matcher])
+                part = f"({part}\nunless ignoring (mode, num_steps)\n{saved})"
+            parts.append(part)
+        expr = "\nor\n".join(parts)
     return one_alert(
-        expr=f"{evaluated}\n>= {baseline} * {factor:.10g}",
+        expr=expr,
         summary="The loss is not decreasing.",
         description=(
             f"Job {JOB}, {{{{ $labels.mode }}}} loss: {{{{ $value }}}} at the latest "
@@ -113,7 +135,9 @@ def _overfit(b: Build[OverfitParams]) -> RuleOutput:
     p = b.p
     train = b.sel(contract.TRAINING_LOSS, mode="train")
     valid = b.sel(contract.TRAINING_LOSS, mode="eval")
-    step = b.sel(contract.TRAINING_LOSS_STEP, mode="train")
+    # the training step reached: the latest loss of any mode (SageMaker invoked the rule at
+    # every saved step, a validation step included)
+    step = f"max without (mode) ({b.sel(contract.TRAINING_LOSS_STEP)})"
     expr = (
         f"({valid} - ignoring (mode) {train})\n/ ignoring (mode) abs({train})\n"
         f"> {p.ratio_threshold:g}\nand ignoring (mode)\n{step} >= {p.start_step}"
