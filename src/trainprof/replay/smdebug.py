@@ -277,7 +277,7 @@ def fold(
                 pred = pred.argmax(dim=-1)
             k = contract.MAX_CLASSES + 1
             counts = r.confusion_pairs(lab, pred, k).tolist()
-            state.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n})
+            state.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n}, step)
         if tensors_seen:
             state.observe_save(step, wall_time)
         yield Snapshot(step, wall_time, state)

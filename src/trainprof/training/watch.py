@@ -328,7 +328,9 @@ class Watcher:
                 k = contract.MAX_CLASSES + 1
                 counts = host[offset : offset + k * k]
                 offset += k * k
-                health.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n})
+                health.observe_classes(
+                    {(i // k, i % k): n for i, n in enumerate(counts) if n}, self.step
+                )
             if inputs is not None:
                 sums = host[offset : offset + inputs[1].numel()]
                 offset += inputs[1].numel()

@@ -143,6 +143,8 @@ class HealthState:
         self.loss_steps: dict[str, int] = {}  # mode -> training step of its latest loss
         self.logged: dict[tuple[str, str], float] = {}
         self.confusion: dict[tuple[str, str], float] = {}
+        self.saved_confusion: dict[tuple[str, str], float] = {}  # of the latest save
+        self.classes_step: int | None = None
         self.input_samples = 0.0
         self.channel_sums: dict[int, float] = {}
         self.tokens = 0.0
@@ -208,11 +210,18 @@ class HealthState:
         self.logged[key] = float(value)
         return True
 
-    def observe_classes(self, pairs: Mapping[tuple[int, int], float]) -> None:
-        """Counts of (true class, predicted class) among saved samples."""
+    def observe_classes(
+        self, pairs: Mapping[tuple[int, int], float], step: int | None = None
+    ) -> None:
+        """Counts of (true class, predicted class) among the samples saved at training step
+        `step` (several calls for one step add up; None: a save of its own)."""
+        if step is None or step != self.classes_step:
+            self.saved_confusion = {}
+        self.classes_step = step
         for (label, predicted), n in pairs.items():
             key = (_class_label(label), _class_label(predicted))
             self.confusion[key] = self.confusion.get(key, 0.0) + float(n)
+            self.saved_confusion[key] = self.saved_confusion.get(key, 0.0) + float(n)
 
     def observe_inputs(self, samples: float, channel_sums: Mapping[int, float]) -> None:
         """Saved input samples and each channel's sum of per-sample means."""
@@ -272,6 +281,10 @@ class HealthState:
             rows = [(ident + [a, b], n) for (a, b), n in sorted(self.confusion.items())]
             yield fam.counter(
                 contract.CLASSIFICATION_SAMPLES_TOTAL, ["label_class", "predicted_class"], rows
+            )
+            rows = [(ident + [a, b], n) for (a, b), n in sorted(self.saved_confusion.items())]
+            yield fam.gauge(
+                contract.CLASSIFICATION_SAVED_SAMPLES, ["label_class", "predicted_class"], rows
             )
         if self.input_samples:
             yield fam.counter(contract.INPUT_SAMPLES_TOTAL, [], [(ident, self.input_samples)])
