@@ -533,3 +533,16 @@ def required_inputs(config: RulesConfig) -> dict[str, Any]:
             needed[key].append(value)
     needed["datapoint_interval"] = config.datapoint_interval
     return needed
+
+
+def process_settings(config: RulesConfig) -> list[str]:
+    """What the training processes compute differently from their defaults for these
+    tensor rules (LossNotDecreasing's num_steps, Overtraining's delta, ...): each a line
+    naming the parameter; they must be given the configuration (TRAINPROF_RULES_CONFIG)."""
+    said: list[str] = []
+    for instance in config.rules:
+        if instance.spec.inputs is None or instance.spec.reads_exporter:
+            continue
+        build = _build_context(config, instance, said)
+        instance.spec.inputs(build)
+    return list(dict.fromkeys(said))

@@ -152,6 +152,24 @@ class HealthState:
         self.feature_top: list[float] = []
         self.tree_depth: float | None = None
 
+    def configure(
+        self,
+        *,
+        loss_num_steps: Iterable[int],
+        loss_delta: float,
+        token_values: Iterable[int],
+        **_process: float,
+    ) -> None:
+        """Compute with a rule configuration's settings from now on (losses already logged
+        are kept; `_process`: what the watcher's hooks take, not this state)."""
+        self.loss_num_steps = tuple(loss_num_steps)
+        self.loss_delta = loss_delta
+        for history in self.losses.values():
+            history.num_steps = tuple(sorted({int(n) for n in self.loss_num_steps}))
+            history.delta = loss_delta
+        for token in token_values:
+            self.token_matches.setdefault(str(int(token)), 0.0)
+
     # --- observations --------------------------------------------------------------------
 
     def observe_save(self, step: int, timestamp: float | None = None) -> None:

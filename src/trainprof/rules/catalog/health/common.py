@@ -79,8 +79,8 @@ def warn_process_default(b: Build, name: str, default: str, so: str = "") -> Non
     """Parameter `name` is not what the training process computes with by `default`: the
     process must be given the configuration."""
     b.warnings.append(
-        f"{b.path(name)}: the training process {default} by default; give "
-        f"trainprof.torch.watch(rules_config=...) this configuration{so}"
+        f"{b.path(name)} = {getattr(b.p, name)!r}: the training process {default} by "
+        f"default; give it this configuration (TRAINPROF_RULES_CONFIG){so}"
     )
 
 

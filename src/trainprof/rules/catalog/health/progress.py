@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
 from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
@@ -40,6 +41,10 @@ class LossNotDecreasingParams:
 # SageMaker's LossNotDecreasing reads one mode's losses: EVAL's if any, else TRAIN's, else
 # GLOBAL's (RULE-SEMANTICS.md section 4).
 LOSS_MODES = ("eval", "train", "global")
+# A firing LossNotDecreasing resolves only after this many rule evaluations in a row found
+# the loss decreasing: one evaluation's noise (a lucky batch) does not resolve it and fire it
+# again at the next.
+HOLD_EVALUATIONS = 3
 
 
 def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
@@ -66,6 +71,11 @@ def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
                 part = f"({part}\nunless ignoring (mode, num_steps)\n{saved})"
             parts.append(part)
         expr = "\nor\n".join(parts)
+    # Held through noise: once fired, it resolves only after HOLD_EVALUATIONS evaluations in
+    # a row found the loss decreasing (the `or` keeps the onset at the evaluation itself).
+    scan = p.scan_interval_us / 1e6
+    window, step = format_duration(HOLD_EVALUATIONS * scan), format_duration(scan)
+    expr = f"{expr}\nor\nmax_over_time((\n{expr}\n)[{window}:{step}])"
     return one_alert(
         expr=expr,
         summary="The loss is not decreasing.",
@@ -110,9 +120,12 @@ LOSS_NOT_DECREASING = tensor_rule(
         "Reading of `diff_percent`: the documented one, fire when "
         "`loss_s >= loss_prev x (1 - diff_percent/100)`. SageMaker's 2019 test passed only "
         "with the opposite (`loss_s >= loss_prev x (1 + diff_percent/100)`); both agree at "
-        "`diff_percent` 0. Without `mode`, each mode's losses are judged separately (the "
-        "original picked one mode: eval, else train, else global). "
-        "`increase_threshold_percent` is accepted and not used."
+        "`diff_percent` 0. "
+        "`increase_threshold_percent` is accepted and not used. Without `mode`, the losses "
+        "of one mode are judged, as in the original: eval's if any was logged, else "
+        "train's, else global's. Once fired, the alert resolves only after 3 evaluations in "
+        "a row found the loss decreasing (noise does not resolve and re-fire it); SageMaker's "
+        "verdict, once IssuesFound, never went back."
     ),
 )
 
