@@ -74,7 +74,10 @@ def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
     # Held through noise: once fired, it resolves only after HOLD_EVALUATIONS evaluations in
     # a row found the loss decreasing (the `or` keeps the onset at the evaluation itself).
     scan = p.scan_interval_us / 1e6
-    window, step = format_duration(HOLD_EVALUATIONS * scan), format_duration(scan)
+    # the last HOLD_EVALUATIONS evaluations: half a scan short, so a range closed at its
+    # start (Prometheus 2) and one open there (Prometheus 3) hold the same points
+    window = format_duration((HOLD_EVALUATIONS - 0.5) * scan)
+    step = format_duration(scan)
     expr = f"{expr}\nor\nmax_over_time((\n{expr}\n)[{window}:{step}])"
     return one_alert(
         expr=expr,
