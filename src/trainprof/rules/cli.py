@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
         labels=dict(args.label),
         warn=None if quiet else files.print_warning,
     )
+    if not quiet:
+        _print_process_settings(config, args.config)
     if args.output == "-":
         sys.stdout.write(text)
         return 0
@@ -120,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
             f"{n_alerts} alerting rules in {len(compiled.groups)} groups",
             file=sys.stderr,
         )
-        _print_process_settings(config, args.config)
     return 0
 
 
