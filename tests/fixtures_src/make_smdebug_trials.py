@@ -639,7 +639,7 @@ CASES.update(
                 "fires",
                 images([(0.8, 0.0, 0.0)] * 3),
             ),
-            "fire-pytorch-name-at-2": (
+            "fire-pytorch-name-at-3": (
                 {"threshold_mean": 0.5, "threshold_samples": 8, "regex": ".*Net_input_0"},
                 "fires",
                 _named_images,
