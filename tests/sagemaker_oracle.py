@@ -13,6 +13,11 @@ The choices the description leaves open, taken here and named in the agreement t
 - Overfit: at each invocation from `start_step` (a global step), the latest validation and
   training losses; `patience` invocations in a row.
 - Confusion: the labels and predictions saved at the invoked step.
+- SimilarAcrossRuns: tensors of one name differ beyond numpy.allclose's default tolerances.
+- StalledTrainingRule: the step saved before a silence longer than `threshold` (the events'
+  wall times, as smdebug's FileReader reads them).
+- PoorWeightInitialization: judged at the steps up to `steps`; a loss not improving by more
+  than 0.01 for `patience` saves.
 - ClassImbalance, CheckInputImages, NLPSequenceRatio: everything saved up to the step.
 """
 
@@ -396,7 +401,68 @@ def feature_importance_overweight(view: View, threshold=0.8, nfeatures=3, **_) -
     return _first(view, condition)
 
 
+def stalled_training_rule(view: View, threshold=1800, **_) -> int | None:
+    """No new tensor written for `threshold` seconds: the step saved before the silence."""
+    when = {s: max(t["wall_time"] for t in view.at(s)) for s in view.steps}
+    for before, after in zip(view.steps, view.steps[1:]):
+        if when[after] - when[before] > float(threshold):
+            return before
+    return None
+
+
+def similar_across_runs(
+    view: View, other_trials: str, collection_names=(), tensor_regex=None, **_
+) -> int | None:
+    """The two runs' tensors of one name differ at a step both saved (numpy.allclose's
+    default tolerances)."""
+    other = View(Path(other_trials) / "smdebug-read.json")
+
+    def differ(s):
+        theirs = {t["name"]: t["value"] for t in other.at(s)}
+        return any(
+            t["name"] in theirs
+            and not np.allclose(t["value"], theirs[t["name"]], rtol=1e-5, atol=1e-8)
+            for t in view.chosen(view.at(s), _names(collection_names), tensor_regex)
+        )
+
+    return _first(view, lambda s: s in other.steps and differ(s))
+
+
+def poor_weight_initialization(
+    view: View,
+    activation_inputs_regex=".*relu_input|.*tanh_input|.*sigmoid_input",
+    threshold=10.0,
+    distribution_range=0.001,
+    patience=5,
+    steps=10,
+) -> int | None:
+    best, since = None, 0
+    for s in view.steps:
+        for t in view.chosen(view.at(s), ["losses"]):
+            loss = float(t["value"].mean())
+            if best is None or loss < best - 0.01:
+                best, since = loss, 0
+            else:
+                since += 1
+        if s > int(steps):
+            continue
+        inputs = [t for t in view.at(s) if re.search(activation_inputs_regex, t["name"])]
+        variances = [float(np.var(t["value"])) for t in inputs]
+        if len(variances) > 1 and max(variances) / min(variances) > float(threshold):
+            return s
+        for g in view.chosen(view.at(s), ["gradients"]):
+            low, high = np.percentile(g["value"].astype(float), [5, 95])
+            if high - low < float(distribution_range):
+                return s
+        if since >= int(patience):
+            return s
+    return None
+
+
 RULES: dict[str, Callable[..., int | None]] = {
+    "StalledTrainingRule": stalled_training_rule,
+    "SimilarAcrossRuns": similar_across_runs,
+    "PoorWeightInitialization": poor_weight_initialization,
     "VanishingGradient": vanishing_gradient,
     "ExplodingTensor": exploding_tensor,
     "LossNotDecreasing": loss_not_decreasing,

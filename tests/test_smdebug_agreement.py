@@ -38,14 +38,15 @@ def test_every_rule_has_two_firing_and_two_quiet_cases():
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_trainprof_replay_fires_at_sagemakers_step(case, promtool, tmp_path):
     trial = DATA / case.get("trial", f"{case['rule']}/{case['case']}")
-    expected = first_fired(case["rule"], trial, case["parameters"])
+    parameters = dict(case["parameters"])
+    if "other_trials" in parameters:  # SimilarAcrossRuns: the other run's trial
+        parameters["other_trials"] = str(DATA / parameters["other_trials"])
+    expected = first_fired(case["rule"], trial, parameters)
     if case["intent"] == "fires":
         assert expected is not None, "the case was written to fire"
     elif case["intent"] == "quiet":
         assert expected is None, "the case was written to stay quiet"
-    config = load_config(
-        {"rules": [{"rule": case["rule"], "parameters": case["parameters"]}]}, "case"
-    )
+    config = load_config({"rules": [{"rule": case["rule"], "parameters": parameters}]}, "case")
     result = replay_trial(str(trial), config, promtool=promtool, workdir=str(tmp_path))
     assert not [n for n in result.notes if "checksum" in n or "could not be decoded" in n]
     verdict = result.rules[case["rule"]]

@@ -31,6 +31,7 @@ import numpy as np
 from smdebug.core.collection import Collection
 from smdebug.core.collection_manager import CollectionManager
 from smdebug.core.modes import ModeKeys
+from smdebug.core.reader import FileReader
 from smdebug.core.save_config import SaveConfig
 from smdebug.core.writer import FileWriter
 from smdebug.trials import create_trial
@@ -56,6 +57,7 @@ class Trial:
         self.membership: dict[str, str] = {}  # tensor -> collection
         self.save_interval = save_interval
         self.regex = dict(SAGEMAKER_REGEX)
+        self.times: dict[int, float] = {}  # step -> the wall time its events carry
 
     def save(self, step, tensors, collection, mode=TRAIN, mode_step=None, worker=None):
         worker = worker or self.workers[0]
@@ -80,7 +82,7 @@ class Trial:
                         tname=name,
                         mode=mode,
                         mode_step=mode_step,
-                        timestamp=WALL + step,
+                        timestamp=self.times.get(step, WALL + step),
                     )
             writer.close()
         for worker in self.workers:
@@ -121,6 +123,13 @@ def read_back(root: Path) -> dict:
                         "value": _plain(value),
                     }
                 )
+    stamps = {}
+    for path in sorted((root / "events").rglob("*.tfevents")):
+        worker = path.name.split("_", 1)[1].rsplit(".", 1)[0]
+        for e in FileReader(str(path)).read_events():
+            stamps[(e["step"], worker, e["name"])] = e["timestamp"]
+    for t in tensors:
+        t["wall_time"] = stamps[(t["step"], t["worker"], t["name"])]
     tensors.sort(key=lambda t: (t["step"], t["worker"], t["name"]))
     collections = {
         name: sorted(trial.tensor_names(collection=name))
@@ -745,6 +754,82 @@ HOOK_CASES = {
 }
 
 
+def _stalled(gaps: dict[int, float], steps: int = 6) -> Trial:
+    """Saves 10 s apart, but `gaps[step]` seconds after step `step`."""
+    t = Trial()
+    now = WALL
+    for step in range(steps):
+        t.save(step, {"fc1.weight": scaled(0.3)}, "weights")
+        t.times[step] = now
+        now += gaps.get(step, 10.0)
+    return t
+
+
+def _similar(diverge_from: int | None, relative: float, steps: int = 4) -> tuple[Trial, Trial]:
+    """Two runs saving the same weights, until `diverge_from` where the second's differ."""
+    one, two = Trial(), Trial()
+    for step in range(steps):
+        w = scaled(0.5)
+        other = w if diverge_from is None or step < diverge_from else f32(w * (1 + relative))
+        one.save(step, {"fc1.weight": w}, "weights")
+        two.save(step, {"fc1.weight": other}, "weights")
+    return one, two
+
+
+def _poor_init(variances: list[tuple[float, float]], spread: list[float] | None = None):
+    """Two ReLU layers' inputs with these variances per step, and a gradient per step whose
+    5-95 percentile range is `spread[step]` (default: wide)."""
+    t = Trial()
+    for step, (v1, v2) in enumerate(variances):
+        t.save(step, {"layer1_relu_input": with_variance(v1, (40, 8))}, "relu_input")
+        t.save(step, {"layer2_relu_input": with_variance(v2, (40, 8))}, "relu_input")
+        width = (spread or [])[step] if spread and step < len(spread) else 3.3
+        g = rng.normal(size=(20, 20))
+        g = g / (np.percentile(g, 95) - np.percentile(g, 5)) * width
+        t.save(step, {"gradient/fc1.weight": f32(g)}, "gradients")
+    return t
+
+
+SIMILAR = {
+    "fire-at-2": ({}, "fires", _similar(2, 0.05)),
+    "fire-at-0": ({}, "fires", _similar(0, 0.5)),
+    "quiet-identical": ({}, "quiet", _similar(None, 0.0)),
+    "quiet-within-rtol": ({}, "quiet", _similar(1, 1e-7)),
+}
+CASES.update(
+    {
+        "StalledTrainingRule": {
+            "fire-after-3": ({"threshold": 100}, "fires", _stalled({3: 200})),
+            "fire-after-1": ({"threshold": 100}, "fires", _stalled({1: 150, 4: 300})),
+            "quiet-short-gaps": ({"threshold": 100}, "quiet", _stalled({1: 90, 3: 95})),
+            "quiet-larger-threshold": ({"threshold": 300}, "quiet", _stalled({3: 200})),
+        },
+        "PoorWeightInitialization": {
+            "fire-variance-ratio-at-2": (
+                {"threshold": 20, "distribution_range": 0.01, "steps": 4},
+                "fires",
+                _poor_init([(1, 2), (1, 3), (1, 50), (1, 50)]),
+            ),
+            "fire-narrow-gradient-at-1": (
+                {"threshold": 20, "distribution_range": 0.01, "steps": 4},
+                "fires",
+                _poor_init([(1, 2)] * 4, [3.3, 0.005, 3.3, 3.3]),
+            ),
+            "quiet-ratio-under": (
+                {"threshold": 20, "distribution_range": 0.01, "steps": 4},
+                "quiet",
+                _poor_init([(1, 15)] * 4),
+            ),
+            "quiet-after-its-steps": (
+                {"threshold": 20, "distribution_range": 0.01, "steps": 4},
+                "quiet",
+                _poor_init([(1, 2)] * 6 + [(1, 50)]),
+            ),
+        },
+    }
+)
+
+
 def main() -> int:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -756,6 +841,22 @@ def main() -> int:
             trial.write(root)
             (root / "smdebug-read.json").write_text(json.dumps(read_back(root)) + "\n")
             index.append({"rule": rule, "case": case, "parameters": params, "intent": intent})
+    for case, (params, intent, (one, two)) in SIMILAR.items():
+        for trial, root in (
+            (one, OUT / "SimilarAcrossRuns" / case),
+            (two, OUT / "SimilarAcrossRuns" / f"{case}.other"),
+        ):
+            root.mkdir(parents=True)
+            trial.write(root)
+            (root / "smdebug-read.json").write_text(json.dumps(read_back(root)) + "\n")
+        index.append(
+            {
+                "rule": "SimilarAcrossRuns",
+                "case": case,
+                "intent": intent,
+                "parameters": {**params, "other_trials": f"SimilarAcrossRuns/{case}.other"},
+            }
+        )
     root = OUT / "hook-pytorch"
     hook_trial(root)
     (root / "smdebug-read.json").write_text(json.dumps(read_back(root)) + "\n")
