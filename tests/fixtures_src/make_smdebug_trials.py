@@ -508,7 +508,7 @@ DEAD = {u: 0.05 for u in range(5)}  # five of ten units positive in 5 % of sampl
 CASES.update(
     {
         "UnchangedTensor": {
-            "fire-held-from-2": (
+            "fire-held-after-2": (
                 {"num_steps": 2, "rtol": 1e-3, "atol": 0, "collection_names": "weights"},
                 "fires",
                 _held(2),
@@ -596,7 +596,7 @@ CASES.update(
             ),
         },
         "ClassImbalance": {
-            "fire-imbalance-at-2": (
+            "fire-imbalance-at-1": (
                 {"threshold_imbalance": 3, "threshold_misprediction": 0.9, "samples": 40},
                 "fires",
                 classes([[0] * 16 + [1] * 4] * 3, [[0] * 16 + [1] * 4] * 3),
