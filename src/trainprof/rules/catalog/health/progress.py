@@ -191,7 +191,10 @@ OVERFIT = tensor_rule(
     ),
     differences=(
         "Compares the latest saved loss of each mode (the original compared means over its "
-        "evaluation window). `patience` becomes a `for:` of patience - 1 scan intervals."
+        "evaluation window). `patience` becomes a `for:` of patience - 1 scan intervals. "
+        "`start_step` is compared with the step of the latest loss of any mode, as the "
+        "original was invoked at every saved step, validation steps included (log eval "
+        "losses with `step=` for the two to count alike)."
     ),
 )
 
