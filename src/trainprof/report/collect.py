@@ -160,10 +160,8 @@ def from_trial(
     end = max([*times, trial.end_time or start])
     verdicts = {}
     for name, v in result.rules.items():
-        saved = len(result.steps)
-        status = RuleStatus("fired" if v.fired else "quiet", datapoints=saved)
-        if not v.evaluated:
-            status = RuleStatus("no_data", reason="the trial holds nothing this rule reads")
+        # datapoints: the saved steps at which the rule had its input (None: not counted)
+        status = RuleStatus(v.status, datapoints=v.datapoints, reason=v.reason)
         alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
         verdicts[name] = Verdict(alerts, status)
     return Collected(

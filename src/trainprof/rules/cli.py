@@ -113,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         labels=dict(args.label),
         warn=None if quiet else files.print_warning,
     )
+    if not quiet:
+        _print_process_settings(config, args.config)
     if args.output == "-":
         sys.stdout.write(text)
         return 0
@@ -134,6 +136,24 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _print_process_settings(config: RulesConfig, source: str | None) -> None:
+    """Which settings the training processes must be given for the tensor rules."""
+    from trainprof.rules.compiler import process_settings
+
+    settings = process_settings(config)
+    if not settings:
+        return
+    print(
+        "note: the training processes compute these tensor rules' inputs; start them with "
+        f"TRAINPROF_RULES_CONFIG={source or 'FILE'} (trainprof.start() and "
+        "trainprof.torch.watch() read it), or the rules find none of their series "
+        "(TrainprofRuleInputMissing):",
+        file=sys.stderr,
+    )
+    for line in settings:
+        print(f"  {line}", file=sys.stderr)
 
 
 def _print_catalog() -> None:
