@@ -3,11 +3,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: help setup tools demo test check generate clean
+.PHONY: help setup tools demo test test-fast check generate clean
 
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
-	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
+	@echo "make test      set up, then run every test (real promtool / prometheus / amtool) and list the 30 slowest"
+	@echo "make test-fast the unit, doctest and promtool tiers in parallel (under 2 minutes): run it before each commit;"
+	@echo "               it leaves out the tiers marked live (Prometheus, Alertmanager, VictoriaMetrics), helm,"
+	@echo "               browser (Chromium, node), hta (Holistic Trace Analysis) and torch (training a model),"
+	@echo "               which make test runs"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/, helm/)"
 	@echo "make check     fail on a lint or format finding in the Python files, a type finding in src/, a drifted generated artifact, an invalid rule file or a helm lint finding"
 
@@ -29,7 +33,16 @@ demo: setup
 	$(PY) -m trainprof.demo
 
 test: setup
-	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest
+	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest --durations=30
+
+# The tiers are markers tests/conftest.py sets from the fixtures each test uses. --dist
+# loadgroup keeps each scenario file's cases on one worker, so it runs in one promtool process.
+JOBS ?= auto
+FAST := not (live or helm or browser or hta or torch)
+
+test-fast: setup
+	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest -q -n $(JOBS) \
+	  --dist loadgroup -m "$(FAST)"
 
 generate: $(VENV)/.installed
 	$(PY) -m trainprof.generation.generate
