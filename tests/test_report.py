@@ -228,9 +228,10 @@ def test_a_screenshot_of_the_report_shows_every_chart_drawn(replayed, chromium, 
         colors = {c for c in chart["colors"] if re.fullmatch(r"#[0-9a-f]{6}", c)}
         assert colors and len(colors) == len(set(chart["colors"])), chart
         left, top, right, bottom = (round(v) for v in chart["box"])
+        assert right - left >= 300 and bottom - top >= 100, chart  # shown, at a readable size
         drawn = sum(painted(image[top:bottom, left:right], c) for c in colors)
-        # A series across the plot paints a few hundred pixels of its colour; none, when the
-        # chart is blank, its marks empty or unpainted.
+        # A series across the plot paints several hundred pixels of its colour (a line 1.6 px
+        # wide); a chart whose marks are empty or unpainted, a fraction of that.
         assert drawn >= (right - left) // 2, f"{chart['label']!r}: {drawn} pixels of {colors}"
 
 

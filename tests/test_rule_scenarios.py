@@ -1,10 +1,11 @@
 """Every scenario in tests/scenarios runs through the real `promtool test rules`.
 
 Each case is its own test, but the cases of one scenario file run in one promtool process
-(promtool's start dominates a case's time): the first case of a file to run writes every
-selected case of that file into its own directory and runs `promtool test rules` over all of
-them; each case then reads its own block of promtool's report. The `xdist_group` mark keeps a
-file's cases on one pytest-xdist worker (`--dist loadgroup`), so no file runs twice.
+(starting promtool takes longer than most cases take to run): the first case of a file to
+run writes every selected case of that file into a directory of its own and runs `promtool
+test rules` over all of them; each case then reads its own block of promtool's report. The
+`xdist_group` mark keeps a file's cases on one pytest-xdist worker (`--dist loadgroup`), so
+no file runs twice.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from scenario import load_cases, promtool_files
 
 CASES = load_cases()
+BATCHES = pytest.StashKey[dict]()
 BLOCK = re.compile(r"^Unit Testing: +(\S+)\n(.*?)(?=^Unit Testing: |\Z)", re.MULTILINE | re.DOTALL)
 
 
@@ -31,11 +33,11 @@ def _batch(request, promtool: str, tmp_path_factory, scenario: str) -> tuple[Pat
     done = request.config.stash.setdefault(BATCHES, {})
     if scenario not in done:
         selected = [
-            item.callspec.id
+            item.callspec.params["case_id"]
             for item in request.session.items
             if item.originalname == "test_scenario"
             and item.module is request.module
-            and scenario_file(item.callspec.id) == scenario
+            and scenario_file(item.callspec.params["case_id"]) == scenario
         ]
         cases = dict(CASES)
         workdir = tmp_path_factory.mktemp(scenario)
@@ -57,9 +59,6 @@ def _batch(request, promtool: str, tmp_path_factory, scenario: str) -> tuple[Pat
     return done[scenario]
 
 
-BATCHES = pytest.StashKey[dict]()
-
-
 @pytest.mark.parametrize(
     "case_id",
     [pytest.param(i, id=i, marks=pytest.mark.xdist_group(scenario_file(i))) for i, _ in CASES],
@@ -74,3 +73,8 @@ def test_scenario(case_id, promtool, tmp_path_factory, request):
             f"promtool test rules failed for {case_id!r} (files in {workdir}):\n{blocks[case_id]}",
             pytrace=False,
         )
+
+
+def test_each_case_has_a_name_of_its_own_in_its_file():
+    names = [case_id for case_id, _ in CASES]
+    assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
