@@ -8,7 +8,7 @@ PYTHON ?= python3
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool) and list the 30 slowest"
-	@echo "make test-fast the unit, doctest and promtool tiers in parallel (under 2 minutes): run it before each commit;"
+	@echo "make test-fast the unit, doctest and promtool tiers in parallel (about 4 CPU-minutes): run it before each commit;"
 	@echo "               it leaves out the tiers marked live (Prometheus, Alertmanager, VictoriaMetrics), helm,"
 	@echo "               browser (Chromium, node), hta (Holistic Trace Analysis) and torch (training a model),"
 	@echo "               which make test runs"
