@@ -11,8 +11,6 @@ import pytest
 
 from smdebug_writer import write_trial
 
-pytestmark = pytest.mark.tools
-
 LOSS = "CrossEntropyLoss_output_0"
 
 

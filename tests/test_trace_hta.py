@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,25 +40,15 @@ CLASS_NAMES = {
 }
 
 
-def _require_hta() -> None:
-    try:
-        import hta  # noqa: F401
-    except ImportError:
-        message = "holistictraceanalysis is not installed (the test extra has it)"
-        if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
-            pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure")
-        pytest.skip(message)
-
-
 def _trace(name: str) -> Path:
     path = TRACES / f"{name}.pt.trace.json.gz"
     assert path.is_file(), f"missing test data {path}"
     return path
 
 
-def hta(path: Path, *flags: str) -> dict:
+def hta(peer: list[str], path: Path, *flags: str) -> dict:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hta_peer.py"), str(path), *flags],
+        [*peer, str(path), *flags],
         capture_output=True,
         text=True,
         timeout=300,
@@ -94,11 +83,10 @@ def close(ours_s: float, theirs_us: float) -> bool:
 
 
 @pytest.fixture(scope="module", params=NAMES)
-def pair(request, tmp_path_factory):
-    _require_hta()
+def pair(request, tmp_path_factory, hta_peer):
     path = _trace(request.param)
     stripped = without_sync_events(path, tmp_path_factory.mktemp(request.param))
-    return request.param, trainprof(path), hta(path), hta(stripped)
+    return request.param, trainprof(path), hta(hta_peer, path), hta(hta_peer, stripped)
 
 
 def test_temporal_breakdown_agrees(pair):
@@ -138,13 +126,12 @@ def test_top_kernels_agree(pair):
         assert abs(mine["seconds"] * 1e6 - peer["sum_us"]) < 1, (name, mine["name"])
 
 
-def test_hta_default_rounding_is_the_remaining_gap(tmp_path):
+def test_hta_default_rounding_is_the_remaining_gap(tmp_path, hta_peer):
     """With HTA's default rounding of ns timestamps to whole us, its busy time on the NCCL
     trace drops by about 1 us per event boundary; rounding the trace the same way on our
     side brings trainprof onto HTA's figure."""
-    _require_hta()
     path = _trace("a100-nccl-training")
-    rounded_hta = hta(path, "--hta-rounding")
+    rounded_hta = hta(hta_peer, path, "--hta-rounding")
     ours = trainprof(path)
     busy_us = (ours["span_seconds"] - ours["idle_seconds"]) * 1e6
     gap = busy_us - (rounded_hta["kernel_time_us"] - rounded_hta["idle_time_us"])

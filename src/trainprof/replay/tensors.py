@@ -6,9 +6,12 @@ health series, `STEP_SECONDS` apart, and promtool's rule engine evaluates the co
 after every one. A rule's `first_fired_step` is the training step of the first saved step
 after which its alert fired.
 
-    >>> result = replay_trial("debug-output/", config)      # doctest: +SKIP
-    >>> result.rules["LossNotDecreasing"].first_fired_step   # doctest: +SKIP
-    12
+    >>> from trainprof.rules.config import load_config
+    >>> config = load_config({"rules": [{"rule": "LossNotDecreasing",
+    ...                                  "parameters": {"num_steps": "4", "mode": "TRAIN"}}]})
+    >>> trial = "tests/data/smdebug-trials/LossNotDecreasing/fire-train-plateau"  # flat from 12
+    >>> replay_trial(trial, config).rules["LossNotDecreasing"].first_fired_step
+    16
 """
 
 from __future__ import annotations

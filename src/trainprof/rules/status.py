@@ -6,8 +6,10 @@ evaluate the same queries (`status_queries`) over their series, through promtool
 Prometheus, and `decide` turns the answers into a status and a measure, SageMaker's
 "datapoints analysed" and how close the rule came to its threshold:
 
-    >>> decide("CPUBottleneck", False, results).as_json()          # doctest: +SKIP
-    {'status': 'quiet', 'datapoints': 1508, 'measured': {'value': 0.47, 'peak': 0.61,
+    >>> from trainprof.replay import replay
+    >>> result = replay("tests/data/real-sagemaker/trimcrae-8xtt-redock", None)
+    >>> result.rules["CPUBottleneck"].status.as_json()  # doctest: +NORMALIZE_WHITESPACE
+    {'status': 'quiet', 'datapoints': 1422, 'measured': {'value': 0.4641, 'peak': 0.7403,
      'threshold': 0.5, 'fires': 'above', 'parameter': 'threshold = 50%', 'unit': 'percentunit'}}
 """
 

@@ -1,6 +1,7 @@
 """One rank's kernel-level summary: the JSON contract of `trainprof trace summarize`.
 
-    >>> s = summarize(read_trace("a100-alexnet.pt.trace.json.gz"))
+    >>> from trainprof.trace.load import read_trace
+    >>> s = summarize(read_trace("tests/data/real-gpu-traces/a100-alexnet.pt.trace.json.gz"))
     >>> s["span_seconds"], s["idle_seconds"], s["gpu_time_seconds"]
     (12.920244, 12.854103, {'compute': 0.01063, 'memory': 0.055511})
 
