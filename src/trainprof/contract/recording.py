@@ -146,12 +146,16 @@ class Writer:
 class Appender:
     """Appends records to a recording file, whole lines per `flush()` (see the module doc).
 
-    Raises OSError when the file cannot be created. Thread-safe.
+    Creates the file's folder when it does not exist yet (`runs/today/x.jsonl.gz`); raises
+    OSError when the folder or the file cannot be created. Thread-safe.
     """
 
     def __init__(self, path: str):
         self.path = path
         self._gzip = path.endswith(".gz")
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
         self._file: IO[bytes] | None = open(path, "wb")
         self._pending: list[str] = []
         self._lock = threading.RLock()  # SIGTERM's handler may flush on a flushing thread
