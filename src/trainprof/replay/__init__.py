@@ -19,6 +19,7 @@ from trainprof.replay.result import (
     ReplayResult,
     Samples,
     Verdict,
+    reads_training,
 )
 
 __all__ = [
@@ -33,5 +34,6 @@ __all__ = [
     "detect_format",
     "load_timeline",
     "query_step",
+    "reads_training",
     "replay",
 ]

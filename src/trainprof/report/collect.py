@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterator
 
+from trainprof.contract.metrics import TRAINING_START_TIMESTAMP_SECONDS
 from trainprof.contract.names import JOB_LABEL
 from trainprof.dashboards.queries import presence, presence_names
 from trainprof.engines.prometheus_api import (
@@ -23,7 +24,7 @@ from trainprof.engines.prometheus_api import (
     PrometheusAPIError,
     Series,
 )
-from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
+from trainprof.replay import FiredAlert, Query, Verdict, query_step, reads_training, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
@@ -220,11 +221,15 @@ def parse_time(text: str, now: float) -> float:
 def _presence(job: str, namespace: str | None, source: tuple[str, ...]) -> list[str]:
     """Selectors of the series that say the job existed (one per metric name, so functions
     that drop the name cannot collide)."""
+    return [_selector(name, job, namespace) for name in presence_names(source)]
+
+
+def _selector(name: str, job: str, namespace: str | None) -> str:
     matchers = {JOB_LABEL: job}
     if namespace is not None:
         matchers["namespace"] = namespace
     inner = ", ".join(f"{k}={quote(v)}" for k, v in matchers.items())
-    return [f"{name}{{{inner}}}" for name in presence_names(source)]
+    return f"{name}{{{inner}}}"
 
 
 def _extreme(
@@ -318,11 +323,17 @@ def from_prometheus(
 
     compiled = compile_rules(config)
     queries = resolved(compiled, training_job, namespace, end - start, step)
+    # The training processes' series read at the end as they were last scraped: stale
+    # after the ranks ended while the exporters went on (replay.Query says the same).
+    ranks = _selector(TRAINING_START_TIMESTAMP_SECONDS, training_job, namespace)
+    training_end = _extreme(api, "max", [ranks], end - start, end) or end
     results: dict[str, Series] = {}
     for name, q in queries.items():
-        results[name] = (
-            api.range(q.expr, start, end, step) if q.over_time else api.instant(q.expr, end)
-        )
+        if q.over_time:
+            results[name] = api.range(q.expr, start, end, step)
+        else:
+            at = min(end, training_end) if reads_training(q.expr) else end
+            results[name] = api.instant(q.expr, at)
     verdicts = _verdicts(api, compiled, training_job, namespace, start, end)
     builtins = grafana_builtins(end - start, step, config.scrape_interval)
     for name, (expr, over_time) in status_queries(
