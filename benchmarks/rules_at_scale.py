@@ -10,7 +10,7 @@ one host with `--gpus` GPUs and `--cores` cores, repeated with a different `node
 nodes spread over `--jobs` training jobs), advancing by 30 samples (15 s at 0.5 s) per
 scrape. With `--source` naming dcgm and/or node_exporter, it serves instead what those
 exporters would serve for each node (source_fleet.py: the captured label sets of
-../shared/real-exporters, every core's CPU-time counters) and kube-state-metrics'
+tests/data/real-exporters, every core's CPU-time counters) and kube-state-metrics'
 `kube_pod_labels` tying each node's worker pod to its job (`--attribution assignment`: the
 ranks' `trainprof_gpu_assignment_info` instead), plus the trainprof fake for the signals the
 named sources do not serve. A real Prometheus (or VictoriaMetrics scraping and vmalert

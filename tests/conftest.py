@@ -16,6 +16,41 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import read_audit  # noqa: E402 (found through the line above)
+
+# Every test reads only the repository, the tools it runs on and temporary files.
+_READS = read_audit.Plugin(str(ROOT))
+
+
+def pytest_configure(config):
+    _READS.start()
+
+
+def pytest_collection_finish(session):
+    _READS.outside_tests += _READS.take()
+
+
+@pytest.fixture(autouse=True)
+def _reads_stay_in_repository():
+    """Fails the test during whose setup, run or teardown something outside the repository
+    was read (tests/read_audit.py); what higher-scoped fixtures read counts for the first
+    test that uses them."""
+    found = _READS.take()
+    if found:
+        pytest.fail(_READS.message(found), pytrace=False)
+    yield
+    found = _READS.take()
+    if found:
+        pytest.fail(_READS.message(found), pytrace=False)
+
+
+def pytest_sessionfinish(session):
+    found = _READS.outside_tests + _READS.take()
+    _READS.stop()
+    if found:
+        sys.stderr.write("\n" + _READS.message(found) + " (outside any test)\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -115,16 +150,35 @@ def root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared(root) -> Path:
-    """The shared real data (real SageMaker output, exporter captures) at ../shared beside
-    the repository; missing, it skips on a laptop and fails under TRAINPROF_REQUIRE_TOOLS=1."""
-    path = root.parent / "shared"
-    if not (path / "real-sagemaker").is_dir():
-        message = f"{path}/real-sagemaker is missing (the shared real data beside the repository)"
-        if os.environ.get("TRAINPROF_REQUIRE_TOOLS") == "1":
-            pytest.fail(message + "; TRAINPROF_REQUIRE_TOOLS=1 makes this a failure")
-        pytest.skip(message)
-    return path
+def real_data(root) -> Path:
+    """The real data the tests read (tests/data: SageMaker output, exporter captures, GPU
+    traces, CRDs), each folder with its provenance and licence."""
+    return root / "tests" / "data"
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """trainprof's wheel, built once per session from a copy of the sources (the build
+    writes nothing into the checkout)."""
+    import subprocess
+
+    top = tmp_path_factory.mktemp("wheel")
+    source = top / "source"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+    shutil.copytree(ROOT / "src", source / "src", ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation"]
+        + ["--disable-pip-version-check", "-q", "-w", str(top / "dist")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=top,
+    )
+    assert build.returncode == 0, build.stderr
+    (built,) = (top / "dist").glob("trainprof-*.whl")
+    return built
 
 
 @pytest.fixture(scope="session")

@@ -94,7 +94,7 @@ def _rank(
     training_job: str, node: str, rank: int, stall_every: int, workers: int
 ) -> tuple[subprocess.Popen, int]:
     script = Path(__file__).with_name("live_rank.py")
-    kernel_trace = Path(__file__).resolve().parent.parent.parent / "shared" / "real-gpu-traces"
+    kernel_trace = Path(__file__).resolve().parent / "data" / "real-gpu-traces"
     kernel_trace /= "a100-nccl-training.pt.trace.json.gz"
     proc = subprocess.Popen(
         [

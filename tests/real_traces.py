@@ -9,6 +9,6 @@ its files came from.
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GPU_TRACES = ROOT.parent / "shared" / "real-gpu-traces"
+GPU_TRACES = ROOT / "tests" / "data" / "real-gpu-traces"
 HTA_TRACES = ROOT / "tests" / "data" / "hta-traces"
 TORCH_TRACES = ROOT / "tests" / "data" / "torch-profiler-traces"

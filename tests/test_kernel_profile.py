@@ -17,7 +17,7 @@ from trainprof.trace.live import KernelProfile
 from trainprof.trace.series import KernelSeries
 
 torch = pytest.importorskip("torch")
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "real-gpu-traces"
+TRACES = Path(__file__).resolve().parent / "data" / "real-gpu-traces"
 NCCL = TRACES / "a100-nccl-training.pt.trace.json.gz"
 IDENT = (["training_job", "rank"], ["j", "0"])
 

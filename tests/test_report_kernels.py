@@ -18,7 +18,7 @@ from trainprof.trace.window import describe
 
 from browser import dump_dom, screenshot
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "real-gpu-traces"
+TRACES = Path(__file__).resolve().parent / "data" / "real-gpu-traces"
 NCCL = TRACES / "a100-nccl-training.pt.trace.json.gz"
 PANELS = [
     "GPU time by overlap class",

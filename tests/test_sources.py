@@ -1,7 +1,7 @@
 """The dcgm-exporter and node_exporter normalisation, on the real exporters' label sets.
 
 promtool evaluates the `trainprof.sources` group over series whose names and labels come from
-the captures in ../shared/real-exporters, in every label variant dcgm-exporter is known to
+the captures in tests/data/real-exporters, in every label variant dcgm-exporter is known to
 deliver; the expected values are computed here from the captured numbers.
 """
 

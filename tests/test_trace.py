@@ -14,7 +14,7 @@ import pytest
 from trainprof.trace import classify, read_trace, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "real-gpu-traces"
+TRACES = ROOT / "tests" / "data" / "real-gpu-traces"
 
 
 def kernel(name, ts, dur, cat="kernel", correlation=None, **args):

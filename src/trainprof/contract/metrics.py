@@ -196,6 +196,7 @@ XGBOOST_TREE_DEPTH = "trainprof_xgboost_tree_depth"
 EXPORTER_BUILD_INFO = "trainprof_exporter_build_info"
 COLLECTOR_SUCCESS = "trainprof_collector_success"
 COLLECTOR_DURATION_SECONDS = "trainprof_collector_duration_seconds"
+COLLECTOR_UNAVAILABLE = "trainprof_collector_unavailable"
 SAMPLER_INTERVAL_SECONDS = "trainprof_sampler_interval_seconds"
 SAMPLES_TOTAL = "trainprof_samples_total"
 
@@ -583,6 +584,16 @@ METRICS: tuple[Metric, ...] = (
         "",
         ("collector",),
         "1 if the collector's last sample succeeded, 0 if its source failed.",
+        "exporter",
+        "exporter",
+    ),
+    _m(
+        COLLECTOR_UNAVAILABLE,
+        "gauge",
+        "",
+        ("collector", "reason"),
+        "1 while the collector has nothing to read on this host, which is not a failure "
+        '(reason="no_nvidia_driver": no NVIDIA driver at all); absent otherwise.',
         "exporter",
         "exporter",
     ),

@@ -66,7 +66,9 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "priorityClassName": STRING,
             "hostProc": {"type": "string", "pattern": "^/"},
             "hostNetwork": BOOL,
-            "nvidia": _closed({"visibleDevices": STRING, "runtimeClassName": STRING}),
+            "nvidia": _closed(
+                {"enabled": BOOL, "visibleDevices": STRING, "runtimeClassName": STRING}
+            ),
             "datapointInterval": DURATION,
             "dcgmExporter": _closed(
                 {

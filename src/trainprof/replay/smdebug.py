@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainprof import extras
 from trainprof.replay.damage import Damage
 from trainprof.replay.tfrecord import TensorEvent, decode_event, read_records
 from trainprof.training.health.state import HealthState
@@ -162,7 +163,10 @@ def fold(
 
     A step whose `trees` collection is damaged is left out of the tree depth and reported
     in `trial.problems` once the fold ends."""
-    import torch
+    try:
+        import torch
+    except ModuleNotFoundError as missing:
+        raise extras.reraise(missing, "replaying a SageMaker Debugger tensor trial") from None
 
     from trainprof.contract import metrics as contract
     from trainprof.training.health import reductions as r

@@ -426,13 +426,18 @@ def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dic
         _health_alert(
             HealthCheck(
                 "TrainprofCollectorFailing",
-                f"{selector('trainprof_collector_success', config.job_selector)} == 0",
+                # A host with nothing to read (no NVIDIA driver at all: a laptop, a CPU
+                # node) says so in trainprof_collector_unavailable and is not paged.
+                f"{selector('trainprof_collector_success', config.job_selector)} == 0"
+                " unless ignoring (reason) "
+                f"{selector('trainprof_collector_unavailable', config.job_selector)}",
                 summary="An exporter's collector keeps failing.",
                 description=(
                     "The {{ $labels.collector }} collector of {{ $labels.instance }} has failed "
                     "every sample for 5 minutes (its source errors or does not answer in time): "
                     "the rules that read its series judge old data or none. The exporter's log "
-                    "says why."
+                    "says why. (A host without any NVIDIA driver reports "
+                    "trainprof_collector_unavailable instead and raises nothing.)"
                 ),
             ),
             affects="all",

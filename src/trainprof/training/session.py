@@ -627,7 +627,10 @@ def _start_kernel_profiler(value: Any, identity: Identity) -> Any:
     try:
         return KernelProfiler(config, identity.training_job or "job", identity.rank or 0)
     except ImportError:
-        log.warning("trainprof: kernel_profile needs PyTorch (torch.profiler); it is off")
+        log.warning(
+            "trainprof: kernel_profile needs torch (torch.profiler), which is not installed: "
+            "pip install 'trainprof[torch]'; it is off"
+        )
     except OSError as e:
         log.warning("trainprof: kernel_profile: %s; kernel profiling is off", e)
     return None

@@ -38,7 +38,12 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import torch
+from trainprof import extras
+
+try:
+    import torch
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "trainprof.torch.watch()") from None
 
 from trainprof.contract import metrics as contract
 from trainprof.training.health import reductions as r

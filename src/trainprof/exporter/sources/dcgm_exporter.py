@@ -85,7 +85,7 @@ class DcgmReading:
     """One dcgm-exporter body, as GPU samples.
 
     >>> from pathlib import Path
-    >>> capture = Path("../shared/real-exporters/dcgm-exporter-rtx4000ada-gpu-operator.prom")
+    >>> capture = Path("tests/data/real-exporters/dcgm-exporter-rtx4000ada-gpu-operator.prom")
     >>> gpu = parse(capture.read_text()).gpus[0]
     >>> gpu.index, gpu.uuid, gpu.name, gpu.utilization, gpu.memory_used_bytes / 2**20
     (0, 'GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c', 'NVIDIA RTX 4000 Ada Generation', 0.0, 1.0)
