@@ -64,7 +64,15 @@ def test_recorded_steps_and_host_samples_replay_together(tmp_path, promtool):
                     ),
                 )
             )
-    result = replay(str(tmp_path), None, scrape_interval=15, training_job="rec")
+    # The rank lived about two seconds and its recording says when it ended: replay serves
+    # its series only while it lived, as Prometheus scraped it, so the rules are evaluated
+    # every second, or no evaluation would see the rank at all.
+    rules = tmp_path / "fast-rules.yaml"  # replay reads only the .jsonl files here
+    rules.write_text(
+        "scrape_interval: 1s\nrules:\n- rule: ProfilerReport\n"
+        "  parameters: {scan_interval_us: 1000000}\n"
+    )
+    result = replay(str(tmp_path), str(rules), scrape_interval=1, training_job="rec")
     assert result.steps == 160
     outlier = result.rules["StepOutlier"]
     assert outlier.fired and outlier.alerts[0].labels["rank"] == "0"
