@@ -5,19 +5,26 @@ a real exporter and a real training rank, stopped.
 - The rank's series are stale at the report's end: rule statuses still count the steps and
   ranks seen over the range (MaxInitializationTime is quiet, not "no training process
   recorded"), and the summary reads the training's series as they were last scraped.
+- Without `--rules`, the report judges the trainprof rules Prometheus loaded (their `rule`
+  and `trainprof_rule_version` labels in /api/v1/rules), with the parameters Prometheus
+  evaluates, not SageMaker's default ProfilerReport.
 """
 
 from __future__ import annotations
 
+import doctest
+import re
+import subprocess
+import sys
 import time
 
 import pytest
 
-from trainprof.report import build, from_prometheus
-from trainprof.rules.config import load_config
+from trainprof.report import build, from_prometheus, loaded
+from trainprof.rules.config import default_config, load_config
 
 from live_job import one_rank_job, scrape_config
-from servers import prometheus, query, wait_for_targets
+from servers import get_json, prometheus, query, wait_for_firing, wait_for_targets
 
 JOB = "ended-job"
 RULES = {
@@ -25,13 +32,30 @@ RULES = {
     "rules": [
         {
             "rule": "MaxInitializationTime",
-            "parameters": {"threshold": 20, "scan_interval_us": 10**6},
+            "parameters": {"threshold": 15, "scan_interval_us": 10**6},
         },
         {"rule": "StepOutlier", "parameters": {"n_outliers": 2, "scan_interval_us": 10**6}},
-        {"rule": "LowGPUUtilization", "parameters": {"patience": 4, "window": 10}},
+        # The node's GPU runs at 85 %: quiet at SageMaker's 70, firing at 90.
+        {
+            "rule": "LowGPUUtilization",
+            "parameters": {
+                "threshold_p95": 90,
+                "patience": 4,
+                "window": 10,
+                "scan_interval_us": 10**6,
+            },
+        },
         {"rule": "StalledTrainingRule", "parameters": {"threshold": 30}},
+        {"rule": "GPUMemoryIncrease"},  # at its defaults
     ],
 }
+LOADED = [
+    "GPUMemoryIncrease",
+    "LowGPUUtilization",
+    "MaxInitializationTime",
+    "StalledTrainingRule",
+    "StepOutlier",
+]
 
 
 def _value(base: str, expr: str) -> float | None:
@@ -70,6 +94,7 @@ def ended_job(prometheus_bin, tmp_path_factory):
                 "the rank's series stale after it ended",
             )
             time.sleep(3)  # the exporter goes on sampling after training ended
+            wait_for_firing(base, {"LowGPUUtilization"})
             yield base, job, config
 
 
@@ -97,3 +122,76 @@ def test_the_summary_reads_the_training_as_it_was_last_scraped(ended_job):
     assert "Initialization" in facts and "Training loop" in facts
     framework = next(s for s in built.sections if s.title == "Framework metrics summary")
     assert not framework.empty and framework.charts
+
+
+def report(base: str, tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    out = tmp_path / "r.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", "report", "--prometheus", base, "--job", JOB]
+        + ["--scrape-interval", "1s", "-o", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    return result, out.read_text()
+
+
+def test_without_rules_the_report_judges_the_rules_prometheus_loaded(ended_job, tmp_path):
+    base, job, config = ended_job
+    seen = {
+        rule["labels"]["rule"]
+        for group in get_json(f"{base}/api/v1/rules")["data"]["groups"]
+        for rule in group["rules"]
+        if "trainprof_rule_version" in rule.get("labels", {})
+    }
+    assert set(LOADED) <= seen
+    result, page = report(base, tmp_path)
+    assert f"the 5 trainprof rules Prometheus evaluates ({', '.join(LOADED)})" in result.stderr
+    # every parameter changed but GPUMemoryIncrease's
+    assert (
+        "LowGPUUtilization, MaxInitializationTime, StalledTrainingRule, StepOutlier: Prometheus "
+        "evaluates other parameters than the defaults" in result.stderr
+    )
+    assert "TrainprofState" not in result.stderr  # trainprof's own alerts are not rules
+    for name in LOADED:
+        assert name in page, name
+    assert re.search(r"\d+ of 5 rules fired", result.stderr), result.stderr
+    # LowGPUUtilization fires at the threshold Prometheus evaluates (90 %; 70 % by default)
+    collected = from_prometheus(base, job.training_job, default_config(1.0), loaded=True)
+    assert set(collected.verdicts) == set(LOADED)
+    assert collected.verdicts["LowGPUUtilization"].fired
+
+
+def test_rules_given_are_judged_as_given(ended_job, tmp_path):
+    base, _, _ = ended_job
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules: [{rule: CPUBottleneck}, {rule: StepOutlier}]\n")
+    result, page = report(base, tmp_path, "--rules", str(rules))
+    assert "Prometheus evaluates" not in result.stderr
+    assert re.search(r"\d+ of 2 rules fired", result.stderr), result.stderr
+    assert "CPUBottleneck" in page
+
+
+def test_a_prometheus_without_trainprof_rules_falls_back_to_profiler_report(
+    prometheus_bin, tmp_path
+):
+    with prometheus(prometheus_bin, tmp_path, "global: {scrape_interval: 1s}\n", {}) as base:
+        collected_notes: list[str] = []
+        config, groups = _loaded_rules_of(base, collected_notes)
+    assert groups is None and config.rule("CPUBottleneck") is not None
+    assert collected_notes == [
+        "Prometheus evaluates no trainprof rules: the report judges SageMaker's default "
+        "ProfilerReport (--rules FILE names another)"
+    ]
+
+
+def _loaded_rules_of(base: str, notes: list[str]):
+    from trainprof.engines.prometheus_api import PrometheusAPI
+    from trainprof.report.collect import _loaded_rules
+
+    return _loaded_rules(PrometheusAPI(base), default_config(1.0), notes)
+
+
+def test_docstrings_show_real_output():
+    assert doctest.testmod(loaded).failed == 0

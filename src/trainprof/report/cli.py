@@ -72,8 +72,9 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     report.add_argument(
         "--rules",
         metavar="FILE",
-        help="rule configuration the job was watched with (default: "
-        "ProfilerReport with SageMaker's defaults)",
+        help="rule configuration the job was watched with (default: with --prometheus, the "
+        "trainprof rules it evaluates, from its /api/v1/rules; otherwise ProfilerReport with "
+        "SageMaker's defaults)",
     )
     report.add_argument(
         "--scrape-interval",
@@ -228,4 +229,5 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         now=now,
         access=access,
         run=args.job_run,
+        loaded=args.rules is None,
     )
