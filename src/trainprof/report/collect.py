@@ -161,10 +161,8 @@ def from_trial(
     end = max([*times, trial.end_time or start])
     verdicts = {}
     for name, v in result.rules.items():
-        saved = len(result.steps)
-        status = RuleStatus("fired" if v.fired else "quiet", datapoints=saved)
-        if not v.evaluated:
-            status = RuleStatus("no_data", reason="the trial holds nothing this rule reads")
+        # datapoints: the saved steps at which the rule had its input (None: not counted)
+        status = RuleStatus(v.status, datapoints=v.datapoints, reason=v.reason)
         alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
         verdicts[name] = Verdict(alerts, status)
     return Collected(
@@ -272,16 +270,18 @@ def from_prometheus(
     now: float | None = None,
     access: Access | None = None,
     run: str | None = None,
+    timeout: float = 60.0,
     loaded: bool = False,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
     samples within the last week (and before now). A job name used by several runs (a
     resubmitted job) is narrowed to one run: the latest, or `run` (its number or start).
-    `loaded`: judge the trainprof rules Prometheus evaluates (`report.loaded`), with
-    `config`'s other settings; `config` itself when it evaluates none."""
+    `timeout`: seconds each request may take in all. `loaded`: judge the trainprof rules
+    Prometheus evaluates (`report.loaded`), with `config`'s other settings; `config`
+    itself when it evaluates none."""
     import time
 
-    api = PrometheusAPI(url, access=access)
+    api = PrometheusAPI(url, timeout=timeout, access=access)
     now = now if now is not None else time.time()
     notes: list[str] = []
     rule_groups = None
