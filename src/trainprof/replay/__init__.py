@@ -20,6 +20,7 @@ from trainprof.replay.result import (
     ReplayResult,
     Samples,
     Verdict,
+    reads_training,
 )
 
 __all__ = [
@@ -34,5 +35,6 @@ __all__ = [
     "detect_format",
     "load_timeline",
     "query_step",
+    "reads_training",
     "replay",
 ]
