@@ -4,7 +4,7 @@ trainprof's units and labels, so a cluster that already runs them needs no secon
 >>> groups = adapter_groups(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
 >>> [(g["name"], g["interval"], len(g["rules"])) for g in groups]
 [('trainprof.sources.devices', '1m', 10), ('trainprof.sources.inventory', '5m', 11), \
-('trainprof.sources', '15s', 23)]
+('trainprof.sources', '15s', 26)]
 
 With dcgm, `trainprof.sources.devices` (every four scrapes, at most a minute apart) folds
 dcgm-exporter's label spellings once into a map from each of its series to trainprof's

@@ -12,6 +12,8 @@ what `GAUGES` maps each of trainprof's sampled histograms to:
 from __future__ import annotations
 
 from trainprof.contract import metrics as contract
+from trainprof.sources.node_exporter import BUSIEST_CORE as NODE_BUSIEST_CORE
+from trainprof.sources.node_exporter import NODE_CPU
 from trainprof.sources.options import SourceOptions
 
 # trainprof's sampled histogram -> (the source serving it, its per-job gauge)
@@ -85,8 +87,8 @@ def gpu_recordings(options: SourceOptions) -> list[dict[str, str]]:
 
 
 def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """node_exporter's host ratios per job on the node (after `node:trainprof_node_job:info`),
-    which carries the job labels."""
+    """node_exporter's per-node figures (`node_exporter.recordings`) per job on the node
+    (after `node:trainprof_node_job:info`), which carries the job labels."""
 
     def per_job(record: str, host: str) -> dict[str, str]:
         return {
@@ -95,17 +97,11 @@ def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
         }
 
     return [
-        per_job(
-            HOST_GAUGES[contract.CPU_UTILIZATION_SAMPLED_RATIO],
-            "node:trainprof_cpu_utilization:ratio",
-        ),
-        per_job(
-            HOST_GAUGES[contract.CPU_IOWAIT_SAMPLED_RATIO],
-            "avg by (node) (cpu:trainprof_cpu_iowait:ratio)",
-        ),
+        per_job(HOST_GAUGES[contract.CPU_UTILIZATION_SAMPLED_RATIO], NODE_CPU["utilization"]),
+        per_job(HOST_GAUGES[contract.CPU_IOWAIT_SAMPLED_RATIO], NODE_CPU["iowait"]),
         per_job(
             HOST_GAUGES[contract.MEMORY_USED_SAMPLED_RATIO], "node:trainprof_memory_used:ratio"
         ),
-        per_job(BUSIEST_CORE["cpu"], "max by (node) (cpu:trainprof_cpu_utilization:ratio)"),
-        per_job(BUSIEST_CORE["iowait"], "max by (node) (cpu:trainprof_cpu_iowait:ratio)"),
+        per_job(BUSIEST_CORE["cpu"], NODE_BUSIEST_CORE["utilization"]),
+        per_job(BUSIEST_CORE["iowait"], NODE_BUSIEST_CORE["iowait"]),
     ]
