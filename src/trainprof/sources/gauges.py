@@ -7,11 +7,19 @@ what `GAUGES` maps each of trainprof's sampled histograms to:
 
 >>> GAUGES["trainprof_gpu_utilization_sampled_ratio"]
 'gpu_job:trainprof_gpu_utilization:ratio'
+
+All are recorded at every scrape but dcgm's framebuffer gauges, recorded once a minute with
+the job maps (`dcgm.job_recordings`) for dashboards, the report and OverallSystemUsage: the
+rules read dcgm-exporter's own framebuffer samples instead (`from_samples`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainprof.contract import metrics as contract
+from trainprof.rules.promql import Matcher, selector
+from trainprof.sources import dcgm
 from trainprof.sources.node_exporter import BUSIEST_CORE as NODE_BUSIEST_CORE
 from trainprof.sources.node_exporter import NODE_CPU
 from trainprof.sources.options import SourceOptions
@@ -73,17 +81,35 @@ def node_scrapes(sources: tuple[str, ...], options: SourceOptions) -> dict[str, 
     }
 
 
-def gpu_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """SageMaker's node-level GPU series from dcgm's per-job GPU gauges
-    (`dcgm.scrape_recordings`): the mean over the node's GPUs at each scrape."""
+def gpu_recordings(options: SourceOptions, metric: str) -> dict[str, str]:
+    """SageMaker's node-level GPU series from dcgm's per-job GPU gauges: the mean over the
+    node's GPUs (`metric`: utilization, at each scrape; memory_used, once a minute)."""
     jl = ", ".join(options.job_labels)
-    return [
-        {
-            "record": f"node_job:trainprof_gpu_{metric}:ratio",
-            "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
-        }
-        for metric in ("utilization", "memory_used")
-    ]
+    return {
+        "record": f"node_job:trainprof_gpu_{metric}:ratio",
+        "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
+    }
+
+
+# The gauge whose samples count a GPU's scrapes, for a gauge recorded less often.
+SCRAPES_OF = {GPU_GAUGES[contract.GPU_MEMORY_USED_SAMPLED_RATIO]: dcgm.UTILIZATION_GAUGE}
+
+
+def from_samples(
+    gauge: str,
+    over_time: Callable[[str], str],
+    job_labels: tuple[str, ...],
+    matchers: tuple[Matcher, ...] = (),
+) -> str:
+    """`over_time` of the per-job `gauge` for a rule: on the source's own samples where the
+    gauge is not recorded at every scrape (`dcgm.from_samples`), else on the gauge.
+
+    >>> from_samples(GAUGES["trainprof_cpu_utilization_sampled_ratio"],
+    ...              lambda s: f"avg_over_time({s}[1m])", ("job",))
+    'avg_over_time(node_job:trainprof_cpu_utilization:ratio[1m])'
+    """
+    raw = dcgm.from_samples(gauge, over_time, job_labels, matchers)
+    return raw if raw is not None else over_time(selector(gauge, matchers))
 
 
 def host_recordings(options: SourceOptions) -> list[dict[str, str]]:

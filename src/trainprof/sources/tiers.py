@@ -13,7 +13,8 @@ land on different shards is judged as on one server.
 
 >>> from trainprof.rules.compiler import compile_rules
 >>> from trainprof.rules.config import load_config
->>> compiled = compile_rules(load_config({"source": "dcgm,node_exporter", "rules": ["CPUBottleneck"]}))
+>>> config = load_config({"source": "dcgm,node_exporter", "rules": ["CPUBottleneck"]})
+>>> compiled = compile_rules(config)
 >>> [(g["name"], len(g["rules"])) for g in tier(compiled.groups, "shard")]
 [('trainprof.sources.nodes', 14)]
 >>> [g["name"] for g in tier(compiled.groups, "global")][:3]
