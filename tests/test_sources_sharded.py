@@ -13,6 +13,12 @@ idle cores: two thirds of the job's scrapes are CPU bottlenecks, so CPUBottlenec
 from __future__ import annotations
 
 import contextlib
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
 
 from real_exporters import ScriptedExporters, gpu_labels, serve, variant
 from trainprof.engines.localstack import prometheus
@@ -224,3 +230,56 @@ def test_two_shards_and_a_global_server_reach_one_servers_verdicts(prometheus_bi
         for rule in ("LowGPUUtilization", "CPUBottleneck"):
             assert reports["global"].verdicts[rule].fired, rule
             assert reports["single"].verdicts[rule].fired, rule
+
+
+def _compile(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trainprof.cli", "rules", "compile", "-q", "-o", "-", *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_tiers_split_the_compiled_rules_without_losing_or_repeating_one():
+    """Every rule of the one-server file is in exactly one tier, in the same order, and the
+    shard tier reads nothing but node_exporter's series and its own recordings."""
+    source = ("--source", "dcgm,node_exporter")
+    files = {
+        name: yaml.safe_load(_compile(*source, "--tier", name).stdout)["groups"]
+        for name in ("all", "shard", "global")
+    }
+
+    def names(groups: list[dict]) -> list[str]:
+        return [
+            r.get("record") or r["alert"] + str(r.get("labels")) for g in groups for r in g["rules"]
+        ]
+
+    shard, rest = names(files["shard"]), names(files["global"])
+    assert sorted(shard + rest) == sorted(names(files["all"]))
+    assert not set(shard) & set(rest)
+    assert [g["name"] for g in files["shard"]] == ["trainprof.sources.nodes"]
+    recorded = {r["record"] for g in files["shard"] for r in g["rules"] if "record" in r}
+    for rule in (r for g in files["shard"] for r in g["rules"]):
+        read = set(re.findall(r"[a-zA-Z_:][\w:]*(?=[\[{)\s]|$)", rule["expr"]))
+        inputs = {n for n in read if n.startswith(("node_", "cpu:", "node:"))}
+        assert inputs <= recorded | {n for n in read if n.startswith("node_")}, rule
+        assert "training_job" not in rule["expr"], rule  # nothing per job on a shard
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--source", "dcgm", "--tier", "shard"), "--tier shard: nothing to shard"),
+        (("--tier", "global"), "--tier global: nothing to shard"),
+        (
+            ("--source", "node_exporter", "--tier", "shard", "--format", "helm-values"),
+            "--tier takes --format rules or prometheusrule",
+        ),
+    ],
+)
+def test_a_tier_with_nothing_to_shard_is_refused_with_exit_2(args, message):
+    result = _compile(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
