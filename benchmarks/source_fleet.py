@@ -1,5 +1,5 @@
 """What dcgm-exporter, node_exporter and kube-state-metrics serve for a fleet of GPU nodes,
-built from the real captures in ../shared/real-exporters, for rules_at_scale.py.
+built from the real captures in tests/data/real-exporters, for rules_at_scale.py.
 
 Per node: dcgm-exporter's captured series (25 fields, the GPU Operator's label set) for each
 GPU, with the node's `Hostname`, a fleet-unique `UUID` and the node's workload pod; and
@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real-exporters"
+REAL = Path(__file__).resolve().parent.parent / "tests" / "data" / "real-exporters"
 DCGM = REAL / "dcgm-exporter-rtx4000ada-gpu-operator.prom"
 NODE = REAL / "node-exporter-e2e-output.prom"
 

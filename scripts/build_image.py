@@ -34,9 +34,8 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE_DIR = ROOT / "exporter" / "image"

@@ -1,7 +1,7 @@
 """helm/trainprof rendered by the real helm binary, every object validated.
 
 Core kinds go through kubernetes-validate (strict), the operator kinds through the CRD schemas
-in ../shared/kubernetes/crds with `additionalProperties: false` added to every object schema
+in tests/data/kubernetes/crds with `additionalProperties: false` added to every object schema
 that lists its properties (the API server would prune a misspelled key; this test rejects
 it), the PrometheusRule's spec through `promtool check rules` and the rule scenarios.
 """
@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 VALUES = HERE / "fixtures" / "helm"
 GOLDEN = HERE / "golden" / "helm"
-CRDS = ROOT.parent / "shared" / "kubernetes" / "crds"
+CRDS = ROOT / "tests" / "data" / "kubernetes" / "crds"
 KUBE_VERSION = "1.30.0"
 OPERATOR_KINDS = {
     "PrometheusRule": ("crd-prometheusrules.yaml", "v1"),

@@ -412,11 +412,7 @@ def test_a_malformed_bcrypt_hash_is_refused_at_start_up():
 
 
 @pytest.fixture
-def encrypted_key(tmp_path):
-    import shutil
-
-    openssl = shutil.which("openssl")
-    assert openssl, "openssl is needed for the encrypted key test"
+def encrypted_key(tmp_path, openssl):
     key, cert = tmp_path / "enc.key", tmp_path / "server.crt"
     subprocess.run(
         [openssl, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]

@@ -14,7 +14,12 @@ functions on tensors read from SageMaker Debugger trials.
 
 from __future__ import annotations
 
-import torch
+from trainprof import extras
+
+try:
+    import torch
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "the training-health reductions") from None
 
 STATISTICS = ("mean_abs", "nan", "inf", "zero_ratio", "variance", "l1", "l2")
 # SageMaker's SaturatedActivation bounds: an input outside them saturates the unit.
