@@ -71,7 +71,7 @@ def tier(groups: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
         return groups
     sources = next((g for g in groups if g["name"] == GROUP), None)
     shard = [r for r in sources["rules"] if _on_shard(r)] if sources else []
-    if not any("record" in r for r in shard):
+    if sources is None or not any("record" in r for r in shard):
         raise ValueError(
             "nothing to shard: the rules read no node_exporter series (the per-core "
             "counters are what a shard reduces); compile with a source naming node_exporter"
