@@ -26,8 +26,8 @@ from trainprof.sources.options import SourceOptions
 
 # trainprof's sampled histogram -> (the source serving it, its per-job gauge)
 GPU_GAUGES = {
-    contract.GPU_UTILIZATION_SAMPLED_RATIO: "gpu_job:trainprof_gpu_utilization:ratio",
-    contract.GPU_MEMORY_USED_SAMPLED_RATIO: "gpu_job:trainprof_gpu_memory_used:ratio",
+    contract.GPU_UTILIZATION_SAMPLED_RATIO: dcgm.UTILIZATION_GAUGE,
+    contract.GPU_MEMORY_USED_SAMPLED_RATIO: dcgm.MEMORY_GAUGE,
     # SageMaker's node-level GPU series: the mean over the node's GPUs at each sample.
     contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO: "node_job:trainprof_gpu_utilization:ratio",
     contract.NODE_GPU_MEMORY_USED_SAMPLED_RATIO: "node_job:trainprof_gpu_memory_used:ratio",
