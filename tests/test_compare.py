@@ -6,8 +6,6 @@ input as one sentence and exit 2."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 import re
 import subprocess
@@ -291,14 +289,6 @@ def test_the_schema_refuses_a_document_without_rules(runs, root):
     assert list(schema(root).iter_errors(broken))
     relabelled = json.loads(json.dumps(doc).replace('"after"', '"af ter"'))
     assert list(schema(root).iter_errors(relabelled))
-
-
-@pytest.mark.parametrize(
-    "name", ["figures", "runs", "page", "cli", "sagemaker", "queries", "svg", "table"]
-)
-def test_docstrings(name):
-    module = importlib.import_module(f"trainprof.compare.{name}")
-    assert doctest.testmod(module).failed == 0
 
 
 def test_the_real_before_and_after_pair(real_data, root, promtool):

@@ -127,7 +127,7 @@ def test_sagemakers_verdicts_beside_trainprofs_with_why_they_differ(beside, root
     assert "parameters SageMaker ran with" in " ".join(doc["notes"])
 
 
-def test_trainprof_replays_with_sagemakers_parameters(beside):
+def test_trainprof_replays_with_sagemakers_parameters(beside, promtool):
     """The same job with CPUBottleneck's threshold and patience lowered in SageMaker's report:
     trainprof's verdict follows the parameters SageMaker ran with."""
     before = json.loads(cli("compare", "--sagemaker", str(beside), "--json", "-").stdout)

@@ -30,16 +30,9 @@ GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 HTA_CHANGE = {"deleted": "removed"}
 
 
-def _require_hta() -> None:
-    from conftest import require_module
-
-    require_module("hta")
-
-
-def hta(a: Path, b: Path, *flags: str) -> dict:
-    _require_hta()
+def hta(peer: list[str], a: Path, b: Path, *flags: str) -> dict:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "hta_diff_peer.py"), str(a), str(b), *flags],
+        [*peer, str(a), str(b), *flags],
         capture_output=True,
         text=True,
         timeout=300,
@@ -81,9 +74,9 @@ def same_categories(theirs: dict, entries: dict) -> None:
         assert entries[name]["change"] == HTA_CHANGE.get(row["change"], row["change"]), name
 
 
-def test_a_trace_against_itself_changes_nothing():
+def test_a_trace_against_itself_changes_nothing(hta_diff_peer, real_data):
     trace = TRACES / "a100-nccl-training.pt.trace.json.gz"
-    peer, mine = hta(trace, trace), trainprof(trace, trace)
+    peer, mine = hta(hta_diff_peer, trace, trace), trainprof(trace, trace)
     assert peer["iterations"] == [[4, 5], [4, 5]]
     assert [r["steps"] for r in mine["runs"]] == [2, 2]
     for device, key, cats in (("gpu", "kernels", GPU_CATEGORIES), ("cpu", "operators", {"cpu_op"})):
@@ -94,9 +87,9 @@ def test_a_trace_against_itself_changes_nothing():
     assert all(row["change"] == 0 for row in mine["time_classes"]["classes"].values())
 
 
-def test_the_last_step_kept_as_hta_keeps_it():
+def test_the_last_step_kept_as_hta_keeps_it(hta_diff_peer, real_data):
     trace = TRACES / "a100-nccl-training.pt.trace.json.gz"
-    peer = hta(trace, trace, "--include-last-step")
+    peer = hta(hta_diff_peer, trace, trace, "--include-last-step")
     mine = trainprof(trace, trace, "--include-last-step")
     assert peer["iterations"] == [[4, 5, 6], [4, 5, 6]]
     assert [r["steps"] for r in mine["runs"]] == [3, 3]
@@ -105,12 +98,12 @@ def test_the_last_step_kept_as_hta_keeps_it():
         assert len(theirs) == len(entries)
 
 
-def test_two_gpus_two_models():
+def test_two_gpus_two_models(hta_diff_peer, real_data):
     """The A100 NCCL training trace against the MI250 one: every operator agrees; every A100
     kernel agrees, and HTA's diff sees none of the MI250's (stream 0: see the next test)."""
     a = TRACES / "a100-nccl-training.pt.trace.json.gz"
     b = TRACES / "mi250-toy-train.pt.trace.json.gz"
-    peer, mine = hta(a, b), trainprof(a, b)
+    peer, mine = hta(hta_diff_peer, a, b), trainprof(a, b)
     assert peer["iterations"] == [[4, 5], [1]]
     theirs, entries = agree(peer, mine, "cpu", "operators", {"cpu_op"})
     assert len(theirs) == len(entries)
@@ -123,7 +116,7 @@ def test_two_gpus_two_models():
     assert any("step counts differ" in n for n in mine["not_comparable"])
 
 
-def test_hta_sees_the_mi250_kernels_once_off_stream_0(tmp_path):
+def test_hta_sees_the_mi250_kernels_once_off_stream_0(hta_diff_peer, real_data, tmp_path):
     source = TRACES / "mi250-toy-train.pt.trace.json.gz"
     doc = json.loads(gzip.decompress(source.read_bytes()))
     moved = 0
@@ -136,7 +129,7 @@ def test_hta_sees_the_mi250_kernels_once_off_stream_0(tmp_path):
     copy = tmp_path / "mi250-stream1.pt.trace.json.gz"
     copy.write_bytes(gzip.compress(json.dumps(doc).encode()))
     a = TRACES / "a100-nccl-training.pt.trace.json.gz"
-    peer, mine = hta(a, copy), trainprof(a, copy)
+    peer, mine = hta(hta_diff_peer, a, copy), trainprof(a, copy)
     theirs, entries = agree(peer, mine, "gpu", "kernels", GPU_CATEGORIES)
     assert {n for n, e in entries.items() if e["runs"]["B"]["total"]} == {
         n for n, v in theirs.items() if v["test_count"]
@@ -146,12 +139,12 @@ def test_hta_sees_the_mi250_kernels_once_off_stream_0(tmp_path):
     assert original["kernels"] == mine["kernels"]
 
 
-def test_the_real_pair_before_and_after():
+def test_the_real_pair_before_and_after(hta_diff_peer, real_data):
     """The CPU traces of the real before/after pair (tests/data/compare-pair): operators
     only, every one as HTA's diff counts it, with its categories (both windows: 2 steps)."""
     before = PAIR / "before" / "trace.pt.trace.json.gz"
     after = PAIR / "after" / "trace.pt.trace.json.gz"
-    peer, mine = hta(before, after), trainprof(before, after)
+    peer, mine = hta(hta_diff_peer, before, after), trainprof(before, after)
     assert [r["steps"] for r in mine["runs"]] == [2, 2]
     theirs, entries = agree(peer, mine, "cpu", "operators", {"cpu_op"})
     assert len(theirs) == len(entries) > 10
@@ -163,7 +156,7 @@ def test_the_real_pair_before_and_after():
     assert conv["runs"]["B"]["count"] < conv["runs"]["A"]["count"]
 
 
-def test_the_trace_page_shows_the_classes_and_the_names_that_changed(tmp_path, chromium):
+def test_the_trace_page_shows_the_classes_and_the_names_that_changed(tmp_path, chromium, real_data):
     from browser import dump_dom
 
     a = TRACES / "a100-nccl-training.pt.trace.json.gz"

@@ -7,8 +7,6 @@ deliver; the expected values are computed here from the captured numbers.
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import subprocess
 
 import pytest
@@ -481,9 +479,3 @@ def test_a_gpu_two_jobs_share_is_left_out_and_named_while_the_others_keep_their_
         [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.mark.parametrize("name", ["", ".dcgm", ".gauges", ".labels", ".node_exporter", ".options"])
-def test_the_adapters_docstring_examples_run(name):
-    result = doctest.testmod(importlib.import_module(f"trainprof.sources{name}"))
-    assert result.attempted and result.failed == 0

@@ -19,7 +19,7 @@ trace summary's (`trainprof trace summarize`): compute, communication (NCCL/RCCL
 (memcpy, memset), each overlap of them, and idle, over the same window.
 
     >>> from trainprof.trace import read_trace
-    >>> t = read_trace("a100-nccl-training.pt.trace.json.gz")
+    >>> t = read_trace("tests/data/real-gpu-traces/a100-nccl-training.pt.trace.json.gz")
     >>> side = Side.of("A", t, include_last_step=False)
     >>> side.steps, side.kernels["ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, "
     ...                          "unsigned long, ncclWork*)"][0]

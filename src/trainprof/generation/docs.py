@@ -203,7 +203,14 @@ tensors matching `include_regex` (capped; `trainprof_tensor_series_cut` counts t
 The Lightning, Hugging Face and Keras callbacks log losses themselves; the XGBoost callback
 (`trainprof.integrations.xgboost`) publishes feature importance and tree depth.
 `trainprof replay debug-output/ --rules rules.yaml --json -` evaluates the same rules over a
-SageMaker Debugger trial and adds each rule's `first_fired_step`.
+SageMaker Debugger trial and adds each rule's `first_fired_step` (and `no_data`, with the
+reason, for a rule the trial holds nothing for).
+
+The training process computes some inputs with the rules' parameters (LossNotDecreasing's
+`num_steps`, Overtraining's `delta`, ...): give it the same configuration through
+`TRAINPROF_RULES_CONFIG` (read by `trainprof.start()` and `trainprof.torch.watch()`);
+`trainprof rules compile` lists what it needs, and `TrainprofRuleInputMissing` fires for a
+compiled tensor rule that finds none of its series.
 
 ProfilerReport does not include the tensor rules: configure each as a rule of its own.
 SimilarAcrossRuns compares two jobs: live, `other_trials` names the other job's

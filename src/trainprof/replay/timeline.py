@@ -77,6 +77,9 @@ class Timeline:
     # Later starts of a rank's process (a recording of several runs of the job, or a rank
     # that restarted): from each, the rank serves a new process' series, counters from zero.
     rank_restarts: dict[tuple[str, int], list[float]] = dataclasses.field(default_factory=dict)
+    # When a rank's process stopped serving metrics, where its recording says so (its end
+    # record): its series end there, as Prometheus marks a gone target's series stale.
+    rank_ends: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
 
     @property
     def first(self) -> float:
@@ -94,7 +97,25 @@ class Timeline:
             [s[-1].timestamp for s in self.hosts.values() if s]
             + [s.end for s in self.steps]
             + [p.t for p in self.phases]
+            + list(self.rank_ends.values())
         )
+
+    def first_rank_end(self, scrape_interval: float) -> float | None:
+        """Seconds after `start` of the last scrape that saw the first rank to end, or None
+        when no rank's recording says it ended."""
+        if not self.rank_ends:
+            return None
+        first = min(self.rank_ends.values())
+        return math.ceil((first - self.start) / scrape_interval - 1e-9) * scrape_interval
+
+    def training_end(self, scrape_interval: float) -> float | None:
+        """Seconds after `start` of the last scrape that saw a training process, when every
+        rank's recording says when it ended; else None (they ran to the end)."""
+        ranks = set(self.ranks) | {(s.node, s.rank) for s in self.steps}
+        if not ranks or not ranks <= set(self.rank_ends):
+            return None
+        last = max(self.rank_ends[r] for r in ranks)
+        return math.ceil((last - self.start) / scrape_interval - 1e-9) * scrape_interval
 
     @property
     def start(self) -> float:
@@ -197,13 +218,25 @@ def instants(timeline: Timeline, scrape_interval: float) -> int:
     return int(math.ceil((timeline.last - timeline.start) / scrape_interval)) + 1
 
 
-def _put(store: SeriesStore, k: int, samples, target, shifted: frozenset, t0: float) -> None:
+def _put(
+    store: SeriesStore,
+    k: int,
+    samples,
+    target,
+    shifted: frozenset,
+    t0: float,
+    served: set[int] | None = None,
+) -> None:
+    """Each sample into `store` at instant `k`; `served` collects the series ids."""
     for name, labels, value in samples:
         if target:
             labels = {**labels, **target}
         if name in shifted:
             value -= t0
-        store.put(store.id_of(name, labels), k, value)
+        series = store.id_of(name, labels)
+        store.put(series, k, value)
+        if served is not None:
+            served.add(series)
 
 
 def _scrape_ranks(
@@ -241,8 +274,15 @@ def _scrape_ranks(
         phases = sorted(phases_by_rank.get((node, rank), []), key=lambda p: p.t)
         restarts = list(timeline.rank_restarts.get((node, rank), []))
         observed: dict[str, float] = {}
+        # Scraped up to the first scrape at or after its end (it served what it did to
+        # the last), then stale, as Prometheus marks a gone target's series.
+        end = timeline.rank_ends.get((node, rank))
+        last = count - 1
+        if end is not None:
+            last = min(last, math.ceil((end - t0) / scrape_interval - 1e-9))
+        served: set[int] = set()
         i = j = 0
-        for k in range(count):
+        for k in range(last + 1):
             instant = t0 + k * scrape_interval
             before = i + j
             while restarts and restarts[0] <= instant + 1e-9:
@@ -265,7 +305,11 @@ def _scrape_ranks(
                 observed = observe_phase_totals(state, observed, phases[j].seconds)
                 j += 1
             bar.advance(i + j - before)
-            _put(store, k, samples_of(state.families()), target, shifted, t0)
+            _put(store, k, samples_of(state.families()), target, shifted, t0, served)
+        bar.advance(len(steps) - i + len(phases) - j)
+        if last + 1 < count:
+            for series in sorted(served):
+                store.stale(series, last + 1)
 
 
 def observe_phase_totals(

@@ -12,10 +12,11 @@ and trainprof does the same, so that both report the same span, idle time and cl
 - host events (operators, annotations, steps, syncs) count by their own start, the same way.
 
     >>> from trainprof.trace import read_trace
-    >>> _, w = windowed(read_trace("a100-nccl-training.pt.trace.json.gz"), False)
+    >>> traces = "tests/data/real-gpu-traces/"
+    >>> _, w = windowed(read_trace(traces + "a100-nccl-training.pt.trace.json.gz"), False)
     >>> w["steps"], w["left_out_step"], w["device_events"], w["device_events_left_out"]
     (['ProfilerStep#4', 'ProfilerStep#5'], 'ProfilerStep#6', 2516, 1258)
-    >>> _, w = windowed(read_trace("a100-alexnet.pt.trace.json.gz"), False)
+    >>> _, w = windowed(read_trace(traces + "a100-alexnet.pt.trace.json.gz"), False)
     >>> w["rule"]
     'the whole trace (no two ProfilerStep#N ranges to window by)'
 
@@ -101,7 +102,8 @@ def describe(window: dict[str, Any]) -> str:
     """One line for people: what the summary covers.
 
     >>> from trainprof.trace import read_trace
-    >>> _, w = windowed(read_trace("a100-nccl-training.pt.trace.json.gz"), False)
+    >>> traces = "tests/data/real-gpu-traces/"
+    >>> _, w = windowed(read_trace(traces + "a100-nccl-training.pt.trace.json.gz"), False)
     >>> print(describe(w))
     ProfilerStep#4..#5: 2 of 3 profiler steps, the last (ProfilerStep#6) left out as HTA does: \
 the profiler usually stops inside it (--include-last-step keeps it); 1258 GPU events left out
