@@ -605,7 +605,8 @@ def test_helm_values_without_profilerreport_keep_or_switch_off_the_dashboards(
     """Two rules cannot draw the dashboards (they read ProfilerReport's recordings): with
     trainprof's exporter the chart's own stay; with another source they would read series
     that cluster lacks, so none are rendered; either way `rules compile` says why."""
-    assert len(_configmaps(rendered["user-config"])) == 2
+    # the job, fleet and compare dashboards
+    assert len(_configmaps(rendered["user-config"])) == 3
     assert _configmaps(rendered["sources"]) == []
     code = cli(
         ["rules", "compile", "-c", str(user_values.parent / "rules.yaml"), "--source", "dcgm"]

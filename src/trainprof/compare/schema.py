@@ -319,16 +319,14 @@ def _sagemaker_kind() -> dict:
     )
 
 
-def compare_schema() -> dict[str, Any]:
-    """The schema, every kind one branch of `oneOf` (told apart by `kind`)."""
-    from trainprof.generation.schemas import _header
+TITLE = f"trainprof compare --json, version {VERSION}"
+DESCRIPTION = (
+    "What `trainprof compare` writes with --json: two runs, two Kineto traces, or "
+    "SageMaker's verdicts beside trainprof's (docs/compare.md)."
+)
 
-    return {
-        **_header(
-            "trainprof-compare.schema.json",
-            f"trainprof compare --json, version {VERSION}",
-            "What `trainprof compare` writes with --json: two runs, two Kineto traces, or "
-            "SageMaker's verdicts beside trainprof's (docs/compare.md).",
-        ),
-        "oneOf": [_runs_kind(), _traces_kind(), _sagemaker_kind()],
-    }
+
+def compare_schema(header: dict[str, Any]) -> dict[str, Any]:
+    """The schema under `header` (the generator's `$schema`, `$id`, title...), every kind
+    one branch of `oneOf` (told apart by `kind`)."""
+    return {**header, "oneOf": [_runs_kind(), _traces_kind(), _sagemaker_kind()]}

@@ -370,6 +370,7 @@ def actions_schema_text() -> str:
 
 
 def compare_schema_text() -> str:
-    from trainprof.compare.schema import compare_schema
+    from trainprof.compare.schema import DESCRIPTION, TITLE, compare_schema
 
-    return text(compare_schema())
+    name = COMPARE_SCHEMA.rsplit("/", 1)[-1]
+    return text(compare_schema(_header(name, TITLE, DESCRIPTION)))
