@@ -413,6 +413,42 @@ class TrainingState:
         """One sample's value by exposed sample name and labels (tests and debugging)."""
         return sample_value(self.families(), name, **labels)
 
+    def row(self) -> tuple[tuple, list[float]]:
+        """(shape, values): the value of each sample `families()` gives, in its order,
+        without building them; samples of equal shapes have equal names and labels (as
+        `SampleAccumulator.row`, for replay)."""
+        values: list[float] = [1]
+        times = (self.start_time, self.first_step_time, self.last_step_time)
+        values += [t for t in times if t is not None]
+        modes = [self.modes[m] for m in contract.MODES if m in self.modes]
+        values += [s.count for s in modes]
+        for stats in modes:
+            cumulative = list(itertools.accumulate(stats.counts))
+            cumulative[-1] = stats.count
+            values += cumulative
+            values.append(stats.count)
+            values.append(stats.sum)
+        for stats in modes:
+            values += stats.outliers
+        values += self.phases.values()
+        if self.dataloader_workers is not None:
+            values.append(self.dataloader_workers)
+        values.append(self.samples)
+        values.append(self.tokens)
+        values += [1] * len(self.gpus)
+        values.append(self.errors)
+        shape = (
+            tuple(self.identity.items()),
+            tuple(self.info.items()),
+            tuple(t is None for t in times),
+            tuple(m for m in contract.MODES if m in self.modes),
+            tuple(s.factors for s in modes),
+            tuple(self.phases),
+            self.dataloader_workers is None,
+            tuple(self.gpus),
+        )
+        return shape, values
+
 
 def _factor_grid(extra: Iterable[float]) -> tuple[float, ...]:
     factors = set(contract.OUTLIER_STDDEVS)
