@@ -251,7 +251,8 @@ def check_exporter(smi: str) -> list[Row]:
                     break
             except OSError:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"the exporter exited: {proc.stderr.read()[-2000:]}")
+                    error = proc.stderr.read()[-2000:] if proc.stderr else ""
+                    raise RuntimeError(f"the exporter exited: {error}") from None
             time.sleep(0.5)
         time.sleep(1.0)  # a sample taken after the first scrape
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -356,9 +357,7 @@ def check_training(steps: int, rounds: int, trace_dir: str) -> tuple[list[Row], 
         for v in variants:
             results[v].append(loop(v)())
     base = Spread(results["uninstrumented"])
-    rows: list[Row] = [
-        ("training", "uninstrumented, ms/step", base.cell("{:.3f}"), "", "", "")
-    ]
+    rows: list[Row] = [("training", "uninstrumented, ms/step", base.cell("{:.3f}"), "", "", "")]
     for v in variants[1:]:
         ms = Spread(results[v])
         ratio = ratios(results, v, "uninstrumented")

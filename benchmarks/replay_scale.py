@@ -15,8 +15,9 @@ before chunking). The chunks column says how many promtool runs the replay made.
 "x promtool" is (replay's CPU + promtool's) / promtool's: what replay costs against promtool
 alone evaluating the very files replay wrote (its runs are replay's only child processes).
 "x real time" is the job's length over replay's wall time, and over the CPU time of replay
-and promtool together (the figure a shared machine does not inflate). With --rounds, every configuration
-runs once per round, interleaved, and each cell is the median (min-max) over the rounds.
+and promtool together (the figure a shared machine does not inflate). With --rounds, every
+configuration runs once per round, interleaved; each cell is the median (min-max) of the
+rounds.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def main() -> None:
     )
     print(caption(what) + ("\n" if args.markdown else ""))
     print(
-        "| job | scrape | wall s | x real time (wall / CPU) | CPU s replay + promtool | x promtool | "
-        "peak RSS replay / promtool | chunks | JSON sha256 |"
+        "| job | scrape | wall s | x real time (wall / CPU) | CPU s replay + promtool | "
+        "x promtool | peak RSS replay / promtool | chunks | JSON sha256 |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for hours, scrape in configs:
