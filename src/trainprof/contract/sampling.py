@@ -465,7 +465,7 @@ class SampleAccumulator:
             values.append(max(cores))
         if iowait:
             values.append(max(iowait))
-        quantiled = []
+        quantiled: list[bool] = []
         _histogram_row(values, self._cpu, quantiled)
         _histogram_row(values, self._iowait, quantiled)
         values += self._cpu_bottlenecks.values()

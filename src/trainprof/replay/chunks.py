@@ -267,7 +267,8 @@ class ChunkedStore(SeriesStore):
     def _catch_up(self, run: _Run, instants: int, last: float, following: int) -> None:
         # promtool's expansion adds the step again and again: so does `acc`, at C speed.
         chunk_run: _ChunkRun = run  # type: ignore[assignment]
-        added = itertools.accumulate(itertools.repeat(run.step, instants), initial=chunk_run.acc)
+        step: float = run.step  # type: ignore[assignment]  # a run going on has its step
+        added = itertools.accumulate(itertools.repeat(step, instants), initial=chunk_run.acc)
         chunk_run.acc = collections.deque(added, maxlen=1)[0]
         super()._catch_up(run, instants, last, following)
 
