@@ -79,7 +79,9 @@ def _inactive_units(active: torch.Tensor, threshold_inactivity: float) -> torch.
     else:
         axis = unit_axis(active)
         dims = [d for d in range(active.dim()) if d != axis]
-        fraction = active.float().mean(dim=dims)
+        # The mean of the 0/1 values, from a count instead of a float copy of the whole
+        # activation: the same float32 number while a unit has under 2**24 positions.
+        fraction = active.sum(dim=dims).float() / (active.numel() // active.shape[axis])
     return (fraction < threshold_inactivity / 100.0).float().mean().reshape(1)
 
 
