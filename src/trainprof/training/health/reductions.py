@@ -43,8 +43,8 @@ def stats(t: torch.Tensor) -> torch.Tensor:
     return torch.stack(
         (
             a.mean(),
-            torch.isnan(x32).sum().float(),
-            torch.isinf(x32).sum().float(),
+            torch.isnan(x32).sum(),  # counts: stack promotes them to float32, exactly
+            torch.isinf(x32).sum(),
             (x32 == 0).float().mean(),
             x32.var(unbiased=False) if x32.numel() > 1 else torch.zeros((), device=x.device),
             a.sum(),
@@ -165,4 +165,6 @@ def spread(t: torch.Tensor) -> torch.Tensor:
     low = torch.lerp(smallest[below[0]], smallest[above[0]], weights[0])
     high = torch.lerp(largest[n - 1 - below[1]], largest[n - 1 - above[1]], weights[1])
     result = (high - low).reshape(1)
-    return torch.where(torch.isnan(x).any(), torch.full_like(result, math.nan), result)
+    # topk ranks NaN above everything: the largest element is NaN exactly when one is.
+    top = largest[:1]
+    return torch.where(torch.isnan(top), top, result)
