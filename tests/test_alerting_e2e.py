@@ -27,8 +27,6 @@ from __future__ import annotations
 import time
 import urllib.parse
 
-import pytest
-
 from trainprof.actions.audit import history
 from trainprof.actions.config import load_actions_config
 from trainprof.alerting import files, routing
@@ -234,7 +232,6 @@ def _decisions(audit_path) -> set[tuple[str, str, str]]:
     }
 
 
-@pytest.mark.tools
 def test_alerts_reach_their_receivers_grouped_per_job_and_inhibited_ones_do_not(
     prometheus_bin, alertmanager_bin, tmp_path
 ):

@@ -171,7 +171,7 @@ def long_job(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def long_job_runs(long_job):
+def long_job_runs(long_job, promtool):
     single = replay(long_job, None, scrape_interval=15, chunk_instants=ONE_PASS)
     chunked = replay(long_job, None, scrape_interval=15, chunk_instants=CHUNK)
     return single, chunked
@@ -212,7 +212,7 @@ def test_a_job_short_enough_for_one_chunk_takes_one_promtool_run(tmp_path, long_
     assert two.chunks == 2 and _as_text(two) == _as_text(long_job_runs[0])
 
 
-def test_rules_reading_since_the_job_started_fall_back_to_one_pass(tmp_path):
+def test_rules_reading_since_the_job_started_fall_back_to_one_pass(tmp_path, promtool):
     """dcgm-exporter and node_exporter's bottleneck rules count since the job started
     (2h30m at a 1 s scrape, 37.5 h at 15 s): no warm-up shorter than the job reproduces
     them, so the job goes through promtool in one run, with the same output."""
@@ -294,7 +294,7 @@ def _edges(firing):
 
 
 def test_chunks_reproduce_promtool_exactly_and_one_evaluation_less_warm_up_does_not(
-    tmp_path,
+    tmp_path, promtool
 ):
     rng = random.Random(11)
     count = 1200

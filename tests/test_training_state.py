@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import random
 import statistics
 
@@ -10,7 +9,6 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from trainprof.contract import metrics
-from trainprof.training import identity, process, timing
 from trainprof.training import state as training_state
 from trainprof.training.state import (
     OUTLIER_MIN_STEPS,
@@ -249,12 +247,6 @@ def test_bounded_label_values_keep_long_values_distinct():
     a, b = bounded_label_value("p" * 300 + "a"), bounded_label_value("p" * 300 + "b")
     assert a != b and len(a) == len(b) == 128
     assert bounded_label_value("short") == "short"
-
-
-@pytest.mark.parametrize("module", [training_state, identity, process, timing])
-def test_docstring_examples_run(module):
-    result = doctest.testmod(module)
-    assert result.failed == 0
 
 
 def test_a_row_holds_the_values_of_the_families_and_a_shape_names_them():

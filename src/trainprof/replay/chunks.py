@@ -41,7 +41,7 @@ from pathlib import Path
 
 from trainprof.engines.promtool import RuleRun, run_rules
 from trainprof.replay import reach
-from trainprof.replay.series_store import TOKEN_OVERHEAD, SeriesStore, _num, _Run
+from trainprof.replay.series_store import STALE, TOKEN_OVERHEAD, SeriesStore, _num, _Run
 
 # Memory a chunked store's encoded text may take before it moves to the spill file, each
 # token counted with its object overhead (series_store.TOKEN_OVERHEAD).
@@ -284,12 +284,28 @@ class ChunkedStore(SeriesStore):
         cuts = self._schedule[series][0]
         run.cut = next((c for c in cuts if c > k), self.count)
 
+    def stale(self, series: int, k: int) -> None:
+        run: _ChunkRun = self._runs[series]  # type: ignore[assignment]
+        if k < run.next:
+            raise ValueError(f"instant {k} of {self._texts[series]} after {run.next - 1}")
+        if run.start is not None:
+            self._emit(series, run, run.next - 1)
+        self._place(series, STALE, k, k)
+        run.next = k + 1
+        if k >= run.cut:
+            cuts = self._schedule[series][0]
+            run.cut = next((c for c in cuts if c > k), self.count)
+
     def _emit(self, series: int, run: _Run, last: int) -> None:
         """Close the open run, which ends at instant `last`, into the chunks holding it."""
         assert run.start is not None
-        first = last - run.n
         token = _token(run.start, run.step, run.n)
+        first = last - run.n
         run.start = None
+        self._place(series, token, first, last)
+
+    def _place(self, series: int, token: str, first: int, last: int) -> None:
+        """`token`, covering instants `first` to `last`, into the chunks holding them."""
         cuts, pieces = self._schedule[series]
         windows = self._windows[series]
         plan = self.plan.windows

@@ -8,12 +8,12 @@ profiler-output/framework/pevents/<YYYYMMDDHH>/<end_us>_<rank>-<node>_pythontime
     Chrome traces; a step is an "X" event whose name contains "Step:ModeKeys"; event times
     are microseconds after the trace's start_time_since_epoch_in_micros.
 
->>> found = find_profiler_output("/path/to/job")        # doctest: +SKIP
->>> samples = read_system(found)                         # doctest: +SKIP
->>> samples.by_node["algo-1"][0].cpu_utilization[:2]     # doctest: +SKIP
-[1.0, 0.9787]
->>> read_steps(found)[0]                                 # doctest: +SKIP
-Step(node='algo-1', rank=0, mode='train', start=1594662608.09, end=1594662617.11)
+>>> resources = "tests/data/real-sagemaker/smdebug-test-resources/tests/profiler/resources/"
+>>> samples = read_system(find_profiler_output(resources + "test_traces"))
+>>> samples.by_node["algo-1"][0].cpu_utilization[:2]
+[0.016, 0.193]
+>>> read_steps(find_profiler_output(resources + "merge_traces"))[0]
+Step(node='b88ab1bb8259', rank=905, mode='train', start=1594662608.090195, end=1594662617.11092)
 """
 
 from __future__ import annotations

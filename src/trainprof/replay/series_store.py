@@ -13,6 +13,16 @@ token however long it lasts; what is encoded spills to a temporary file past a b
     ...     store.put(s, k, 1.0)
     >>> list(store.items())
     [('up{job="a"}', '_ 1x2 _')]
+
+A series that ended (its process gone) gets a staleness marker, as Prometheus writes one:
+
+    >>> store = SeriesStore(count=5)
+    >>> s = store.id_of("up", {"job": "b"})
+    >>> store.put(s, 0, 1.0)
+    >>> store.put(s, 1, 1.0)
+    >>> store.stale(s, 2)
+    >>> list(store.items())
+    [('up{job="b"}', '1x1 stale _x2')]
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from trainprof.engines.promtool import series_text
 
 # Memory the encoded text may take before it moves to the spill file.
 BUDGET = 32 * 1024 * 1024
+# promtool's notation for a staleness marker.
+STALE = "stale"
 # What a token costs beyond its characters: the str object's header and its slot in the
 # list. Counting characters alone let 8 MB of budget hold ~50 MB of tokens at a 1 s scrape.
 TOKEN_OVERHEAD = 57
@@ -135,6 +147,17 @@ class SeriesStore:
         run.last = value
         if self._bytes > self._budget:
             self._spill_all()
+
+    def stale(self, series: int, k: int) -> None:
+        """A staleness marker for `series` at instant `k`: it ended there, as Prometheus
+        marks the series of a target that went away (an ended training process)."""
+        run = self._runs[series]
+        if k < run.next:
+            raise ValueError(f"instant {k} of {self._texts[series]} after {run.next - 1}")
+        self._bytes += run.gap(k - run.next) if k > run.next else run.close()
+        run.tokens.append(STALE)
+        self._bytes += len(STALE) + 1 + TOKEN_OVERHEAD
+        run.next = k + 1
 
     def writer(self, ids: Sequence[int], replacing: RowWriter | None = None) -> RowWriter:
         """A `RowWriter` of series `ids` (one per scraped target), `replacing` the target's
@@ -258,6 +281,13 @@ class RowWriter:
         self.synced = [k] * len(self.ids)
         self.k = k
         self.cut = min((store._cut(runs[series]) for series in self.ids), default=float("inf"))
+
+    def close(self) -> None:
+        """The target's last row is put: its runs brought up to date, the writer let go (so
+        `SeriesStore.stale` and the like may follow)."""
+        self.sync()
+        if self in self.store._writers:
+            self.store._writers.remove(self)
 
     def sync(self) -> None:
         """Bring every run up to the last instant put."""

@@ -74,6 +74,9 @@ class Timeline:
     rank_starts: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
     # Each rank's phase totals over time (a trainprof recording; SageMaker output has none).
     phases: list[PhaseTotals] = dataclasses.field(default_factory=list)
+    # When a rank's process stopped serving metrics, where its recording says so (its end
+    # record): its series end there, as Prometheus marks a gone target's series stale.
+    rank_ends: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
 
     @property
     def first(self) -> float:
@@ -91,7 +94,25 @@ class Timeline:
             [s[-1].timestamp for s in self.hosts.values() if s]
             + [s.end for s in self.steps]
             + [p.t for p in self.phases]
+            + list(self.rank_ends.values())
         )
+
+    def first_rank_end(self, scrape_interval: float) -> float | None:
+        """Seconds after `start` of the last scrape that saw the first rank to end, or None
+        when no rank's recording says it ended."""
+        if not self.rank_ends:
+            return None
+        first = min(self.rank_ends.values())
+        return math.ceil((first - self.start) / scrape_interval - 1e-9) * scrape_interval
+
+    def training_end(self, scrape_interval: float) -> float | None:
+        """Seconds after `start` of the last scrape that saw a training process, when every
+        rank's recording says when it ended; else None (they ran to the end)."""
+        ranks = set(self.ranks) | {(s.node, s.rank) for s in self.steps}
+        if not ranks or not ranks <= set(self.rank_ends):
+            return None
+        last = max(self.rank_ends[r] for r in ranks)
+        return math.ceil((last - self.start) / scrape_interval - 1e-9) * scrape_interval
 
     @property
     def start(self) -> float:
@@ -235,9 +256,16 @@ def _scrape_ranks(
         steps.sort(key=lambda s: s.end)
         phases = sorted(phases_by_rank.get((node, rank), []), key=lambda p: p.t)
         observed: dict[str, float] = {}
+        # Scraped up to the first scrape at or after its end (it served what it did to
+        # the last), then stale, as Prometheus marks a gone target's series.
+        end = timeline.rank_ends.get((node, rank))
+        last = count - 1
+        if end is not None:
+            last = min(last, math.ceil((end - t0) / scrape_interval - 1e-9))
+        served: set[int] = set()
         i = j = 0
         writer, seen, moved = None, None, []
-        for k in range(count):
+        for k in range(last + 1):
             instant = t0 + k * scrape_interval
             before = i + j
             while i < len(steps) and steps[i].end <= instant + 1e-9:
@@ -252,10 +280,17 @@ def _scrape_ranks(
                 rows = list(samples_of(state.families()))
                 ids = [store.id_of(n, {**labels, **target}) for n, labels, _ in rows]
                 writer = store.writer(ids, writer)
+                served.update(ids)
                 seen, moved = shape, [x for x, (n, _, _) in enumerate(rows) if n in shifted]
             for x in moved:
                 values[x] -= t0
             writer.put(k, values)  # type: ignore[union-attr]  # made for the first shape
+        bar.advance(len(steps) - i + len(phases) - j)
+        if writer is not None:
+            writer.close()
+        if last + 1 < count:
+            for series in sorted(served):
+                store.stale(series, last + 1)
 
 
 def observe_phase_totals(

@@ -17,7 +17,12 @@ from __future__ import annotations
 import array
 import math
 
-import torch
+from trainprof import extras
+
+try:
+    import torch
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "the training-health reductions") from None
 
 STATISTICS = ("mean_abs", "nan", "inf", "zero_ratio", "variance", "l1", "l2")
 # SageMaker's SaturatedActivation bounds: an input outside them saturates the unit.
