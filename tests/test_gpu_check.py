@@ -98,3 +98,17 @@ def test_the_table_is_one_markdown_table_under_its_caption(gpu_check):
     table = gpu_check.format_table(rows, "caption").splitlines()
     assert table[0] == "caption" and table[2].startswith("| section |")
     assert table[-1] == "| exporter | GPU 0 memory.total | 8.59e+10 | 8.59e+10 | 0 | ok |"
+
+
+def test_the_trace_section_on_a_recorded_a100_trace_agrees_with_hta(gpu_check, hta_peer):
+    """The device run's trace section, on a trace an A100 wrote: trainprof's summary and
+    HTA's (tests/hta_peer.py, the peer the hta_peer fixture finds) agree within tolerance."""
+    trace = ROOT / "tests" / "data" / "real-gpu-traces" / "a100-alexnet.pt.trace.json.gz"
+    rows = gpu_check.check_trace(trace)
+    assert [r[1] for r in rows] == [
+        "GPU span, s",
+        "GPU idle, s",
+        "compute time, s",
+        "top 15 kernels, by name",
+    ]
+    assert {r[5] for r in rows} == {"ok"}
