@@ -29,8 +29,8 @@ def test_drift_is_detected(tmp_path, root):
 @pytest.mark.parametrize(
     "name, count",
     [
-        ("trainprof.rules.yaml", 56),
-        ("trainprof.prometheusrule.yaml", 56),
+        ("trainprof.rules.yaml", 75),
+        ("trainprof.prometheusrule.yaml", 75),
         ("trainprof.sources.rules.yaml", 44),
     ],
 )
