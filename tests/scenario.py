@@ -15,7 +15,10 @@ Case keys:
             {cycle: [...]} (one value per sample, repeating)
     labels: override the exporter's identity labels; null leaves one out (a DaemonSet's job)
     exporter_reads_config: the exporters count the config's thresholds (--rules.config)
-    series: raw promtool input series (training metrics)
+    series: raw promtool input series (training metrics): `values` in promtool's notation,
+            or a list of [value, duration] runs, each value scraped for that long
+    holds: [{from, to, alertname?, alerts}]: the alerts fire at every evaluation from..to
+            (an alert held through noise fires once and never resolves in between)
     expect: [{at, alertname?, alerts: [labels...], affected?: [labels...]}]
             alerts are one per job (and reason): their labels default to the case's job
             (namespace ml, training_job bert or the case's `training_job`; null leaves one
@@ -172,6 +175,36 @@ def rule_groups(case: dict) -> list[dict]:
     return groups
 
 
+def runs(values: str | list, scrape: float) -> str:
+    """promtool notation of `values`: already notation, or [value, duration] runs.
+
+    >>> runs([[0.5, "1m"], [1, "30s"]], 15)
+    '0.5x3 1x1'
+    """
+    if isinstance(values, str):
+        return values
+    out = []
+    for value, duration in values:
+        n = round(parse_duration(duration) / scrape)
+        out.append(encode([float(value)] * n))  # YAML reads 1e-9 as a string
+    return " ".join(out)
+
+
+def held(case: dict) -> list[dict]:
+    """The expectations of `holds`: the alerts at every evaluation from..to."""
+    step = parse_duration(case.get("evaluation_interval", "1m"))
+    out = []
+    for h in case.get("holds", []):
+        t, end = parse_duration(h["from"]), parse_duration(h["to"])
+        while t <= end + 1e-9:
+            e = {"at": format_duration(t), "alerts": h["alerts"]}
+            if "alertname" in h:
+                e["alertname"] = h["alertname"]
+            out.append(e)
+            t += step
+    return out
+
+
 def job_alert_labels(case: dict, spec: dict) -> dict[str, str]:
     """An expected alert's labels: the case's job unless the spec names (or nulls) them."""
     labels = {"namespace": "ml", "training_job": case.get("training_job", "bert")}
@@ -246,10 +279,13 @@ def promtool_files(case: dict, workdir: Path) -> Path:
         if isinstance(case.get("config"), dict)
         else "0.5s"
     )
-    series = scraped_series(case, datapoint) + list(case.get("series", []))
+    scrape = parse_duration(case.get("scrape_interval", "15s"))
+    series = scraped_series(case, datapoint) + [
+        {**s, "values": runs(s["values"], scrape)} for s in case.get("series", [])
+    ]
     alert_tests = []
     expr_tests = []
-    for e in case.get("expect", []):
+    for e in [*case.get("expect", []), *held(case)]:
         alertname = e.get("alertname", f"Training{case['rule']}")
         static = _static_labels(groups, alertname)
         alert_tests.append(
