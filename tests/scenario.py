@@ -19,6 +19,7 @@ Case keys:
             or a list of [value, duration] runs, each value scraped for that long
     holds: [{from, to, alertname?, alerts}]: the alerts fire at every evaluation from..to
             (an alert held through noise fires once and never resolves in between)
+    held: true when other expectations rely on that hold (vmalert's replay cannot hold)
     expect: [{at, alertname?, alerts: [labels...], affected?: [labels...]}]
             alerts are one per job (and reason): their labels default to the case's job
             (namespace ml, training_job bert or the case's `training_job`; null leaves one
