@@ -119,8 +119,9 @@ def test_a_recording_shared_by_two_rules_is_written_once_and_inlined_elsewhere()
     # the alert's condition, recorded per GPU in the alert's own group
     condition = next(r for r in batch["rules"] if r.get("record", "").endswith(":affected"))
     assert name not in condition["expr"]
-    assert 'rate(trainprof_gpu_utilization_sampled_ratio_bucket{le="0.7"}[4m10s])' in (
-        condition["expr"]
+    assert (
+        'rate(trainprof_gpu_utilization_sampled_ratio_bucket{le="0.7"}[4m10s])'
+        in (condition["expr"])
     )
 
 

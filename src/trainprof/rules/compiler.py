@@ -84,7 +84,8 @@ class Compiled:
     warnings: tuple[str, ...]
     config: RulesConfig
     rules: tuple[CompiledRule, ...]
-    # Each rule alert's recording of what it found (trainprof.rules.job_alerts).
+    # Each alert's recording of what it found (trainprof.rules.job_alerts): the rules', then
+    # the health checks' (rule TrainprofHealth).
     affected: tuple[Affected, ...] = ()
 
     def affected_of(self, name: str) -> tuple[Affected, ...]:
@@ -219,7 +220,7 @@ def compile_rules(config: RulesConfig) -> Compiled:
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)
         groups.append({"name": STATE_GROUP, "interval": format_duration(fastest), "rules": state})
-    health = _health_rules(config, compiled)
+    health = _health_rules(config, compiled, affected)
     if health:
         groups.append({"name": HEALTH_GROUP, "interval": "1m", "rules": health})
     return Compiled(groups, tuple(warnings), config, tuple(compiled), tuple(affected))
@@ -461,7 +462,9 @@ def _exporters(series: str, measure: str, value: str = "{{ .Value }}") -> Units:
     )
 
 
-def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dict[str, Any]]:
+def _health_rules(
+    config: RulesConfig, compiled: list[CompiledRule], affected: list[Affected]
+) -> list[dict[str, Any]]:
     """Alerts that say the rules are blind: the exporters sample at another interval than
     the rules were compiled for, or do not count the thresholds a rule selects. Like the
     rules' alerts, one per job (and check), each after its recording of the exporters,
@@ -533,7 +536,8 @@ def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dic
         checks.append(shared)
     recordings, alerts = [], []
     for check, affects in checks:
-        recording, alert = _health_alert(config, check, affects)
+        found, recording, alert = _health_alert(config, check, affects)
+        affected.append(found)
         recordings.append(recording)
         alerts.append(alert)
     return recordings + alerts
@@ -544,7 +548,7 @@ HEALTH_FOR = 300.0  # seconds a health condition holds before it alerts (and the
 
 def _health_alert(
     config: RulesConfig, check: HealthCheck, affects: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
+) -> tuple[Affected, dict[str, Any], dict[str, Any]]:
     found = Affected(
         HEALTH_RULE,
         check.alert,
@@ -555,18 +559,22 @@ def _health_alert(
         metric=health_metric(check.alert),
     )
     description = found.description(check.description, config.job_labels, config.job_selector)
-    return found.recording(check.expr), {
-        "alert": check.alert,
-        "expr": found.alert_expr(config.job_labels),
-        "for": format_duration(HEALTH_FOR),
-        "labels": {
-            "rule": HEALTH_RULE,
-            "severity": "warning",
-            "affects": affects,
-            VERSION_LABEL: "1",
+    return (
+        found,
+        found.recording(check.expr),
+        {
+            "alert": check.alert,
+            "expr": found.alert_expr(config.job_labels),
+            "for": format_duration(HEALTH_FOR),
+            "labels": {
+                "rule": HEALTH_RULE,
+                "severity": "warning",
+                "affects": affects,
+                VERSION_LABEL: "1",
+            },
+            "annotations": {"summary": check.summary, "description": description},
         },
-        "annotations": {"summary": check.summary, "description": description},
-    }
+    )
 
 
 def required_inputs(config: RulesConfig) -> dict[str, Any]:

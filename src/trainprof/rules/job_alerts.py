@@ -105,16 +105,18 @@ class Affected:
     def recording(self, expr: str) -> dict:
         return {"record": self.record, "expr": expr, "labels": self.static}
 
-    def alert_expr(self, job_labels: Sequence[str]) -> str:
+    def alert_expr(self, job_labels: Sequence[str], held: bool = True) -> str:
+        """The alert's expression; `held` False leaves the hold out (replay applies it:
+        trainprof.replay.cadence.AlertStates)."""
         by = ", ".join(job_labels)
-        now, held = self.selector(), self.selector()
+        now = self.selector()
         if self.units is not None:
             now = f"count by ({by}) ({now})"
-        if not self.hold:
+        if not (self.hold and held):
             return now
-        held = f"max_over_time({held}[{format_duration(self.hold)}])"
+        recent = f"max_over_time({self.selector()}[{format_duration(self.hold)}])"
         if self.units is not None:
-            held = f"count by ({by}) ({held})"
+            recent = f"count by ({by}) ({recent})"
         firing = promql.selector(
             "ALERTS",
             (),
@@ -124,7 +126,7 @@ class Affected:
             severity=self.severity,
             **self.labels,
         )
-        return f"{now}\nor on ({by})\n(\n  {held}\n  and on ({by})\n  {firing}\n)"
+        return f"{now}\nor on ({by})\n(\n  {recent}\n  and on ({by})\n  {firing}\n)"
 
     def description(
         self,
@@ -167,6 +169,13 @@ class Affected:
             f"Job {JOB}: {{{{ $value }}}} of {total} {units.plural} {text}. Worst{what}: {listed}."
         )
 
+    def matches(self, rule: Mapping) -> bool:
+        """Whether compiled alerting rule `rule` (a dict) is this alert."""
+        labels = rule.get("labels", {})
+        return rule.get("alert") == self.alertname and all(
+            labels.get(k) == v for k, v in self.static.items()
+        )
+
     def _own_matchers(self) -> list[promql.Matcher]:
         own = {"severity": self.severity, **self.labels}
         return [promql.Matcher(k, "=", v) for k, v in own.items()]
@@ -198,3 +207,95 @@ def _verbatim(text: str) -> str:
     """PromQL text inside a Go format string: `%` doubled; a backtick cannot appear in a Go
     raw string, so it is written as the escape PromQL reads inside a double-quoted string."""
     return text.replace("%", "%%").replace("`", "\\x60")
+
+
+def without_holds(
+    groups: Sequence[Mapping], affected: Sequence[Affected], job_labels: Sequence[str]
+) -> list[dict]:
+    """The rule groups with every alert's hold left out, and each hold in seconds by
+    (alertname, static labels): replay evaluates the first and applies the second itself
+    (trainprof.replay.cadence.AlertStates), since a hold reads the alert's own ALERTS."""
+    out = []
+    for group in groups:
+        rules = []
+        for rule in group["rules"]:
+            found = next((a for a in affected if "alert" in rule and a.matches(rule)), None)
+            if found is not None:
+                rule = {**rule, "expr": found.alert_expr(job_labels, held=False)}
+            rules.append(rule)
+        out.append({**group, "rules": rules})
+    return out
+
+
+def holds(affected: Sequence[Affected]) -> dict[tuple[str, tuple], float]:
+    """(alertname, static labels) -> the alert's hold in seconds."""
+    return {(a.alertname, tuple(sorted(a.static.items()))): a.hold for a in affected}
+
+
+# --- what the alerts found, per unit: replay's JSON, the report -----------------------------
+
+# Labels of an `affected` series that say nothing about the unit.
+NOT_UNIT = frozenset(("__name__", "rule", "severity"))
+
+
+@dataclasses.dataclass
+class AffectedUnit:
+    """One unit (GPU, node, rank, ...) a rule's alert found: its labels (the job's left out,
+    `reason` kept), when it was first and last found, and its worst value then."""
+
+    labels: dict[str, str]
+    first_at: float
+    last_at: float
+    worst: float
+
+    def as_json(self) -> dict:
+        def number(value: float) -> float | int:
+            return int(value) if float(value).is_integer() else round(value, 6)
+
+        return {
+            "labels": self.labels,
+            "first_at": number(self.first_at),
+            "last_at": number(self.last_at),
+            "worst": None if self.worst != self.worst else number(self.worst),
+        }
+
+
+def affected_selector(job_matchers: Sequence[str]) -> str:
+    """Every rule's `affected` series of one job: `job_matchers` are rendered matchers."""
+    return (
+        "{" + ", ".join([f'__name__=~".+:{RULE_METRIC_PREFIX}.+:{AFFECTED}"', *job_matchers]) + "}"
+    )
+
+
+def units_found(
+    samples: Mapping[float, Sequence[tuple[Mapping[str, str], float]]],
+    affected: Sequence[Affected],
+    job_labels: Sequence[str],
+) -> dict[str, list[AffectedUnit]]:
+    """{rule: the units its alerts found}, from the `affected` series' samples by time
+    (`affected_selector`'s answers), worst value by each alert's `Units.worst`."""
+    lowest = {
+        (a.rule, tuple(sorted(a.labels.items())))
+        for a in affected
+        if a.units is not None and a.units.worst == "lowest"
+    }
+    units: dict[tuple[str, tuple], AffectedUnit] = {}
+    for t in sorted(samples):
+        for labels, value in samples[t]:
+            rule = labels.get("rule", "")
+            kept = {k: v for k, v in labels.items() if k not in NOT_UNIT and k not in job_labels}
+            key = (rule, tuple(sorted(kept.items())))
+            found = units.get(key)
+            if found is None:
+                units[key] = AffectedUnit(kept, t, t, value)
+                continue
+            found.last_at = t
+            own = {k: v for k, v in kept.items() if k in ("reason", "affects")}
+            if (rule, tuple(sorted(own.items()))) in lowest:
+                found.worst = min(found.worst, value)
+            else:
+                found.worst = max(found.worst, value)
+    out: dict[str, list[AffectedUnit]] = {}
+    for (rule, _), unit in sorted(units.items(), key=lambda kv: (kv[1].first_at, kv[0][1])):
+        out.setdefault(rule, []).append(unit)
+    return out
