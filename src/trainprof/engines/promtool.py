@@ -104,8 +104,9 @@ def write_alerts_test(
     number of evaluations. `group_order`: the groups' evaluation order at each time
     (promtool's is random otherwise, which matters once a group reads another's
     recordings); `alerts_from`: the first evaluation to report alerts at (default: the
-    first); `active`: report pending alerts too (with their `alertstate`). Written by hand, not through PyYAML: a replay holds
-    millions of values and the YAML emitter would take minutes."""
+    first; with `active`, from 0); `active`: report pending alerts too (with their
+    `alertstate`). Written by hand, not through PyYAML: a replay holds millions of values
+    and the YAML emitter would take minutes."""
     times = []
     # The rule manager evaluates at 0 too: an active alert's state starts there.
     first = 0.0 if active else evaluation_interval
