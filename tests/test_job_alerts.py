@@ -202,3 +202,40 @@ def test_every_alert_of_every_rule_is_one_per_job_and_reason():
             "StepOutlier",
             "MaxInitializationTime",
         ), found
+
+
+def test_stop_training_targets_the_job_from_every_alerts_own_labels():
+    """StopTraining decides from an alert's labels: every rule's alert carries the job and
+    no unit, so the receiver stops that job (Kubernetes, dry run) and needs nothing else."""
+    from trainprof.actions.config import load_actions_config
+    from trainprof.actions.decide import plan
+    from trainprof.actions.payload import Alert
+    from trainprof.rules.catalog import registry
+
+    every = [{"rule": "ProfilerReport"}] + [
+        {"rule": r.name, "parameters": PARAMETERS.get(r.name, {}), "actions": ["StopTraining"]}
+        for r in registry.TENSOR_RULES
+    ]
+    compiled = compile_rules(load_config({"rules": every}))
+    actions = load_actions_config(
+        {
+            "token_env": "UNUSED",
+            "allow": {"namespaces": ["team-a"], "training_jobs": ["bert-.*"]},
+            "rules": {r.name: "stop" for r in registry.PROFILER_RULES if r.alerting},
+            "kubernetes": {"resource": "Job"},
+        }
+    )
+    rules = [r for g in compiled.groups for r in g["rules"] if "alert" in r]
+    assert len(rules) > 30
+    unit_labels = {"gpu", "node", "uuid", "rank", "mode", "collection", "instance", "peer_gpu"}
+    for rule in rules:
+        if rule["labels"]["rule"] in ("TrainprofHealth", "TrainprofState"):
+            continue
+        assert not unit_labels & set(rule["labels"]), rule["alert"]
+        labels = {"alertname": rule["alert"], **rule["labels"]}
+        labels |= {"namespace": "team-a", "training_job": "bert-large"}
+        decided = plan(actions, Alert("firing", labels, "2026-01-01T00:00:00Z", "f"))
+        assert (decided.decision, decided.target) == ("stop", "Job team-a/bert-large"), labels
+
+
+PARAMETERS = {"TensorVariance": {"max_threshold": "10"}, "SimilarAcrossRuns": {"other_trials": "a"}}
