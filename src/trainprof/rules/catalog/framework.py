@@ -12,7 +12,7 @@ from trainprof.contract.names import (
     RECORDED_INITIALIZATION,
     RECORDED_PHASE,
 )
-from trainprof.rules.catalog._text import JOB, RANK_NAME
+from trainprof.rules.catalog._text import JOB
 from trainprof.rules.model import (
     NUMBER_UNIT,
     RATIO_UNIT,
@@ -182,7 +182,8 @@ def _step_outlier(b: Build[StepOutlierParams]) -> RuleOutput:
                     "rank_mode",
                     "rank and mode",
                     "ranks and modes",
-                    RANK_NAME + " {{ .Labels.mode }}",
+                    "rank {{ .Labels.rank }} {{ .Labels.mode }} steps on "
+                    "{{ or .Labels.node .Labels.instance }}",
                     Population(contract.TRAINING_STEP_OUTLIERS_TOTAL, _step_outlier_equal(b)),
                     value_text="slow steps",
                 ),
