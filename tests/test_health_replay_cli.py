@@ -42,11 +42,18 @@ def test_replay_json_has_first_fired_step(promtool, tmp_path):
     assert loss["fired"] is True and loss["first_fired_step"] == 12
     assert loss["alerts"][0]["labels"]["training_job"] == "job-a"
     assert loss["first_fired_at"] == pytest.approx(1.7e9 + 12)  # the step's wall time
+    # one alert for the job; the loss it found (rank and mode) beside it: from step 12 (0.30
+    # did not fall from step 0's 0.30), and at step 16, where that evaluation still stands
+    # (the process evaluates every num_steps, 10)
+    (unit,) = loss["affected"]
+    assert (unit["first_step"], unit["last_step"], unit["worst"]) == (12, 16, 0.3)
+    assert unit["labels"]["mode"] and "training_job" not in unit["labels"]
     assert out["VanishingGradient"] == {
         "fired": False,
         "first_fired_at": None,
         "first_fired_step": None,
         "alerts": [],
+        "affected": [],
     }
 
 
