@@ -166,7 +166,7 @@ def from_trial(
         if not v.evaluated:
             status = RuleStatus("no_data", reason="the trial holds nothing this rule reads")
         alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
-        verdicts[name] = Verdict(alerts, status)
+        verdicts[name] = Verdict(alerts, status, [u for u, _, _ in v.affected])
     return Collected(
         training_job=result.training_job,
         source=f"replay of the tensor trial {source}",
