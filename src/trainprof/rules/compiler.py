@@ -558,7 +558,13 @@ def _health_alert(
         HEALTH_FOR,
         metric=health_metric(check.alert),
     )
-    description = found.description(check.description, config.job_labels, config.job_selector)
+    description = found.description(
+        check.description,
+        config.job_labels,
+        config.job_selector,
+        # a GPU several jobs share is no job's
+        named_job=check.alert != attribution.SHARED_ALERT,
+    )
     return (
         found,
         found.recording(check.expr),

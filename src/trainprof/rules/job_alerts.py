@@ -134,9 +134,12 @@ class Affected:
         job_labels: Sequence[str],
         matchers: Sequence[promql.Matcher],
         population: str | None = None,
+        named_job: bool = True,
     ) -> str:
         """`text` for a per-job alert; for a per-unit one, "Job j: 5 of 16 GPUs <text>.
-        Worst (<value_text>): <unit> at <value>, ...". `population`: PromQL counting a job's
+        Worst (<value_text>): <unit> at <value>, ...", without "of 16" when the units have no
+        population and without the job when not `named_job` (units of no job: a GPU several
+        jobs share). `population`: PromQL counting a job's
         units instead of the catalog's (with %[n]q verbs for the job's label values)."""
         units = self.units
         if units is None:
@@ -152,15 +155,18 @@ class Affected:
         if self.hold:
             recorded = f"{over}({recorded}[{format_duration(self.hold)}])"
         worst = f"{order}({pick}({WORST}, {recorded}))"
+        shown = f"{units.name} at {units.value}" if units.value else units.name
         listed = (
             f"{{{{ range $i, $u := printf `{worst}` {args} | query }}}}"
-            f"{{{{ if $i }}}}, {{{{ end }}}}{units.name} at {units.value}"
+            f"{{{{ if $i }}}}, {{{{ end }}}}{shown}"
             "{{ else }}none now{{ end }}"
         )
         what = f" ({units.value_text})" if units.value_text else ""
+        # Units without a measure (an input missing) are named, not ranked.
+        named = f"Worst{what}" if units.value else "Among them"
         if population is None:
-            # Units of no job (a GPU several jobs share): how many, not of how many.
-            return f"{{{{ $value }}}} {units.plural} {text}. Worst{what}: {listed}."
+            counted = f"{{{{ $value }}}} {units.plural} {_sentence(text)} {named}: {listed}."
+            return f"Job {JOB}: {counted}" if named_job else counted
         total = (
             f"{{{{ with printf `{population}` {args} | query }}}}"
             '{{ . | first | value | printf "%.0f" }}{{ else }}?{{ end }}'
@@ -179,6 +185,11 @@ class Affected:
     def _own_matchers(self) -> list[promql.Matcher]:
         own = {"severity": self.severity, **self.labels}
         return [promql.Matcher(k, "=", v) for k, v in own.items()]
+
+
+def _sentence(text: str) -> str:
+    """`text` ending a sentence: a full stop unless it has its own."""
+    return text if text.endswith(("?", "!", ".")) else text + "."
 
 
 def health_metric(alert: str) -> str:

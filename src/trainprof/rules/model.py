@@ -87,7 +87,7 @@ class Units:
     name: str
     # Every unit of the job, for "of how many"; None: the alert says how many, not of what.
     population: Population | None
-    value: str = "{{ .Value }}"  # Go template showing a unit's value (`.Value`)
+    value: str = "{{ .Value }}"  # Go template showing a unit's value (`.Value`); "": none
     value_text: str = ""  # what the value is: "share of samples at or below 70%"
     worst: str = "highest"  # highest | lowest: which end of the values is worst
 

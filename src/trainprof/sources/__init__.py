@@ -3,8 +3,8 @@ trainprof's units and labels, so a cluster that already runs them needs no secon
 
 >>> groups = adapter_groups(("dcgm", "node_exporter"), SourceOptions(node_label="instance"))
 >>> [(g["name"], g["interval"], len(g["rules"])) for g in groups]
-[('trainprof.sources.devices', '1m', 10), ('trainprof.sources.inventory', '5m', 11), \
-('trainprof.sources', '15s', 23)]
+[('trainprof.sources.devices', '1m', 12), ('trainprof.sources.inventory', '5m', 13), \
+('trainprof.sources', '15s', 25)]
 
 With dcgm, `trainprof.sources.devices` (every four scrapes, at most a minute apart) folds
 dcgm-exporter's label spellings once into a map from each of its series to trainprof's
@@ -13,7 +13,9 @@ naming absent dcgm series; `trainprof.sources.inventory` (every 20 scrapes, at m
 minutes apart) records every device in trainprof's labels for dashboards and queries.
 `trainprof.sources` (every scrape) joins dcgm-exporter's own series to the maps (no label is
 rewritten per scrape), takes node_exporter's rates and ratios, and names an absent
-node_exporter series. Chained recordings stay in one group, ordered, so Prometheus, Thanos
+node_exporter series. An input missing for some GPUs or nodes is one alert per job, which
+counts them in `<scope>:trainprof_health_rule_input_missing:affected` (docs/alerting.md).
+Chained recordings stay in one group, ordered, so Prometheus, Thanos
 Ruler, Mimir and vmalert evaluate them alike; the other groups read the maps as of their
 last evaluation. The `trainprof` source needs no normalisation: its exporter already serves
 trainprof's names.
