@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 import yaml
 
 from trainprof.contract.durations import parse_duration
 from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
-from trainprof.rules.config import default_config, load_config
+from trainprof.rules.config import load_config
 
 from scenario import DEFAULT_RULES, scraped_series
 
@@ -186,18 +187,29 @@ def test_a_held_alert_still_names_what_it_found_within_the_hold(promtool, tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_every_alert_of_every_rule_is_one_per_job_and_reason():
+@pytest.mark.parametrize("source", ["trainprof", "dcgm", "dcgm,node_exporter", "node_exporter"])
+def test_every_alert_of_every_rule_is_one_per_job_and_reason(source):
     """No alert keeps a unit's label: each counts (or reads) its per-job recording."""
-    rules = default_config()
-    compiled = compile_rules(rules)
-    assert compiled.affected, "the rules record what they find"
+    from trainprof.rules.catalog import registry
+
+    every = [{"rule": "ProfilerReport"}] + [
+        {"rule": r.name, "parameters": PARAMETERS.get(r.name, {})} for r in registry.TENSOR_RULES
+    ]
+    compiled = compile_rules(load_config({"rules": every, "source": source.split(",")}))
+    by_rule = {a.rule for a in compiled.affected}
+    assert by_rule >= {i.spec.name for i in compiled.alerting} | {"TrainprofHealth"}
+    alerts = [r for g in compiled.groups for r in g["rules"] if "alert" in r]
+    for rule in alerts:
+        if rule["labels"]["rule"] == "TrainprofState":
+            continue  # a job's state, one per job already
+        first = rule["expr"].splitlines()[0]
+        if rule["labels"].get("scope") == "cluster":
+            assert first.startswith("absent("), first  # a cluster-wide input: one alert
+            continue
+        assert first.startswith("count by (namespace, training_job) (") or (
+            first.startswith("training_job:") and first.endswith("}")
+        ), (rule["alert"], first)
     for found in compiled.affected:
-        expr = found.alert_expr(rules.job_labels)
-        first = expr.splitlines()[0]
-        if found.units is not None:
-            assert first.startswith("count by (namespace, training_job) ("), first
-        else:
-            assert first == found.selector(), first
         assert parse_duration("1m") <= found.hold or found.rule in (
             "StepOutlier",
             "MaxInitializationTime",
