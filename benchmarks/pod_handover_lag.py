@@ -3,7 +3,7 @@
     python benchmarks/pod_handover_lag.py [--handovers 6] [--every 100]
 
 A loopback server serves what dcgm-exporter serves for one GPU (the captured label set of
-../shared/real-exporters, the GPU's `pod` label naming the pod that holds it) and
+tests/data/real-exporters, the GPU's `pod` label naming the pod that holds it) and
 kube-state-metrics' `kube_pod_labels` for two pods of two jobs. A real Prometheus scrapes it
 every 15 s with the rules compiled for `source: dcgm`. Every `--every` seconds (plus a random
 part of a scrape interval, so the handovers fall at every phase of the scrapes and of the

@@ -3,7 +3,7 @@
     python benchmarks/source_agreement.py [--scrape 15s] [--collect 1s 15s 30s] [--json FILE]
                                           [--exporter-reads-dcgm]
 
-Each timeline (the real SageMaker outputs in ../shared/real-sagemaker and synthetic SageMaker
+Each timeline (the real SageMaker outputs in tests/data/real-sagemaker and synthetic SageMaker
 jobs written here, as the tests write them) is replayed with `--source trainprof`, then with
 `--source dcgm,node_exporter` at each dcgm-exporter collection interval. Per rule: on how many
 timelines the two agree on fired or quiet, and by how much the first firing moves (dcgm minus
@@ -30,7 +30,7 @@ from trainprof.replay import replay
 from trainprof.replay.synthetic import write_steps, write_system
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "real-sagemaker"
+SHARED = ROOT / "tests" / "data" / "real-sagemaker"
 REAL = {
     "real: 8xtt-redock (12 min, 1 GPU)": SHARED / "trimcrae-8xtt-redock",
     "real: rarecancers-metad-r1 (1 min)": SHARED / "trimcrae-rarecancers-metad-r1",

@@ -2,10 +2,13 @@
 # Installs the real Prometheus tools the tests run: prometheus + promtool (2.42),
 # Alertmanager + amtool (0.25) and VictoriaMetrics + vmalert (1.79), from Debian; Chromium
 # (the HTML report's screenshot test) and npm; then Grafana's dashboard JSON schema with ajv
-# (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/.
+# (the dashboards' schema check) and a static helm binary (the chart tests) under .tools/;
+# mmdebstrap and umoci build the exporter's image, podman and runc run it.
 # Does nothing for what is already there.
+# `install-tools.sh helm` installs the helm binary only (the release workflow).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+only="${1:-all}"
 
 need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
@@ -17,7 +20,15 @@ command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&
 command -v openssl >/dev/null 2>&1 || need+=(openssl)   # the exporter's TLS tests make certificates
 command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# The exporter image (make image, tests/test_image.py): a Debian root filesystem and an OCI
+# layout built without a container registry.
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
+# ... and run as a container (podman with runc: crun refuses this machine's hybrid cgroups).
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 
+[ "$only" = helm ] && need=()
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "missing: ${need[*]}. Install them with: sudo apt-get install --no-install-recommends ${need[*]}" >&2
@@ -43,7 +54,7 @@ fi
 # Schema is generated from them, and tests/test_dashboards.py checks dashboards/*.json with
 # ajv against it (scripts/check-dashboard-schema.mjs).
 tools="$repo/.tools/grafana-schema"
-if [ ! -s "$tools/dashboard.schema.json" ]; then
+if [ "$only" = all ] && [ ! -s "$tools/dashboard.schema.json" ]; then
   mkdir -p "$tools"
   cd "$tools"
   [ -f package.json ] || echo '{"private": true}' > package.json

@@ -35,8 +35,11 @@ def run_helm(helm: str, env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([helm, *args], capture_output=True, text=True, env=env, timeout=60)
 
 
-def render(helm: str, env: dict, values: list[str] = (), sets: list[str] = ()) -> str:
-    args = ["template", "t", str(CHART), "--namespace", "monitoring"]
+def render(
+    helm: str, env: dict, values: list[str] = (), sets: list[str] = (), chart: Path = CHART
+) -> str:
+    """`helm template` of `chart`: the chart's directory, or a packaged chart file."""
+    args = ["template", "t", str(chart), "--namespace", "monitoring"]
     for v in values:
         args += ["-f", v]
     for s in sets:

@@ -1,4 +1,4 @@
-"""The captured dcgm-exporter and node_exporter bodies (../shared/real-exporters), their label
+"""The captured dcgm-exporter and node_exporter bodies (tests/data/real-exporters), their label
 variants, and a loopback server that serves them with values scripted over time.
 
 A capture is a snapshot; `ScriptedExporters` re-renders it at every scrape: dcgm gauges take
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "real-exporters"
+REAL = Path(__file__).resolve().parent / "data" / "real-exporters"
 DCGM = REAL / "dcgm-exporter-rtx4000ada-gpu-operator.prom"
 NODE = REAL / "node-exporter-e2e-output.prom"
 
@@ -41,7 +41,7 @@ def read_capture(path: Path) -> tuple[list[Sample], dict[str, str]]:
     return samples, headers
 
 
-# dcgm-exporter's label variants (../shared/real-exporters/README.md), applied to the capture.
+# dcgm-exporter's label variants (tests/data/real-exporters/README.md), applied to the capture.
 EXPORTER_POD = {"pod": "nvidia-dcgm-exporter-x7k2p", "namespace": "gpu-operator"}
 WORKLOAD = ("pod", "namespace", "container")
 

@@ -32,6 +32,8 @@ Case keys:
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -125,6 +127,7 @@ def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
     scrape = parse_duration(case.get("scrape_interval", "15s"))
     steps = int(round(duration / scrape))
     table: dict[str, list[float | None]] = {}
+    texts: dict[tuple, str] = {}  # a series' promtool text, worked out once per series
     for name in sorted(case.get("hosts", {})):
         every = parse_duration(case["hosts"][name].get("sample_every", f"{datapoint}s"))
         acc = SampleAccumulator(every, identity=host_labels(case, name), grid=exporter_grid(case))
@@ -136,7 +139,10 @@ def scraped_series(case: dict, datapoint: float) -> list[dict[str, str]]:
                 acc.observe(pending)
                 pending = next(samples, None)
             for sample_name, labels, value in samples_of(acc.families()):
-                key = series_text(sample_name, labels)
+                identity = (sample_name, *labels.items())
+                key = texts.get(identity)
+                if key is None:
+                    key = texts[identity] = series_text(sample_name, labels)
                 table.setdefault(key, [None] * (steps + 1))[i] = value
     return [{"series": key, "values": encode(values)} for key, values in table.items()]
 
@@ -159,6 +165,13 @@ def expand_labels(case: dict, spec: dict) -> dict[str, str]:
     return labels
 
 
+@functools.lru_cache(maxsize=1)
+def _default_groups() -> list[dict]:
+    return yaml.load(
+        DEFAULT_RULES.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    )["groups"]
+
+
 def rule_groups(case: dict) -> list[dict]:
     if "config" in case:
         config = load_config(
@@ -168,7 +181,7 @@ def rule_groups(case: dict) -> list[dict]:
         )
         groups = compile_rules(config).groups
     else:
-        groups = yaml.safe_load(DEFAULT_RULES.read_text())["groups"]
+        groups = _default_groups()
     groups = copy.deepcopy(groups)
     for group in groups:
         for rule in group["rules"]:
@@ -260,6 +273,16 @@ def _alert_of(groups: list[dict], recording: dict) -> str | None:
     return None
 
 
+_rule_files: dict[str, str] = {}  # the committed rules are the same text for most cases
+
+
+def _rule_file(groups: list[dict]) -> str:
+    key = json.dumps(groups, sort_keys=True)
+    if key not in _rule_files:
+        _rule_files[key] = to_yaml({"groups": groups})
+    return _rule_files[key]
+
+
 def _static_labels(groups: list[dict], alertname: str) -> dict[str, str]:
     for group in groups:
         for rule in group["rules"]:
@@ -274,7 +297,7 @@ def _static_labels(groups: list[dict], alertname: str) -> dict[str, str]:
 def promtool_files(case: dict, workdir: Path) -> Path:
     """Write the rule file and the promtool test file for one case; return the test file."""
     groups = rule_groups(case)
-    (workdir / "rules.yaml").write_text(to_yaml({"groups": groups}))
+    (workdir / "rules.yaml").write_text(_rule_file(groups))
     datapoint = parse_duration(
         case.get("config", {}).get("datapoint_interval", "0.5s")
         if isinstance(case.get("config"), dict)
@@ -329,5 +352,5 @@ def promtool_files(case: dict, workdir: Path) -> Path:
         "tests": [test],
     }
     path = workdir / "test.yaml"
-    path.write_text(to_yaml(doc))
+    path.write_text(json.dumps(doc, indent=1))  # JSON is YAML, and much quicker to write
     return path

@@ -29,8 +29,6 @@ import time
 import urllib.parse
 from pathlib import Path
 
-import pytest
-
 from trainprof.actions.audit import history
 from trainprof.actions.config import load_actions_config
 from trainprof.alerting import files, routing
@@ -252,7 +250,6 @@ def _capture(deliveries) -> None:
         Path(folder, f"webhook-v4-{name}.json").write_bytes(body)
 
 
-@pytest.mark.tools
 def test_alerts_reach_their_receivers_grouped_per_job_and_inhibited_ones_do_not(
     prometheus_bin, alertmanager_bin, tmp_path
 ):

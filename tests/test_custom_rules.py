@@ -20,8 +20,6 @@ from trainprof.rules.config import ConfigError, load_config
 
 from smdebug_writer import write_trial
 
-pytestmark = pytest.mark.tools
-
 SLOW_MEAN_STEP = {
     "custom": "SlowMeanStep",
     "expr": "max by (training_job) (rate(trainprof_training_step_duration_seconds_sum[5m]) "

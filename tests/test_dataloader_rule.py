@@ -59,8 +59,8 @@ def test_the_state_refuses_a_negative_worker_count():
         state.set_dataloader_workers(-2)
 
 
-def test_defaults_are_the_ones_sagemaker_ran_with(shared):
-    reports = sorted((shared / "real-sagemaker").rglob("Dataloader.json"))
+def test_defaults_are_the_ones_sagemaker_ran_with(real_data):
+    reports = sorted((real_data / "real-sagemaker").rglob("Dataloader.json"))
     assert reports
     values = default_config().rule("Dataloader").values
     for path in reports:
@@ -71,10 +71,10 @@ def test_defaults_are_the_ones_sagemaker_ran_with(shared):
         assert float(parameters["max_threshold"]) == values["max_threshold"], path
 
 
-def test_replayed_sagemaker_output_gives_the_rule_no_data(shared, promtool):
+def test_replayed_sagemaker_output_gives_the_rule_no_data(real_data, promtool):
     """SageMaker's own reports of real jobs analysed 0 datapoints; replay says no data."""
     from trainprof.replay import replay
 
-    result = replay(str(shared / "real-sagemaker" / "trimcrae-8xtt-redock"), None)
+    result = replay(str(real_data / "real-sagemaker" / "trimcrae-8xtt-redock"), None)
     verdict = result.rules["Dataloader"]
     assert not verdict.fired and verdict.status.status == "no_data"

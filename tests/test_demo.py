@@ -4,20 +4,52 @@ and the fixed act ends quiet or the demo says why each alert still fires."""
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
+
+import pytest
 
 
 def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, alertmanager_bin):
-    result = subprocess.run(
-        [sys.executable, "-m", "trainprof.demo", "--duration", "90", "--out", str(tmp_path)],
-        capture_output=True,
+    """With --keep (make demo KEEP=1) the stack stays up at the end, until Ctrl-C."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainprof.demo", "--duration", "90", "--out", str(tmp_path)]
+        + ["--keep"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=240,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:
+            lines.append(line)
+            if "Press Ctrl-C" in line or time.monotonic() > deadline:
+                break
+        kept = "".join(lines)
+        urls = dict(re.findall(r"^  (Prometheus|Alertmanager) +(http://\S+?)/", kept, re.M)[-2:])
+        assert set(urls) == {"Prometheus", "Alertmanager"}, kept
+        with urllib.request.urlopen(f"{urls['Prometheus']}/api/v1/query?query=up", timeout=5) as r:
+            up = {s["metric"]["job"]: s["value"][1] for s in json.load(r)["data"]["result"]}
+        assert up == {"trainprof": "1", "trainprof-training": "1"}, up
+        with urllib.request.urlopen(f"{urls['Alertmanager']}/-/ready", timeout=5) as r:
+            assert r.status == 200
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, kept + rest
+    out = kept + rest
+    for url in urls.values():
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{url}/-/ready", timeout=2)
     assert "FIRING   TrainingCPUBottleneck [critical]" in out, out
     assert "-> page    FIRING   TrainingCPUBottleneck (job demo)" in out, out
     assert "FIRING   TrainingLowGPUUtilization [warning] reason=underutilized" in out, out

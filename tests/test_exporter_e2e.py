@@ -115,7 +115,9 @@ def scrapes(base: str) -> int:
     return int(float(result[0]["value"][1])) if result else 0
 
 
-def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(prometheus_bin, tmp_path):
+def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(
+    prometheus_bin, promtool, tmp_path
+):
     rules = to_yaml({"groups": compile_rules(load_config(RULES)).groups})
     gpus = [FakeGpu("GPU-e2e-0", utilization=[2, 2, 2, 95]), FakeGpu("GPU-e2e-1", utilization=[50])]
     cpu = ScriptedCpu([([0.95, 0.2], [0.0, 0.0])] * 3 + [([0.3, 0.2], [0.0, 0.0])])

@@ -12,7 +12,11 @@ from trainprof.contract.sampling import SampleAccumulator
 from trainprof.exporter.collector import ExporterCollector, SourceRunner
 from trainprof.exporter.sampler import Sampler
 from trainprof.exporter.sources import default_sources
-from trainprof.exporter.sources.gpu import RETRY_OPEN_SECONDS, GpuSource
+from trainprof.exporter.sources.gpu import (
+    RETRY_OPEN_SECONDS,
+    GpuSource,
+    nvidia_kernel_module_loaded,
+)
 
 from fakes import FakeGpu, FakeNvml, ScriptedCpu, h100s
 
@@ -28,9 +32,11 @@ class Clock:
 class Rig:
     """A GPU source and a scripted CPU through the runner into an accumulator."""
 
-    def __init__(self, nvml: FakeNvml, clock=None):
+    def __init__(self, nvml: FakeNvml, clock=None, kernel_module_loaded: bool = True):
         self.nvml = nvml
-        self.gpu = GpuSource(nvml, clock=clock or Clock())
+        self.gpu = GpuSource(
+            nvml, clock=clock or Clock(), kernel_module_loaded=lambda: kernel_module_loaded
+        )
         self.runner = SourceRunner([self.gpu, ScriptedCpu([([0.5], [0.0])])])
         self.acc = SampleAccumulator(0.5, {"node": "n1"})
 
@@ -106,6 +112,64 @@ def test_without_a_driver_the_gpu_collector_reports_itself_unavailable_once(capl
         "Not Found)" in messages[0]
     )
     assert nvml.calls == 1, "NVML is not asked again before the retry interval"
+
+
+def _served(sampler: Sampler, name: str) -> list[dict[str, str]]:
+    return [s.labels for f in sampler.families() for s in f.samples if s.name == name]
+
+
+@pytest.mark.parametrize(
+    "error, kernel_module, unavailable",
+    [
+        # A laptop or CPU node: nothing NVIDIA at all.
+        (pynvml.NVMLError_LibraryNotFound, False, True),
+        # The module is loaded but the exporter's container has no libnvidia-ml (no NVIDIA
+        # runtime): a failure to fix, not a host without GPUs.
+        (pynvml.NVMLError_LibraryNotFound, True, False),
+        # libnvidia-ml is there, the module is not loaded: a GPU host whose driver is broken.
+        (pynvml.NVMLError_DriverNotLoaded, False, False),
+    ],
+)
+def test_a_host_without_any_nvidia_driver_reports_the_gpu_collector_unavailable(
+    error, kernel_module, unavailable, caplog
+):
+    clock = Clock()
+    nvml = FakeNvml(h100s(1), init_error=error)
+    gpu = GpuSource(nvml, clock=clock, kernel_module_loaded=lambda: kernel_module)
+    sampler = Sampler(SourceRunner([gpu, ScriptedCpu([([0.5], [0.0])])]), SampleAccumulator(0.5))
+    with caplog.at_level(logging.INFO, "trainprof.exporter"):
+        sampler.sample_once()
+    success = {s["collector"]: s for s in _served(sampler, "trainprof_collector_success")}
+    assert set(success) == {"gpu", "cpu"}
+    served = _served(sampler, "trainprof_collector_unavailable")
+    (record,) = caplog.records
+    if unavailable:
+        assert served == [{"collector": "gpu", "reason": "no_nvidia_driver"}]
+        assert record.levelno == logging.INFO
+        assert "no NVIDIA kernel module: nothing to read, not a failure" in record.getMessage()
+    else:
+        assert served == []
+        assert record.levelno == logging.WARNING
+    # The driver installed later (a GPU operator): the state goes with the first good open.
+    nvml.init_error = None
+    clock.now += RETRY_OPEN_SECONDS
+    sampler.sample_once()
+    assert _served(sampler, "trainprof_collector_unavailable") == []
+
+
+def test_the_kernel_module_is_looked_up_in_the_proc_filesystem_the_exporter_reads(
+    tmp_path, monkeypatch
+):
+    import psutil
+
+    from trainprof.exporter import sources
+
+    monkeypatch.setattr(psutil, "PROCFS_PATH", psutil.PROCFS_PATH)
+    (tmp_path / "stat").write_text("cpu  1 0 1 1 0 0 0 0 0 0\n")
+    sources.set_procfs(str(tmp_path))
+    assert nvidia_kernel_module_loaded() is False
+    (tmp_path / "driver" / "nvidia").mkdir(parents=True)
+    assert nvidia_kernel_module_loaded() is True
 
 
 def test_a_driver_that_appears_later_is_picked_up_at_the_next_retry(caplog):

@@ -380,6 +380,7 @@ def test_unreadable_certificates_and_bad_yaml_name_the_file(tmp_path):
 def test_basic_auth_without_bcrypt_refuses_to_start(monkeypatch):
     monkeypatch.setitem(sys.modules, "bcrypt", None)
     with pytest.raises(
-        webconfig.BcryptMissing, match="needs the bcrypt module, which is not installed"
+        webconfig.BcryptMissing,
+        match=r"needs bcrypt, which is not installed: pip install 'trainprof\[exporter\]'",
     ):
         webconfig.parse({"basic_auth_users": {"prometheus": "$2y$10$" + "a" * 53}})

@@ -31,7 +31,7 @@ def test_drift_is_detected(tmp_path, root):
     [
         ("trainprof.rules.yaml", 75),
         ("trainprof.prometheusrule.yaml", 75),
-        ("trainprof.sources.rules.yaml", 50),
+        ("trainprof.sources.rules.yaml", 53),
     ],
 )
 def test_promtool_accepts_the_generated_rules(name, count, root, promtool, tmp_path):

@@ -1,7 +1,7 @@
 """helm/trainprof rendered by the real helm binary, every object validated.
 
 Core kinds go through kubernetes-validate (strict), the operator kinds through the CRD schemas
-in ../shared/kubernetes/crds with `additionalProperties: false` added to every object schema
+in tests/data/kubernetes/crds with `additionalProperties: false` added to every object schema
 that lists its properties (the API server would prune a misspelled key; this test rejects
 it), the PrometheusRule's spec through `promtool check rules` and the rule scenarios.
 """
@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 VALUES = HERE / "fixtures" / "helm"
 GOLDEN = HERE / "golden" / "helm"
-CRDS = ROOT.parent / "shared" / "kubernetes" / "crds"
+CRDS = ROOT / "tests" / "data" / "kubernetes" / "crds"
 KUBE_VERSION = "1.30.0"
 OPERATOR_KINDS = {
     "PrometheusRule": ("crd-prometheusrules.yaml", "v1"),
@@ -87,31 +87,23 @@ def _case_values(case: str, user_values: Path) -> list[str]:
 @pytest.fixture(scope="module", autouse=True)
 def sources_values(user_values) -> Path:
     """The same configuration compiled for a cluster with only dcgm-exporter and
-    node_exporter, trainprof's exporter off."""
-    path = _compile_helm_values(
+    node_exporter, as `rules compile` writes it (which switches trainprof's exporter off)."""
+    return _compile_helm_values(
         user_values.parent / "rules.yaml",
         user_values.parent / "sources",
         "--source",
         "dcgm,node_exporter",
     )
-    values = yaml.safe_load(path.read_text())
-    values["exporter"] = {"enabled": False}
-    path.write_text(yaml.safe_dump(values, sort_keys=False))
-    return path
 
 
 @pytest.fixture(scope="module", autouse=True)
 def sources_report_values(user_values) -> Path:
-    """ProfilerReport compiled for dcgm-exporter and node_exporter, trainprof's exporter off."""
+    """ProfilerReport compiled for dcgm-exporter and node_exporter."""
     config = user_values.parent / "report.yaml"
     config.write_text("rules:\n  - rule: ProfilerReport\n")
-    path = _compile_helm_values(
+    return _compile_helm_values(
         config, user_values.parent / "sources-report", "--source", "dcgm,node_exporter"
     )
-    values = yaml.safe_load(path.read_text())
-    values["exporter"] = {"enabled": False}
-    path.write_text(yaml.safe_dump(values, sort_keys=False))
-    return path
 
 
 CASES = [
@@ -171,6 +163,84 @@ def test_render_matches_golden(case, rendered, update_golden):
         path.write_text(text)
     assert path.exists(), f"{path} missing: run pytest --update-golden"
     assert text == path.read_text(), f"{case} render changed: review, then --update-golden"
+
+
+# --- the packaged chart (make release) ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def packaged(helm, tmp_path_factory) -> Path:
+    """What `make release` publishes of the chart: `make chart-package` into a folder."""
+    out = tmp_path_factory.mktemp("release")
+    result = subprocess.run(
+        ["make", "-s", "chart-package", f"RELEASE_DIR={out}", f"HELM={helm}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_make_release_packages_the_chart_with_a_chart_repository_index(packaged):
+    import tarfile
+
+    from trainprof._version import __version__
+
+    tgz = packaged / f"trainprof-{__version__}.tgz"
+    assert sorted(p.name for p in packaged.iterdir()) == ["index.yaml", tgz.name]
+    (entry,) = yaml.safe_load((packaged / "index.yaml").read_text())["entries"]["trainprof"]
+    assert entry["version"] == entry["appVersion"] == __version__
+    assert entry["digest"] == hashlib.sha256(tgz.read_bytes()).hexdigest()
+    assert entry["urls"] == [
+        f"https://github.com/trainprof/trainprof/releases/download/v{__version__}/{tgz.name}"
+    ]
+    with tarfile.open(tgz) as tar:
+        names = set(tar.getnames())
+    committed = {f"trainprof/{p.relative_to(CHART)}" for p in CHART.rglob("*") if p.is_file()} - {
+        "trainprof/.helmignore"
+    }
+    assert committed <= names, sorted(committed - names)[:5]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_packaged_chart_renders_what_the_chart_directory_renders(
+    case, packaged, rendered, helm, helm_home, user_values
+):
+    """So every test of the directory's renders holds for the packaged file."""
+    (tgz,) = packaged.glob("trainprof-*.tgz")
+    assert render(helm, helm_home, _case_values(case, user_values), chart=tgz) == rendered[case]
+
+
+def test_helm_install_from_the_packaged_file_deploys_the_image_make_image_builds(
+    packaged, helm, helm_home
+):
+    """The default image is the tag `make image` gives (the package version), and until a
+    public image exists the notes say how to build and push it."""
+    from trainprof._version import __version__
+
+    (tgz,) = packaged.glob("trainprof-*.tgz")
+    result = run_helm(
+        helm, helm_home, "install", "t", str(tgz), "--dry-run=client", "--namespace", "monitoring"
+    )
+    assert result.returncode == 0, result.stderr
+    manifest, notes = result.stdout.split("NOTES:", 1)
+    (ds,) = by_kind(objects(manifest.split("MANIFEST:", 1)[1]), "DaemonSet")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"trainprof/exporter:{__version__}"
+    assert f"trainprof {__version__} is installed" in notes
+    assert "make image" in notes
+    assert f"skopeo copy oci:build/image/oci:{__version__} docker://REGISTRY/" in notes
+    pushed = run_helm(
+        helm,
+        helm_home,
+        *("install", "t", str(tgz), "--dry-run=client"),
+        *("--set", "exporter.image.repository=registry.example/ml/trainprof-exporter"),
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    assert "registry.example/ml/trainprof-exporter:" + __version__ in pushed.stdout
+    assert "make image" not in pushed.stdout.split("NOTES:", 1)[1]
 
 
 # --- validation -------------------------------------------------------------------------
@@ -838,3 +908,37 @@ def test_a_cluster_with_only_dcgm_and_node_exporter_gets_the_sources_group(rende
     assert "DCGM_FI_DEV_GPU_UTIL" in rules_text and "node_cpu_seconds_total" in rules_text
     assert "gpu_job:trainprof_gpu_utilization:ratio" in rules_text
     assert not by_kind(docs, "DaemonSet")
+
+
+def test_rules_for_dcgm_exporter_never_add_a_second_gpu_poller(
+    rendered, helm, helm_home, user_values, sources_values
+):
+    """The values `rules compile --source dcgm,node_exporter --format helm-values` writes
+    deploy no exporter at all (dcgm-exporter and node_exporter serve every signal); with
+    `--source dcgm` alone the exporter serves the host only: no GPU collector, no NVIDIA
+    devices in its pod. Asked for, the exporter comes back."""
+    assert not [d for d in objects(rendered["sources"]) if "exporter" in d["metadata"]["name"]]
+    assert not [
+        d for d in objects(rendered["sources-report"]) if "exporter" in d["metadata"]["name"]
+    ]
+    asked = objects(render(helm, helm_home, [str(sources_values)], ["exporter.enabled=true"]))
+    assert len(by_kind(asked, "DaemonSet")) == 1
+
+    dcgm_only = _compile_helm_values(
+        user_values.parent / "rules.yaml", user_values.parent / "dcgm-only", "--source", "dcgm"
+    )
+    (ds,) = by_kind(objects(render(helm, helm_home, [str(dcgm_only)])), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--no-collector.gpu" in container["args"]
+    assert "env" not in container and "runtimeClassName" not in pod
+    (ds,) = by_kind(objects(rendered["default"]), "DaemonSet")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "--no-collector.gpu" not in container["args"]
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(chart)
+    assert result.attempted and result.failed == 0

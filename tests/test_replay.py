@@ -154,16 +154,16 @@ def test_a_trainprof_recording_replays_like_the_same_samples_in_sagemaker_layout
     assert recorded.as_json() == sagemaker.as_json()
 
 
-def test_real_sagemaker_output_replays(shared, promtool):
-    source = str(shared / "real-sagemaker" / "trimcrae-8xtt-redock")
+def test_real_sagemaker_output_replays(real_data, promtool):
+    source = str(real_data / "real-sagemaker" / "trimcrae-8xtt-redock")
     result = replay(source, None, scrape_interval=15)
     assert result.datapoint_interval == 0.5 and result.samples > 1400
     assert result.rules["LowGPUUtilization"].fired  # the GPU idled for most of the job
     assert any("Algorithm" not in n for n in result.notes)
 
 
-def test_real_sagemaker_output_says_what_was_and_was_not_decided(shared, promtool):
-    source = shared / "real-sagemaker" / "trimcrae-8xtt-redock"
+def test_real_sagemaker_output_says_what_was_and_was_not_decided(real_data, promtool):
+    source = real_data / "real-sagemaker" / "trimcrae-8xtt-redock"
     statuses = {n: v.status for n, v in replay(str(source), None, scrape_interval=15).rules.items()}
     assert statuses["LoadBalancing"].status == "not_applicable"  # one GPU
     assert statuses["StepOutlier"].status == "no_data"  # no framework traces

@@ -5,8 +5,8 @@ from __future__ import annotations
 from trainprof.report import build, from_replay, render
 
 
-def test_the_report_shows_status_datapoints_and_measure_of_every_rule(shared, promtool):
-    source = shared / "real-sagemaker" / "trimcrae-8xtt-redock"
+def test_the_report_shows_status_datapoints_and_measure_of_every_rule(real_data, promtool):
+    source = real_data / "real-sagemaker" / "trimcrae-8xtt-redock"
     report = build(from_replay(str(source), None, scrape_interval=15))
     rows = {r.name: r for r in report.rules}
     assert rows["LoadBalancing"].state == "not_applicable"

@@ -1,6 +1,6 @@
 """The profiler rules compiled for `source: dcgm,node_exporter` (and the mixed sources), run
 by promtool over dcgm-exporter and node_exporter series with the real label sets of
-../shared/real-exporters.
+tests/data/real-exporters.
 
 One job runs on the captured GPU's host with two GPUs; kube-state-metrics' `kube_pod_labels`
 ties their workload pod to the job (or the ranks' `trainprof_gpu_assignment_info` does). Each

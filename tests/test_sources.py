@@ -1,14 +1,12 @@
 """The dcgm-exporter and node_exporter normalisation, on the real exporters' label sets.
 
 promtool evaluates the `trainprof.sources` group over series whose names and labels come from
-the captures in ../shared/real-exporters, in every label variant dcgm-exporter is known to
+the captures in tests/data/real-exporters, in every label variant dcgm-exporter is known to
 deliver; the expected values are computed here from the captured numbers.
 """
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import subprocess
 
 import pytest
@@ -512,9 +510,3 @@ def test_a_gpu_two_jobs_share_is_left_out_and_named_while_the_others_keep_their_
         [promtool, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.mark.parametrize("name", ["", ".dcgm", ".gauges", ".labels", ".node_exporter", ".options"])
-def test_the_adapters_docstring_examples_run(name):
-    result = doctest.testmod(importlib.import_module(f"trainprof.sources{name}"))
-    assert result.attempted and result.failed == 0

@@ -11,8 +11,6 @@ import trainprof
 
 from servers import prometheus, query
 
-pytestmark = pytest.mark.tools
-
 SPIKES = 11  # one more than StepOutlier's default n_outliers
 
 

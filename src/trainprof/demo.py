@@ -15,16 +15,19 @@ One command runs, on 127.0.0.1:
 It prints the alerts as they fire and resolve and the notifications Alertmanager sends, then
 writes the profiling report (HTML) and a summary.
 
-    python -m trainprof.demo [--duration 150] [--out out/demo]
+    python -m trainprof.demo [--duration 150] [--out out/demo] [--keep]
+
+`--keep` (`make demo KEEP=1`) leaves Prometheus, Alertmanager and the exporter running at the
+end, with their URLs printed, until Ctrl-C. `trainprof stack -- python train.py` starts the
+same stack (trainprof.engines.stack) for your own training script.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.server
-import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -192,87 +195,6 @@ class _Printer:
             print(f"[{elapsed // 60:02d}:{elapsed % 60:02d}] {text}", flush=True)
 
 
-def _webhook(say: _Printer) -> tuple[http.server.ThreadingHTTPServer, str]:
-    """A receiver that prints what Alertmanager delivers, as a pager or chat would show it."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the http.server API
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(200)
-            self.end_headers()
-            try:
-                payload = json.loads(body)
-            except json.JSONDecodeError:
-                return
-            receiver = payload.get("receiver", "?").removeprefix("trainprof-")
-            names = sorted({a["labels"].get("alertname", "?") for a in payload.get("alerts", [])})
-            say(
-                f"  -> {receiver:<7} {payload.get('status', '?').upper():<8} "
-                f"{', '.join(names)} (job {payload.get('groupLabels', {}).get(JOB_LABEL)})"
-            )
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
-def _alertmanager_config(webhook: str) -> str:
-    from trainprof.alerting import files, routing
-    from trainprof.alerting.model import Timing
-    from trainprof.generation.render import to_yaml
-
-    # Pages go out at once; tickets wait 10 s for the pages that may inhibit them (two
-    # minutes in the generated routing).
-    fast, ticket = Timing("1s", "5s", "1h"), Timing("10s", "5s", "1h")
-    tree = routing.tree(
-        timing={
-            "subtree": fast,
-            routing.PAGE: fast,
-            routing.NOTIFY: ticket,
-            routing.INFO: ticket,
-            routing.ACTIONS: ticket,
-            "health": ticket,
-        }
-    )
-    hook = {"webhook_configs": [{"url": webhook, "send_resolved": True}]}
-    receivers = {
-        "default": {},
-        routing.PAGE: hook,
-        routing.NOTIFY: hook,
-        routing.INFO: hook,
-        routing.ACTIONS: {},
-    }
-    return to_yaml(files.example_config(tree, routing.inhibit_rules(), receivers))
-
-
-def _prometheus_config(targets: dict[str, int], alertmanager: str) -> str:
-    jobs = "".join(
-        f"  - job_name: {name}\n    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
-        for name, port in targets.items()
-    )
-    host = alertmanager.removeprefix("http://")
-    return (
-        "global: {scrape_interval: 1s, scrape_timeout: 900ms, evaluation_interval: 1s}\n"
-        "rule_files: [rules.yaml]\n"
-        f"alerting:\n  alertmanagers:\n  - static_configs: [{{targets: ['{host}']}}]\n"
-        f"scrape_configs:\n{jobs}"
-    )
-
-
-def _firing(api: PrometheusAPI) -> dict[tuple, dict]:
-    """The firing alerts, one per rule and reason (the demo has one job)."""
-    out = {}
-    for alert in api.alerts():
-        if alert["state"] != "firing":
-            continue
-        labels = alert["labels"]
-        out[(labels.get("alertname"), labels.get("reason"))] = alert
-    return out
-
-
 # Why an alert still fires once the job is fixed: the demo's job is fixed, not perfect.
 STILL_FIRING_BECAUSE = {
     ("TrainingLowGPUUtilization", "fluctuating"): (
@@ -296,9 +218,9 @@ def _still_firing(
         say("the fixed job ends quiet: no alert is firing")
         return
     say("still firing at the end, and why:")
-    for key in sorted(now, key=str):
-        name, reason = key
-        why = STILL_FIRING_BECAUSE.get(key) or _why(name, reason, api, compiled, act2)
+    for alert in sorted(now.values(), key=lambda a: str(sorted(a["labels"].items()))):
+        name, reason = alert["labels"].get("alertname", "?"), alert["labels"].get("reason")
+        why = STILL_FIRING_BECAUSE.get((name, reason)) or _why(name, reason, api, compiled, act2)
         say(f"  {name}{f' ({reason})' if reason else ''}: {why}")
 
 
@@ -331,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.path.join("out", "demo"),
         help="where the compiled rules and the report go (default out/demo)",
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep Prometheus, Alertmanager and the exporter running after the demo, to "
+        "explore, until Ctrl-C (make demo KEEP=1)",
+    )
     args = parser.parse_args(argv)
 
     missing = [
@@ -346,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import trainprof
     import trainprof.exporter
-    from trainprof.engines.localstack import alertmanager, prometheus
+    from trainprof.engines.stack import EXPORTER_JOB, RANKS_JOB, firing, local_stack
     from trainprof.generation.render import to_yaml
     from trainprof.rules.compiler import compile_rules
     from trainprof.rules.config import load_config
@@ -379,27 +307,18 @@ def main(argv: list[str] | None = None) -> int:
         exporter.stop()
         trainprof.stop()
         return EXIT_FAILED
-    hook, hook_url = _webhook(say)
     seen: dict[tuple, dict] = {}
     fired: dict[str, float] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="trainprof-demo-") as tmp:
-            am_dir, prom_dir = Path(tmp, "am"), Path(tmp, "prom")
-            am_dir.mkdir()
-            prom_dir.mkdir()
-            with (
-                alertmanager(
-                    "prometheus-alertmanager", am_dir, _alertmanager_config(hook_url)
-                ) as am,
-                prometheus(
-                    "prometheus",
-                    prom_dir,
-                    _prometheus_config(
-                        {"trainprof": exporter_port, "trainprof-training": training_port}, am
-                    ),
-                    {"rules.yaml": rules},
-                ) as prom,
-            ):
+            with local_stack(
+                Path(tmp),
+                rules,
+                {EXPORTER_JOB: exporter_port, RANKS_JOB: training_port},
+                say,
+                scrape_interval=1.0,
+            ) as stack:
+                prom, am = stack.prometheus, stack.alertmanager
                 print(
                     "trainprof demo: a training job whose input pipeline starves its GPU, "
                     "then is fixed"
@@ -423,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                             "act 2: batches come prefetched, the batch is bigger, the GPU is "
                             "kept busy"
                         )
-                    now = _firing(api)
+                    now = firing(api.alerts())
                     for key in now.keys() - seen.keys():
                         alert = now[key]
                         fired.setdefault(key[0], time.monotonic() - started)
@@ -432,17 +351,19 @@ def main(argv: list[str] | None = None) -> int:
                         say(f"FIRING   {key[0]} [{labels.get('severity')}]{reason}")
                         say(f"         {alert['annotations'].get('description', '')}")
                     for key in seen.keys() - now.keys():
-                        say(f"RESOLVED {key[0]}" + (f" reason={key[1]}" if key[1] else ""))
+                        reason = seen[key]["labels"].get("reason")
+                        say(f"RESOLVED {key[0]}" + (f" reason={reason}" if reason else ""))
                     seen = now
                     time.sleep(1)
                 _still_firing(seen, api, compiled, act2, say)
                 time.sleep(3)  # the last notifications
                 report = _report(prom, config, out, say)
+                if args.keep:
+                    _keep_running(prom, am, exporter.url, session.port)
     finally:
         loop.stop()
         exporter.stop()
         trainprof.stop()
-        hook.shutdown()
 
     print("\nSummary (first firing, seconds after the start):")
     for name, at in sorted(fired.items(), key=lambda kv: kv[1]):
@@ -450,6 +371,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nRules:  {out / 'rules.yaml'}")
     print(f"Report: {report}  (open it in a browser: one self-contained file)")
     return 0
+
+
+def _keep_running(prom: str, am: str, exporter: str | None, rank_port: int | None) -> None:
+    """Print where everything answers and wait for Ctrl-C (or SIGTERM)."""
+    print(
+        "\nThe stack keeps running, to explore:\n"
+        f"  Prometheus   {prom}/alerts   {prom}/graph?g0.expr=ALERTS\n"
+        f"  Alertmanager {am}/#/alerts\n"
+        f"  exporter     {exporter}   rank 0 http://127.0.0.1:{rank_port}/metrics\n"
+        "The simulated GPU reads idle now that the training loop has ended: "
+        "LowGPUUtilization may fire.\nPress Ctrl-C to stop it.",
+        flush=True,
+    )
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print("stopping the stack", flush=True)
 
 
 def _report(prometheus_url: str, config: Any, out: Path, say: _Printer) -> Path:

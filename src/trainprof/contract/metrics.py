@@ -185,6 +185,7 @@ TRAINING_LOSS_BASELINE = "trainprof_training_loss_baseline"
 TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT = "trainprof_training_loss_saves_since_improvement"
 TRAINING_METRIC = "trainprof_training_metric"
 CLASSIFICATION_SAMPLES_TOTAL = "trainprof_classification_samples_total"
+CLASSIFICATION_SAVED_SAMPLES = "trainprof_classification_saved_samples"
 INPUT_SAMPLES_TOTAL = "trainprof_input_samples_total"
 INPUT_CHANNEL_MEAN = "trainprof_input_channel_mean"
 INPUT_TOKENS_TOTAL = "trainprof_input_tokens_total"
@@ -196,6 +197,7 @@ XGBOOST_TREE_DEPTH = "trainprof_xgboost_tree_depth"
 EXPORTER_BUILD_INFO = "trainprof_exporter_build_info"
 COLLECTOR_SUCCESS = "trainprof_collector_success"
 COLLECTOR_DURATION_SECONDS = "trainprof_collector_duration_seconds"
+COLLECTOR_UNAVAILABLE = "trainprof_collector_unavailable"
 SAMPLER_INTERVAL_SECONDS = "trainprof_sampler_interval_seconds"
 SAMPLES_TOTAL = "trainprof_samples_total"
 
@@ -238,7 +240,8 @@ GPU_SM_OCCUPANCY_RATIO = "trainprof_gpu_sm_occupancy_ratio"
 GPU_TENSOR_ACTIVE_RATIO = "trainprof_gpu_tensor_active_ratio"
 GPU_DRAM_ACTIVE_RATIO = "trainprof_gpu_dram_active_ratio"
 
-# training process
+# training process: its process, step and phase series all start with TRAINING_SERIES
+TRAINING_SERIES = "trainprof_training_"
 TRAINING_INFO = "trainprof_training_info"
 TRAINING_START_TIMESTAMP_SECONDS = "trainprof_training_start_timestamp_seconds"
 TRAINING_FIRST_STEP_TIMESTAMP_SECONDS = "trainprof_training_first_step_timestamp_seconds"
@@ -460,7 +463,18 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         'are counted as class "other").',
         "training",
         _HEALTH,
-        ("ClassImbalance", "Confusion"),
+        ("ClassImbalance",),
+    ),
+    _m(
+        CLASSIFICATION_SAVED_SAMPLES,
+        "gauge",
+        "",
+        ("label_class", "predicted_class"),
+        "The latest save's samples by true and predicted class: the confusion matrix of one "
+        "saved step, which Confusion judges (SageMaker invoked it at each saved step).",
+        "training",
+        _HEALTH,
+        ("Confusion",),
     ),
     _m(
         INPUT_SAMPLES_TOTAL,
@@ -582,6 +596,16 @@ METRICS: tuple[Metric, ...] = (
         "",
         ("collector",),
         "1 if the collector's last sample succeeded, 0 if its source failed.",
+        "exporter",
+        "exporter",
+    ),
+    _m(
+        COLLECTOR_UNAVAILABLE,
+        "gauge",
+        "",
+        ("collector", "reason"),
+        "1 while the collector has nothing to read on this host, which is not a failure "
+        '(reason="no_nvidia_driver": no NVIDIA driver at all); absent otherwise.',
         "exporter",
         "exporter",
     ),

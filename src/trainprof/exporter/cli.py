@@ -225,7 +225,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
             return _bad(f"--web.config.file {e}")
         except webconfig.BcryptMissing as e:
             print(f"error: {e}", file=sys.stderr)
-            return EXIT_FAILED
+            return EXIT_BAD_INPUT
     enabled = [name for name in COLLECTORS if getattr(args, f"collector_{name}")]
     if not enabled:
         return _bad("every collector is off; enable at least one (--collector.cpu, ...)")

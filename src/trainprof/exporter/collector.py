@@ -106,6 +106,8 @@ class SourceRunner:
             raise ValueError(f"two sources share a collector name: {', '.join(names)}")
         self.sources = list(sources)
         self.health: dict[str, tuple[float, float]] = {}
+        # Collector -> why it has nothing to read on this host (a source's `unavailable`).
+        self.unavailable: dict[str, str] = {}
         self.timeout = timeout
         self._clock = clock
         self._wall_clock = wall_clock
@@ -145,6 +147,11 @@ class SourceRunner:
             else:
                 self._once.end(source.name, "collector %s works again", source.name)
             self.health[source.name] = (1.0 if complete else 0.0, max(self._clock() - start, 0.0))
+            why = getattr(source, "unavailable", None)
+            if why and not complete:
+                self.unavailable[source.name] = why
+            else:
+                self.unavailable.pop(source.name, None)
         return sample
 
     def stop_workers(self) -> None:
@@ -170,9 +177,15 @@ class SourceRunner:
 
 
 def health_families(
-    health: Mapping[str, tuple[float, float]], identity: Mapping[str, str]
+    health: Mapping[str, tuple[float, float]],
+    identity: Mapping[str, str],
+    unavailable: Mapping[str, str] | None = None,
 ) -> list[MetricFamily]:
-    """Collector health and build info, with the identity labels every series carries."""
+    """Collector health and build info, with the identity labels every series carries;
+    `unavailable` (collector -> reason) marks a collector with nothing to read on this host.
+
+        trainprof_collector_unavailable{collector="gpu",node="n1",reason="no_nvidia_driver"} 1.0
+    """
     names, values = list(identity), list(identity.values())
     build = _gauge(contract.EXPORTER_BUILD_INFO, names + ["version"])
     build.add_metric(values + [__version__], 1)
@@ -181,7 +194,10 @@ def health_families(
     for collector, (ok, seconds) in health.items():
         success.add_metric(values + [collector], ok)
         duration.add_metric(values + [collector], seconds)
-    return [build, success, duration]
+    absent = _gauge(contract.COLLECTOR_UNAVAILABLE, names + ["collector", "reason"])
+    for collector, reason in sorted((unavailable or {}).items()):
+        absent.add_metric(values + [collector, reason], 1)
+    return [build, success, duration, absent]
 
 
 def _gauge(name: str, labels: list[str]) -> GaugeMetricFamily:

@@ -54,6 +54,7 @@ class Sampler:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._health: Mapping[str, tuple[float, float]] = {}
+        self._unavailable: Mapping[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._once = Once(log)
@@ -121,6 +122,7 @@ class Sampler:
         with self._lock:
             self.accumulator.observe(sample)
             self._health = dict(self.runner.health)
+            self._unavailable = dict(self.runner.unavailable)
             self.samples += 1
             self._last_sample = self._clock()
         if self._on_sample is not None:
@@ -139,11 +141,12 @@ class Sampler:
         with self._lock:
             families = list(self.accumulator.families())
             health = self._health
+            unavailable = self._unavailable
             samples = self.samples
             last = self._last_sample
         if last is not None and self._clock() - last > self.stall_after:
             health = {name: (0.0, seconds) for name, (_, seconds) in health.items()}
-        families += health_families(health, self.accumulator.identity)
+        families += health_families(health, self.accumulator.identity, unavailable)
         return samples, families
 
     def families(self) -> list[MetricFamily]:

@@ -181,9 +181,9 @@ def parse(
                 import bcrypt
             except ModuleNotFoundError:
                 raise BcryptMissing(
-                    f"{path}: basic_auth_users needs the bcrypt module, which is not "
-                    "installed (pip install bcrypt); refusing to start without the "
-                    "authentication the file asks for"
+                    f"{path}: basic_auth_users needs bcrypt, which is not installed: "
+                    "pip install 'trainprof[exporter]' (refusing to start without the "
+                    "authentication the file asks for)"
                 ) from None
             check_password = bcrypt.checkpw
         config.check_password = check_password

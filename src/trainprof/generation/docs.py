@@ -184,7 +184,14 @@ tensors matching `include_regex` (capped; `trainprof_tensor_series_cut` counts t
 The Lightning, Hugging Face and Keras callbacks log losses themselves; the XGBoost callback
 (`trainprof.integrations.xgboost`) publishes feature importance and tree depth.
 `trainprof replay debug-output/ --rules rules.yaml --json -` evaluates the same rules over a
-SageMaker Debugger trial and adds each rule's `first_fired_step`.
+SageMaker Debugger trial and adds each rule's `first_fired_step` (and `no_data`, with the
+reason, for a rule the trial holds nothing for).
+
+The training process computes some inputs with the rules' parameters (LossNotDecreasing's
+`num_steps`, Overtraining's `delta`, ...): give it the same configuration through
+`TRAINPROF_RULES_CONFIG` (read by `trainprof.start()` and `trainprof.torch.watch()`);
+`trainprof rules compile` lists what it needs, and `TrainprofRuleInputMissing` fires for a
+compiled tensor rule that finds none of its series.
 
 ProfilerReport does not include the tensor rules: configure each as a rule of its own.
 SimilarAcrossRuns compares two jobs: live, `other_trials` names the other job's
@@ -237,4 +244,13 @@ gives (aggregate it by the job labels, `max by (namespace, training_job) (...)`,
 job like the catalog's); its condition is recorded as
 `training_job:trainprof_rule_<name>:affected` and a firing alert holds through noise as the
 catalog's do (docs/alerting.md).
+
+A value is never pasted into the expression as it comes, defaults and overrides alike:
+inside a quoted string (a label value) any text, escaped as that string's content; in the
+string of a `=~` or `!~` matcher a regular expression Prometheus (RE2) reads; outside quotes
+only a number, a metric or label name or a duration (`'x) or vector(1)'` is refused there,
+at the path that gave it). Numbers are finite (`.inf` would never fire), and no value brings
+`{{ }}` into the description. Every custom rule's finished expression and its description's
+and recommendation's Go templates are checked by promtool in one run when the configuration
+is loaded.
 """

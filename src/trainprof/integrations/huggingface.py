@@ -33,7 +33,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import transformers
+from trainprof import extras
+
+try:
+    import transformers
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "trainprof.integrations.huggingface") from None
 
 from trainprof.integrations._callbacks import HookTimeline, batch_size, ensure_started, guarded
 from trainprof.training import session as api

@@ -26,7 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import keras
+from trainprof import extras
+
+try:
+    import keras
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "trainprof.integrations.keras") from None
 
 from trainprof.integrations._callbacks import HookTimeline, ensure_started, guarded
 from trainprof.training import session as api

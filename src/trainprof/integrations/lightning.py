@@ -31,13 +31,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainprof import extras
 from trainprof.integrations._callbacks import HookTimeline, batch_size, ensure_started, guarded
 from trainprof.training import session as api
 
 try:
     import lightning.pytorch as pl
-except ImportError:  # pragma: no cover - the standalone package of Lightning < 2
-    import pytorch_lightning as pl  # type: ignore[no-redef]
+except ImportError:  # the standalone package of Lightning < 2
+    try:
+        import pytorch_lightning as pl  # type: ignore[no-redef]
+    except ModuleNotFoundError:
+        raise extras.missing("lightning", "trainprof.integrations.lightning") from None
 
 
 class TrainprofCallback(pl.Callback):

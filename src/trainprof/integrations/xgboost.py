@@ -24,7 +24,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import xgboost
+from trainprof import extras
+
+try:
+    import xgboost
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "trainprof.integrations.xgboost") from None
 
 from trainprof.integrations._callbacks import ensure_started
 from trainprof.training import session as api

@@ -23,6 +23,7 @@ from trainprof.replay.result import (
     ReplayResult,
     Samples,
     Verdict,
+    reads_training,
 )
 from trainprof.replay.timeline import Timeline, instants, scrape
 from trainprof.rules.compiler import Compiled, compile_rules
@@ -100,16 +101,30 @@ def replay(
     # A rule's extreme over the job, for people: a few dozen points suffice and each
     # point is one more query for promtool.
     status_times = _query_times(end, config.scrape_interval, STATUS_POINTS)
+    # Ranks whose recordings ended before the replay's end are stale there: the statuses
+    # look back to the first of those ends (and no further: chunks stay short).
+    ended = timeline.first_rank_end(config.scrape_interval)
     asked = {
         name: (expr, status_times if over_time else [end])
         for name, (expr, over_time) in _status_queries(
-            compiled, timeline.training_job, end, STATUS_POINTS
+            compiled,
+            timeline.training_job,
+            end,
+            STATUS_POINTS,
+            0.0 if ended is None else end - ended + config.scrape_interval,
         ).items()
     }
     if queries is not None:
+        # A query of the training processes' series at the end reads them as they were
+        # last scraped, when every rank ended before the exporters did (result.Query).
+        ended = timeline.training_end(config.scrape_interval)
+        training_end = [ended] if ended is not None and ended < end else [end]
         asked.update(
             {
-                name: (q.expr, times if q.over_time else [end])
+                name: (
+                    q.expr,
+                    times if q.over_time else training_end if reads_training(q.expr) else [end],
+                )
                 for name, q in queries(compiled, timeline.training_job, end).items()
             }
         )
@@ -283,13 +298,14 @@ def _check_scrape_interval(timeline: Timeline, scrape_interval: float) -> None:
 
 
 def _status_queries(
-    compiled: Compiled, job: str, seconds: float, points: int
+    compiled: Compiled, job: str, seconds: float, points: int, lookback: float
 ) -> dict[str, tuple[str, bool]]:
     from trainprof.report.queries import grafana_builtins
 
     interval = compiled.config.scrape_interval
     step = query_step(seconds, interval, points)
-    return status_queries(compiled, job, None, grafana_builtins(seconds, step, interval))
+    builtins = grafana_builtins(seconds, step, interval)
+    return status_queries(compiled, job, None, builtins, lookback)
 
 
 def _grouped(by_time: dict[float, Samples]) -> list[tuple[dict[str, str], list]]:

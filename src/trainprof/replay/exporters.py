@@ -2,7 +2,7 @@
 
 `trainprof replay --source dcgm,node_exporter` evaluates the rules compiled for those
 exporters, so it must feed them what those exporters serve: their own names, label sets and
-units (as in ../shared/real-exporters' captures), scraped every scrape interval.
+units (as in tests/data/real-exporters' captures), scraped every scrape interval.
 
 dcgm-exporter (one target per node, `job="nvidia-dcgm-exporter"`): per GPU
 `DCGM_FI_DEV_GPU_UTIL` (whole percent), `DCGM_FI_DEV_FB_USED` and `DCGM_FI_DEV_FB_FREE`

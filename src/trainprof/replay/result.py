@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from trainprof.contract.metrics import TRAINING_SERIES
 from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.job_alerts import AffectedUnit
@@ -47,10 +48,24 @@ class Verdict:
 
 @dataclasses.dataclass(frozen=True)
 class Query:
-    """PromQL to evaluate over the replayed series: at the end only, or `over_time`."""
+    """PromQL to evaluate over the replayed series: at the end only, or `over_time`.
+
+    "The end" of a query that reads the training processes' series (`reads_training`) is
+    the last scrape that saw one, when training ended before the last scrape (the
+    exporters went on): their series are stale after it, as in Prometheus."""
 
     expr: str
     over_time: bool = False
+
+
+def reads_training(expr: str) -> bool:
+    """Whether PromQL reads the training processes' process, step or phase series (or a
+    recording of one).
+
+    >>> reads_training("sum(trainprof_training_steps_total)"), reads_training("up")
+    (True, False)
+    """
+    return TRAINING_SERIES in expr
 
 
 # (resolved configuration, training_job, seconds replayed) -> {name: Query}

@@ -6,9 +6,12 @@ health series, `STEP_SECONDS` apart, and promtool's rule engine evaluates the co
 after every one. A rule's `first_fired_step` is the training step of the first saved step
 after which its alert fired.
 
-    >>> result = replay_trial("debug-output/", config)      # doctest: +SKIP
-    >>> result.rules["LossNotDecreasing"].first_fired_step   # doctest: +SKIP
-    12
+    >>> from trainprof.rules.config import load_config
+    >>> config = load_config({"rules": [{"rule": "LossNotDecreasing",
+    ...                                  "parameters": {"num_steps": "4", "mode": "TRAIN"}}]})
+    >>> trial = "tests/data/smdebug-trials/LossNotDecreasing/fire-train-plateau"  # flat from 12
+    >>> replay_trial(trial, config).rules["LossNotDecreasing"].first_fired_step
+    16
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class StepAlert:
 class StepVerdict:
     alerts: list[StepAlert] = dataclasses.field(default_factory=list)
     evaluated: bool = True  # False: the trial holds nothing this rule reads
+    datapoints: int | None = None  # saved steps at which the rule had its input
+    reason: str = ""  # why it decided nothing (no_data)
     # What its alert found (collections, ranks, ...), first and last at a save's wall time,
     # and the training steps of those saves.
     affected: list[tuple[AffectedUnit, int, int]] = dataclasses.field(default_factory=list)
@@ -49,6 +54,13 @@ class StepVerdict:
     @property
     def fired(self) -> bool:
         return bool(self.alerts)
+
+    @property
+    def status(self) -> str:
+        """fired | quiet | no_data (the trial held nothing the rule reads)."""
+        if self.alerts:
+            return "fired"
+        return "quiet" if self.evaluated else "no_data"
 
     @property
     def first_fired_step(self) -> int | None:
@@ -74,6 +86,9 @@ class TrialReplay:
             "rules": {
                 name: {
                     "fired": v.fired,
+                    "status": v.status,
+                    "datapoints": v.datapoints,
+                    "reason": v.reason or None,
                     "first_fired_at": _number(v.first_fired_at),
                     "first_fired_step": v.first_fired_step,
                     "alerts": [
@@ -138,6 +153,8 @@ def replay_trial(
     job = training_job or _job_name(trial.root)
     identity = {JOB_LABEL: job, "rank": "0"}
 
+    images, sequences = config.rule("CheckInputImages"), config.rule("NLPSequenceRatio")
+
     def folded(t: smdebug.Trial, state: HealthState):
         return smdebug.fold(
             t,
@@ -146,6 +163,8 @@ def replay_trial(
             threshold_inactivity=inputs.get("threshold_inactivity", 1.0),
             include_regex=include_regex,
             state=state,
+            image_regex=images.values["regex"] if images else None,
+            tokens_regex=sequences.values["tokens_regex"] if sequences else None,
         )
 
     runs = [(folded(trial, state), identity)]
@@ -296,22 +315,27 @@ def evaluate_saves(
     groups = [{**g, "interval": f"{STEP_SECONDS:g}s"} for g in compiled.groups]
     end = len(saves) * STEP_SECONDS
     times = [(index + 1) * STEP_SECONDS for index in range(len(saves))]
+    presence = _presence(compiled)
+    queries = {name: (expr, times) for name, (expr, _) in presence.items()}
+    queries["alerts.affected"] = (affected_selector([]), times)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
-            groups,
-            series,
-            STEP_SECONDS,
-            STEP_SECONDS,
-            end,
-            Path(tmp),
-            promtool,
-            queries={"affected": (affected_selector([]), times)},
+            groups, series, STEP_SECONDS, STEP_SECONDS, end, Path(tmp), promtool, queries=queries
         )
     verdicts = {i.spec.name: StepVerdict() for i in config.rules}
+    for name in presence:
+        present = sum(1 for t in times if run.queries.get(name, {}).get(t))
+        verdicts[name].datapoints = present
+        if not present:
+            verdicts[name].evaluated = False
+            verdicts[name].reason = (
+                f"none of the {len(saves)} saved steps holds what {name} reads "
+                f"({', '.join(presence[name][1])})"
+            )
     # What each alert found, at each save's wall time.
     by_wall = {
         saves[round(t / STEP_SECONDS) - 1].wall_time: got
-        for t, got in run.queries.get("affected", {}).items()
+        for t, got in run.queries.get("alerts.affected", {}).items()
     }
     step_at = {save.wall_time: save.step for save in saves}
     for name, units in units_found(by_wall, compiled.affected, config.job_labels).items():
@@ -331,6 +355,20 @@ def evaluate_saves(
         previous = now
     steps = [s.step for s in saves]
     return TrialReplay("", verdicts, steps, list(compiled.warnings), "")
+
+
+def _presence(compiled: Any) -> dict[str, tuple[str, list[str]]]:
+    """Rule -> (PromQL with a series while the replayed job has any series the rule reads,
+    those series' selectors)."""
+    from trainprof.rules.catalog.health.common import FAMILY, input_present, input_selectors
+
+    out = {}
+    for c in compiled.rules:
+        if c.instance.spec.family == FAMILY and c.output.alerts:
+            exprs = [a.expr for a in c.output.alerts]
+            read = list(dict.fromkeys(s for e in exprs for s in input_selectors(e)))
+            out[c.name] = (input_present(exprs, c.build.job_labels), read)
+    return out
 
 
 def _job_name(root: Path) -> str:

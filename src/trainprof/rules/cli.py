@@ -1,6 +1,7 @@
 """`trainprof rules`: compile, validate and list the profiler rules.
 
 trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
+                        [--tier all|shard|global]
 trainprof rules validate [-c rules.yaml]
 trainprof rules list
 """
@@ -12,7 +13,16 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments, label
+from trainprof.cliargs import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    LinkedOutput,
+    add_rule_config_arguments,
+    kubernetes_name,
+    label,
+    namespace,
+    write_below,
+)
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -42,9 +52,12 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         "chart (helm install -f trainprof.values.yaml) (default: rules)",
     )
     compile_.add_argument(
-        "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
+        "--name",
+        type=kubernetes_name,
+        default="trainprof-rules",
+        help="PrometheusRule name (default: trainprof-rules)",
     )
-    compile_.add_argument("--namespace", help="PrometheusRule namespace")
+    compile_.add_argument("--namespace", type=namespace, help="PrometheusRule namespace")
     compile_.add_argument(
         "--label",
         type=label,
@@ -52,6 +65,14 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="extra PrometheusRule label, e.g. release=kube-prometheus-stack (repeatable)",
+    )
+    compile_.add_argument(
+        "--tier",
+        choices=("all", "shard", "global"),
+        default="all",
+        help="all: every group, for one Prometheus; shard: node_exporter's per-core "
+        "reduction, for Prometheus servers sharded by node; global: the rest, for the server "
+        "that federates the shards' per-node recordings (docs/sources.md) (default: all)",
     )
     compile_.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
 
@@ -90,6 +111,19 @@ def run(args: argparse.Namespace) -> int:
         _print_resolved(config)
         return 0
 
+    if args.tier != "all":
+        import dataclasses
+
+        from trainprof.sources.tiers import tier
+
+        if args.format == "helm-values":
+            print("error: --tier takes --format rules or prometheusrule", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        try:
+            compiled = dataclasses.replace(compiled, groups=tier(compiled.groups, args.tier))
+        except ValueError as e:
+            print(f"error: --tier {args.tier}: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     source = "defaults" if args.config is None else os.path.basename(args.config)
     generator = f"trainprof rules compile from {source}"
     text = files.render(
@@ -101,14 +135,17 @@ def run(args: argparse.Namespace) -> int:
         labels=dict(args.label),
         warn=None if quiet else files.print_warning,
     )
+    if not quiet:
+        _print_process_settings(config, args.config)
     if args.output == "-":
         sys.stdout.write(text)
         return 0
     path = os.path.join(args.output, files.OUTPUT_NAMES[args.format])
     try:
-        os.makedirs(args.output, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_below(args.output, files.OUTPUT_NAMES[args.format], text)
+    except LinkedOutput as e:
+        print(f"error: refusing to write {path}: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as e:
         print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
@@ -121,6 +158,24 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _print_process_settings(config: RulesConfig, source: str | None) -> None:
+    """Which settings the training processes must be given for the tensor rules."""
+    from trainprof.rules.compiler import process_settings
+
+    settings = process_settings(config)
+    if not settings:
+        return
+    print(
+        "note: the training processes compute these tensor rules' inputs; start them with "
+        f"TRAINPROF_RULES_CONFIG={source or 'FILE'} (trainprof.start() and "
+        "trainprof.torch.watch() read it), or the rules find none of their series "
+        "(TrainprofRuleInputMissing):",
+        file=sys.stderr,
+    )
+    for line in settings:
+        print(f"  {line}", file=sys.stderr)
 
 
 def _print_catalog() -> None:

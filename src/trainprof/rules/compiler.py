@@ -31,6 +31,7 @@ from trainprof.contract.durations import format_duration
 from trainprof.contract.names import (
     HEALTH_GROUP,
     HEALTH_RULE,
+    INPUT_MISSING_ALERT,
     JOB_DASHBOARD,
     STATE_GROUP,
     STATE_RULE,
@@ -469,12 +470,77 @@ def _health_rules(
     the rules were compiled for, or do not count the thresholds a rule selects. Like the
     rules' alerts, one per job (and check), each after its recording of the exporters,
     collectors or GPUs it found."""
-    if not any(c.instance.spec.reads_exporter for c in compiled):
-        return []
+    checks = (
+        _exporter_checks(config) if any(c.instance.spec.reads_exporter for c in compiled) else []
+    )
+    for c in compiled:
+        if c.instance.spec.health is not None:
+            checks += [(check, c.name) for check in c.instance.spec.health(c.build)]
+    checks += [(check, name) for name, check in tensor_input_checks(compiled)]
+    shared = _shared_gpu_check(config, compiled)
+    if shared:
+        checks.append(shared)
+    recordings, alerts = [], []
+    for check, affects in checks:
+        found, recording, alert = _health_alert(config, check, affects)
+        affected.append(found)
+        recordings.append(recording)
+        alerts.append(alert)
+    return recordings + alerts
+
+
+# Tensor rules whose input is not one job's own series: the other job's (SimilarAcrossRuns).
+_NOT_CHECKED = ("SimilarAcrossRuns",)
+
+
+def tensor_input_checks(compiled: list[CompiledRule]) -> list[tuple[str, HealthCheck]]:
+    """(rule, check) for each compiled tensor rule: its `TrainprofRuleInputMissing` fires
+    for a job whose training process publishes health series but none the rule reads (not
+    watched, or computed with other parameters than the rule was compiled with, such as
+    LossNotDecreasing's num_steps)."""
+    from trainprof.rules.catalog.health.common import FAMILY, input_present, input_selectors
+    from trainprof.rules.promql import Matcher, selector
+
+    out = []
+    for c in compiled:
+        spec = c.instance.spec
+        if spec.family != FAMILY or not c.output.alerts or spec.name in _NOT_CHECKED:
+            continue
+        jobs = c.build.job_labels
+        names = "|".join(n for m in contract.HEALTH_METRICS for n in contract.series_names(m))
+        published = selector("", [Matcher("__name__", "=~", names), *c.build.matchers])
+        present = input_present([a.expr for a in c.output.alerts], jobs)
+        inputs = sorted(
+            {re.sub(r"\{.*", "", s) for a in c.output.alerts for s in input_selectors(a.expr)}
+        )
+        by = ", ".join(jobs)
+        out.append(
+            (
+                spec.name,
+                HealthCheck(
+                    INPUT_MISSING_ALERT,
+                    f"count by ({by}) ({published})\nunless on ({by})\n({present})",
+                    summary=f"{spec.name} finds none of the series it reads.",
+                    description=(
+                        "The training process of job {{ $labels.training_job }} publishes "
+                        f"health series, but none {spec.name} reads ({', '.join(inputs)} with "
+                        "the labels its parameters select), so it cannot fire. Give the "
+                        "training process the rule configuration (TRAINPROF_RULES_CONFIG), "
+                        "or watch what the rule reads; `trainprof rules compile` lists the "
+                        "settings."
+                    ),
+                ),
+            )
+        )
+    return out
+
+
+def _exporter_checks(config: RulesConfig) -> list[tuple[HealthCheck, str]]:
+    """The exporters sample at another interval than the rules assume, stall or fail."""
     from trainprof.rules.promql import selector
 
     interval = selector(contract.SAMPLER_INTERVAL_SECONDS, config.job_selector)
-    checks = [
+    return [
         (
             HealthCheck(
                 "TrainprofSamplerIntervalMismatch",
@@ -510,12 +576,17 @@ def _health_rules(
         (
             HealthCheck(
                 "TrainprofCollectorFailing",
-                f"{selector('trainprof_collector_success', config.job_selector)} == 0",
+                # A host with nothing to read (no NVIDIA driver at all: a laptop, a CPU
+                # node) says so in trainprof_collector_unavailable and is not paged.
+                f"{selector('trainprof_collector_success', config.job_selector)} == 0"
+                " unless ignoring (reason) "
+                f"{selector('trainprof_collector_unavailable', config.job_selector)}",
                 summary="Exporters' collectors keep failing.",
                 description=(
                     "have failed every sample for 5 minutes (their source errors or does not "
                     "answer in time): the rules that read their series judge old data or none. "
-                    "The exporter's log says why"
+                    "The exporter's log says why. (A host without any NVIDIA driver reports "
+                    "trainprof_collector_unavailable instead and raises nothing.)"
                 ),
                 units=dataclasses.replace(
                     _exporters("trainprof_collector_success", "success"),
@@ -528,19 +599,6 @@ def _health_rules(
             "all",
         ),
     ]
-    for c in compiled:
-        if c.instance.spec.health is not None:
-            checks += [(check, c.name) for check in c.instance.spec.health(c.build)]
-    shared = _shared_gpu_check(config, compiled)
-    if shared:
-        checks.append(shared)
-    recordings, alerts = [], []
-    for check, affects in checks:
-        found, recording, alert = _health_alert(config, check, affects)
-        affected.append(found)
-        recordings.append(recording)
-        alerts.append(alert)
-    return recordings + alerts
 
 
 HEALTH_FOR = 300.0  # seconds a health condition holds before it alerts (and then holds)
@@ -600,3 +658,16 @@ def required_inputs(config: RulesConfig) -> dict[str, Any]:
             needed[key].append(value)
     needed["datapoint_interval"] = config.datapoint_interval
     return needed
+
+
+def process_settings(config: RulesConfig) -> list[str]:
+    """What the training processes compute differently from their defaults for these
+    tensor rules (LossNotDecreasing's num_steps, Overtraining's delta, ...): each a line
+    naming the parameter; they must be given the configuration (TRAINPROF_RULES_CONFIG)."""
+    said: list[str] = []
+    for instance in config.rules:
+        if instance.spec.inputs is None or instance.spec.reads_exporter:
+            continue
+        build = _build_context(config, instance, said)
+        instance.spec.inputs(build)
+    return list(dict.fromkeys(said))

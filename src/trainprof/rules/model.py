@@ -356,14 +356,26 @@ class Build(Generic[P]):
         name = self.gauges.get(histogram)
         return promql.selector(name, self.matchers) if name else None
 
+    def over_time(self, histogram: str, over_time: Callable[[str], str]) -> str:
+        """`over_time(selector)` of the per-job gauge a source adapter serves `histogram`'s
+        signal as (a function of a series' samples over a range that scales with them:
+        `quantile_over_time`, `avg_over_time`), on the source's own samples where the gauge
+        is not recorded at every scrape (`trainprof.sources.gauges.from_samples`)."""
+        from trainprof.sources.gauges import from_samples
+
+        return from_samples(self.gauges[histogram], over_time, self.job_labels, self.matchers)
+
     def seen(self, histogram: str, datapoints: int) -> str:
         """What `patience`'s warm-up guard compares with `datapoints`: the samples of
         `histogram` so far (its `_count`), or for a gauge its scrapes over the last
         `datapoints` datapoints and one scrape more, counted in datapoints, which exceeds
         `datapoints` once the signal covers that long."""
-        gauge = self.gauge(histogram)
-        if gauge is None:
+        from trainprof.sources.gauges import SCRAPES_OF
+
+        name = self.gauges.get(histogram)
+        if name is None:
             return self.sel(histogram + "_count")
+        gauge = promql.selector(SCRAPES_OF.get(name, name), self.matchers)
         span = format_duration(datapoints * self.datapoint_interval + self.scrape_interval)
         per_scrape = self.scrape_interval / self.datapoint_interval
         return f"count_over_time({gauge}[{span}]) * {per_scrape:g}"

@@ -49,6 +49,7 @@ def device_group(sources: tuple[str, ...], options: SourceOptions) -> dict[str, 
     if "dcgm" not in sources:
         return None
     rules: list[dict[str, Any]] = dcgm.map_recordings(options) + dcgm.job_recordings(options)
+    rules.append(gauges.gpu_recordings(options, "memory_used"))
     rules += _missing_dcgm(options)
     return {
         "name": DEVICE_GROUP,
@@ -75,7 +76,8 @@ def normalisation_group(sources: tuple[str, ...], options: SourceOptions) -> dic
     there is nothing to map."""
     rules: list[dict[str, Any]] = []
     if "dcgm" in sources:
-        rules += dcgm.scrape_recordings(options) + gauges.gpu_recordings(options)
+        rules += dcgm.scrape_recordings(options)
+        rules.append(gauges.gpu_recordings(options, "utilization"))
     elif "node_exporter" in sources:
         jl = ", ".join(options.job_labels)
         rules.append(

@@ -33,12 +33,18 @@ name (`weights/fc1.weight`, `gradients/fc1.weight`, `relu_output/net.1`) matches
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import torch
+from trainprof import extras
+
+try:
+    import torch
+except ModuleNotFoundError as e:
+    raise extras.reraise(e, "trainprof.torch.watch()") from None
 
 from trainprof.contract import metrics as contract
 from trainprof.training.health import reductions as r
@@ -101,7 +107,8 @@ class Watcher:
         self.saving = True
         self._forwards = 0
         self._ended = False
-        self._pending: list[tuple[str, str, tuple[str, ...], torch.Tensor]] = []
+        # (collection, tensor name, reduction names, the reductions' values in parts)
+        self._pending: list[tuple[str, str, tuple[str, ...], list[torch.Tensor]]] = []
         self._previous: dict[tuple[str, str], torch.Tensor] = {}
         self._before: dict[str, torch.Tensor] = {}
         self._classes: torch.Tensor | None = None
@@ -209,18 +216,19 @@ class Watcher:
         return "biases" if name.endswith("bias") else "weights"
 
     def _reduce(self, collection: str, name: str, t: torch.Tensor) -> None:
-        values = r.stats(t)
+        parts = [r.stats(t)]
         keys: tuple[str, ...] = r.STATISTICS
         if collection == "gradients":
-            values, keys = torch.cat((values, r.spread(t))), keys + ("spread",)
+            parts.append(r.spread(t))
+            keys = keys + ("spread",)
         if self.track_unchanged:
             key = (collection, name)
             previous = self._previous.get(key)
             if previous is not None:
-                values = torch.cat((values, r.allclose(t, previous, self.rtol, self.atol)))
+                parts.append(r.allclose(t, previous, self.rtol, self.atol))
                 keys = keys + ("allclose",)
             self._previous[key] = t.detach().clone()
-        self._pending.append((collection, name, keys, values))
+        self._pending.append((collection, name, keys, parts))
 
     def _reduce_weights(self) -> None:
         for name, p in self.params:
@@ -235,8 +243,11 @@ class Watcher:
                     self._reduce("gradients", name, p.grad)
         self._reduce_weights()
         for name, p in self.params:
-            if self._collection_of(name) in self.collections:
-                self._before[name] = p.detach().clone()
+            collection = self._collection_of(name)
+            if collection in self.collections:
+                # The copy kept for UnchangedTensor was taken just now: it serves here too.
+                kept = self._previous.get((collection, name)) if self.track_unchanged else None
+                self._before[name] = kept if kept is not None else p.detach().clone()
 
     def _reduce_update(self) -> None:
         for name, p in self.params:
@@ -244,19 +255,20 @@ class Watcher:
             if before is not None:
                 collection = self._collection_of(name)
                 ratio = r.update_ratio(before, p)
-                self._pending.append((collection, name, ("update_ratio",), ratio))
+                self._pending.append((collection, name, ("update_ratio",), [ratio]))
 
     def _reduce_activation(self, collection, name, args, output, bounds) -> None:
         if collection == "relu_output":
             if "relu_output" in self.collections:
                 value = r.dead_ratio(output, self.threshold_inactivity)
-                self._pending.append((collection, name, ("dead_ratio",), value))
+                self._pending.append((collection, name, ("dead_ratio",), [value]))
             if "relu_input" in self.collections and args:
-                self._pending.append(("relu_input", name, ("variance",), r.variance(args[0])))
+                self._pending.append(("relu_input", name, ("variance",), [r.variance(args[0])]))
         elif args:
-            values = torch.cat(
-                (r.saturated_ratio(args[0], bounds, self.threshold_inactivity), r.variance(args[0]))
-            )
+            values = [
+                r.saturated_ratio(args[0], bounds, self.threshold_inactivity),
+                r.variance(args[0]),
+            ]
             self._pending.append((collection, name, ("saturated_ratio", "variance"), values))
 
     # --- what the training loop logs -------------------------------------------------------
@@ -307,11 +319,14 @@ class Watcher:
         classes, self._classes = self._classes, None
         inputs, self._inputs = self._inputs, None
         tokens, self._tokens = self._tokens, None
-        parts = [values for _, _, _, values in pending]
+        parts = [part for _, _, _, values in pending for part in values]
         extra = [t for t in (classes, inputs[1] if inputs else None, tokens) if t is not None]
         if not parts and not extra:
             return
-        host = torch.cat([p.reshape(-1).float().cpu() for p in parts + extra]).tolist()
+        # One concatenation on the device and one copy to the host: one synchronisation.
+        flat = [p.reshape(-1) if p.dtype == torch.float32 else p.reshape(-1).float() for p in parts]
+        flat += [t.reshape(-1).float() for t in extra]
+        host = torch.cat(flat).cpu().tolist()
         now = time.time()
         session = self.session
         with session._lock:
@@ -328,7 +343,9 @@ class Watcher:
                 k = contract.MAX_CLASSES + 1
                 counts = host[offset : offset + k * k]
                 offset += k * k
-                health.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n})
+                health.observe_classes(
+                    {(i // k, i % k): n for i, n in enumerate(counts) if n}, self.step
+                )
             if inputs is not None:
                 sums = host[offset : offset + inputs[1].numel()]
                 offset += inputs[1].numel()
@@ -364,32 +381,28 @@ def watch(
     too (the rule compiler says so). `track_unchanged` keeps a copy of each watched tensor
     from the previous save for UnchangedTensor; turn it off to save that memory.
 
-    `rules_config`: a rule configuration file; the values its tensor rules need replace
-    those keyword arguments (LossNotDecreasing's num_steps are added to `loss_num_steps`).
-    An unreadable file is one warning, and the arguments are used.
+    `rules_config` (default: the one `trainprof.start()` was given, else
+    `TRAINPROF_RULES_CONFIG`): a rule configuration file; the values its tensor rules need
+    replace those keyword arguments (LossNotDecreasing's num_steps are added to
+    `loss_num_steps`). An unreadable file is one warning, and the arguments are used.
 
     Raises ValueError for a bad collection name or save_interval (a programming error, at
     setup); errors inside the hooks are counted, never raised into the training loop.
     """
-    from trainprof.training.session import current
 
-    if rules_config:
-        try:
-            from trainprof.replay.tensors import health_inputs
-            from trainprof.rules import files
-
-            inputs = health_inputs(files.read_config(rules_config))
-        except Exception as e:  # a ConfigError, a missing pyyaml: keep the arguments
-            log.warning("trainprof: cannot read rules_config %s (%s)", rules_config, e)
-        else:
-            loss_num_steps = tuple(sorted(set(loss_num_steps) | set(inputs["loss_num_steps"])))
-            token_values = tuple(sorted(set(token_values) | set(inputs["token_values"])))
-            rtol = inputs.get("rtol", rtol)
-            atol = inputs.get("atol", atol)
-            loss_delta = inputs.get("loss_delta", loss_delta)
-            threshold_inactivity = inputs.get("threshold_inactivity", threshold_inactivity)
+    from trainprof.training.session import current, health_settings
 
     session = current()
+    rules_config = rules_config or session.rules_config or os.environ.get("TRAINPROF_RULES_CONFIG")
+    settings = health_settings(rules_config) if rules_config else None
+    if settings:
+        loss_num_steps = tuple(sorted(set(loss_num_steps) | set(settings["loss_num_steps"])))
+        token_values = tuple(sorted(set(token_values) | set(settings["token_values"])))
+        rtol = settings.get("rtol", rtol)
+        atol = settings.get("atol", atol)
+        loss_delta = settings.get("loss_delta", loss_delta)
+        threshold_inactivity = settings.get("threshold_inactivity", threshold_inactivity)
+
     with session._lock:
         session.health = HealthState(
             loss_num_steps=loss_num_steps, loss_delta=loss_delta, token_values=token_values

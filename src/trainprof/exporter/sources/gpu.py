@@ -14,6 +14,14 @@ Failures are handled at three levels, as gpustat does:
             success 0; NVML is tried again every 30 s, since a GPU operator may install the
             driver after the exporter started
 
+A host with no NVIDIA driver at all (no libnvidia-ml, and no NVIDIA kernel module in the proc
+filesystem the exporter reads) is not failing: it has nothing to read. The source says so in
+`unavailable` (NO_DRIVER), which the exporter serves as
+`trainprof_collector_unavailable{collector="gpu", reason="no_nvidia_driver"} 1`, and
+`TrainprofCollectorFailing` leaves such a collector out. A host whose kernel module is loaded
+but whose libnvidia-ml the exporter cannot load (a container without the NVIDIA runtime)
+stays a failure.
+
 The collector reports success 0 for a sample that left out a GPU, and from a GPU's loss on; a
 missing field is not a failure (it is what the GPU offers).
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +41,17 @@ from trainprof.exporter.once import Once
 log = logging.getLogger("trainprof.exporter")
 
 RETRY_OPEN_SECONDS = 30.0
+# `unavailable` of a host without any NVIDIA driver.
+NO_DRIVER = "no_nvidia_driver"
+
+
+def nvidia_kernel_module_loaded() -> bool:
+    """Whether the NVIDIA kernel module is loaded on this host: it lists itself under
+    driver/nvidia in the proc filesystem the exporter reads (the host's with --path.procfs)."""
+    import psutil  # its PROCFS_PATH is the exporter's proc filesystem (set_procfs)
+
+    return os.path.isdir(os.path.join(psutil.PROCFS_PATH, "driver", "nvidia"))
+
 
 # GPM (Hopper and newer) metric -> GpuSample field; NVML reports them in percent.
 _GPM_METRICS = (
@@ -113,9 +133,17 @@ class GpuSource:
 
     name = "gpu"
 
-    def __init__(self, nvml: Any, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        nvml: Any,
+        clock: Callable[[], float] = time.monotonic,
+        kernel_module_loaded: Callable[[], bool] = nvidia_kernel_module_loaded,
+    ):
         self._nvml = nvml
         self._clock = clock
+        self._kernel_module_loaded = kernel_module_loaded
+        # Why there is nothing to read on this host (NO_DRIVER), or None.
+        self.unavailable: str | None = None
         # Looked up once: these are read for every field of every GPU twice a second.
         self._absent = (
             nvml.NVMLError_NotSupported,
@@ -150,16 +178,24 @@ class GpuSource:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as e:
             self._next_open = self._clock() + RETRY_OPEN_SECONDS
+            no_driver = isinstance(e, nvml.NVMLError_LibraryNotFound) and not (
+                self._kernel_module_loaded()
+            )
+            self.unavailable = NO_DRIVER if no_driver else None
             self._once.start(
                 "nvml",
                 "GPU collector unavailable: %s (%s); GPU metrics are off, "
                 "the other collectors keep working; retrying every %gs",
-                _why_unavailable(nvml, e),
+                "no NVIDIA driver on this node (no libnvidia-ml, no NVIDIA kernel module: "
+                "nothing to read, not a failure)"
+                if no_driver
+                else _why_unavailable(nvml, e),
                 e,
                 RETRY_OPEN_SECONDS,
-                level=logging.WARNING,
+                level=logging.INFO if no_driver else logging.WARNING,
             )
             return False
+        self.unavailable = None
         devices = []
         for index in range(count):
             try:

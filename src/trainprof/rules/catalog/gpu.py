@@ -126,7 +126,7 @@ class QuantileTest:
                 level,
                 histogram,
                 f"p{q * 100:g}_over_time{span}",
-                f"quantile_over_time({q:g}, {gauge}[{span}])",
+                b.over_time(histogram, lambda s: f"quantile_over_time({q:g}, {s}[{span}])"),
             )
             return cls(
                 rec,
@@ -409,7 +409,13 @@ def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
     gap = format_duration(parse_duration(span) + b.scrape_interval)
     mean, before, operation = _memory_means(b, b, span, gap)
     mean_record = Recording("gpu", _MEMORY, operation, mean)
-    rise, for_seconds = b.patience(f"{mean}\n-\n{before}", p.patience, b.seen(_MEMORY, p.patience))
+    if b.gauges.get(_MEMORY):
+        # The difference of two means scales with the samples: one join, not two.
+        later, earlier = f"avg_over_time({{}}[{span}])", f"avg_over_time({{}}[{span}] offset {gap})"
+        difference = b.over_time(_MEMORY, lambda s: f"{later.format(s)} - {earlier.format(s)}")
+    else:
+        difference = f"{mean}\n-\n{before}"
+    rise, for_seconds = b.patience(difference, p.patience, b.seen(_MEMORY, p.patience))
     # Evaluated once per scan interval, but a jump shows for about one window only: look
     # back over the whole scan interval at scrape resolution so none is missed.
     scan = format_duration(p.scan_interval_us / 1e6)
@@ -440,6 +446,13 @@ def _memory_means(
     and the recording operation naming the first: from the histogram's `_sum`/`_count`
     (every sample), or a source adapter's scraped gauge."""
     gauge = b.gauges.get(_MEMORY)
+    if gauge and scope is b:
+        # A rule: on the source's own samples (Build.over_time).
+        return (
+            b.over_time(_MEMORY, lambda s: f"avg_over_time({s}[{span}])"),
+            b.over_time(_MEMORY, lambda s: f"avg_over_time({s}[{span}] offset {gap})"),
+            f"mean_over_time{span}",
+        )
     if gauge:
         g = scope.sel(gauge)
         return (
