@@ -184,8 +184,8 @@ def test_chunked_replay_is_the_single_pass_byte_for_byte(long_job_runs):
     assert [(a.labels, a.fired_at) for a in chunked.health] == [
         (a.labels, a.fired_at) for a in single.health
     ]
-    fired = chunked.rules["LowGPUUtilization"].alerts
-    assert {a.labels["node"] for a in fired} == {"algo-1", "algo-2"}
+    found = chunked.rules["LowGPUUtilization"].affected
+    assert {u.labels["node"] for u in found} == {"algo-1", "algo-2"}
 
 
 def test_alerts_straddle_chunk_boundaries_and_fire_in_the_warm_up(long_job_runs):

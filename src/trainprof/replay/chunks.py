@@ -370,6 +370,7 @@ def run_chunked(
     promtool: str | None,
     queries: Mapping[str, tuple[str, Sequence[float]]],
     ordered: bool,
+    active: bool = False,
 ) -> RuleRun:
     """What `run_rules` over the whole job reports, from one promtool run per chunk."""
     plan = store.plan
@@ -399,7 +400,8 @@ def run_chunked(
             promtool,
             queries=local_queries,
             ordered=ordered,
-            alerts_from=max(own_from - start, 0.0) + evaluation,
+            alerts_from=None if c == 0 else max(own_from - start, 0.0) + evaluation,
+            active=active,
         )
         for t, alerts in run.firing.items():
             firing[t + start] = alerts

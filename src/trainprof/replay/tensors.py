@@ -27,6 +27,7 @@ from trainprof.contract import metrics as contract
 from trainprof.contract.names import JOB_LABEL
 from trainprof.engines.promtool import run_rules, series_text
 from trainprof.replay import smdebug
+from trainprof.rules.job_alerts import AffectedUnit, affected_selector, units_found
 from trainprof.training.health.state import HealthState
 
 # Synthetic time between two saved steps: one scrape and one rule evaluation per saved step.
@@ -46,6 +47,9 @@ class StepVerdict:
     evaluated: bool = True  # False: the trial holds nothing this rule reads
     datapoints: int | None = None  # saved steps at which the rule had its input
     reason: str = ""  # why it decided nothing (no_data)
+    # What its alert found (collections, ranks, ...), first and last at a save's wall time,
+    # and the training steps of those saves.
+    affected: list[tuple[AffectedUnit, int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def fired(self) -> bool:
@@ -76,7 +80,8 @@ class TrialReplay:
     training_job: str
 
     def as_json(self) -> dict:
-        """Replay's JSON contract plus `first_fired_step` (and each alert's `step`)."""
+        """Replay's JSON contract plus `first_fired_step` (and each alert's `step`, each
+        affected unit's `first_step` and `last_step`)."""
         return {
             "rules": {
                 name: {
@@ -89,6 +94,10 @@ class TrialReplay:
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at), "step": a.step}
                         for a in v.alerts
+                    ],
+                    "affected": [
+                        {**u.as_json(), "first_step": first, "last_step": last}
+                        for u, first, last in v.affected
                     ],
                 }
                 for name, v in self.rules.items()
@@ -308,12 +317,13 @@ def evaluate_saves(
     times = [(index + 1) * STEP_SECONDS for index in range(len(saves))]
     presence = _presence(compiled)
     queries = {name: (expr, times) for name, (expr, _) in presence.items()}
+    queries["alerts.affected"] = (affected_selector([]), times)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         run = run_rules(
             groups, series, STEP_SECONDS, STEP_SECONDS, end, Path(tmp), promtool, queries=queries
         )
     verdicts = {i.spec.name: StepVerdict() for i in config.rules}
-    for name in queries:
+    for name in presence:
         present = sum(1 for t in times if run.queries.get(name, {}).get(t))
         verdicts[name].datapoints = present
         if not present:
@@ -322,6 +332,15 @@ def evaluate_saves(
                 f"none of the {len(saves)} saved steps holds what {name} reads "
                 f"({', '.join(presence[name][1])})"
             )
+    # What each alert found, at each save's wall time.
+    by_wall = {
+        saves[round(t / STEP_SECONDS) - 1].wall_time: got
+        for t, got in run.queries.get("alerts.affected", {}).items()
+    }
+    step_at = {save.wall_time: save.step for save in saves}
+    for name, units in units_found(by_wall, compiled.affected, config.job_labels).items():
+        if name in verdicts:
+            verdicts[name].affected = [(u, step_at[u.first_at], step_at[u.last_at]) for u in units]
     previous: set[tuple] = set()
     for index, save in enumerate(saves):
         now = {
