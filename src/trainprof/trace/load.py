@@ -114,6 +114,7 @@ class _Json:
         self._decode = json.JSONDecoder().raw_decode
         self.buf, self.pos, self.eof = "", 0, False
         self._lines = 0  # lines before buf
+        self._column = 0  # characters of buf's first line before buf
 
     def _fill(self) -> bool:
         if self.eof:
@@ -123,7 +124,12 @@ class _Json:
             self.eof = True
             return False
         if self.pos:
-            self._lines += self.buf.count("\n", 0, self.pos)
+            newlines = self.buf.count("\n", 0, self.pos)
+            if newlines:
+                self._lines += newlines
+                self._column = self.pos - self.buf.rfind("\n", 0, self.pos) - 1
+            else:
+                self._column += self.pos
             self.buf, self.pos = self.buf[self.pos :], 0
         self.buf += chunk
         return True
@@ -168,7 +174,9 @@ class _Json:
 
     def where(self, pos: int) -> str:
         line = self._lines + self.buf.count("\n", 0, pos) + 1
-        return f"line {line} column {pos - self.buf.rfind(chr(10), 0, pos)}"
+        newline = self.buf.rfind("\n", 0, pos)
+        column = pos - newline if newline >= 0 else self._column + pos + 1
+        return f"line {line} column {column}"
 
     def fail(self, message: str, pos: int | None = None) -> None:
         pos = self.pos if pos is None else pos
