@@ -127,8 +127,10 @@ def replay_trial(
     promtool: str | None = None,
     workdir: str | None = None,
     include_regex: str | None = None,
+    chunk_instants: int = chunks.CHUNK_INSTANTS,
 ) -> TrialReplay:
-    """Fold the trial at `source` through the reductions and evaluate `config`'s rules."""
+    """Fold the trial at `source` through the reductions and evaluate `config`'s rules
+    (in chunks of `chunk_instants` saves; 0: one promtool run)."""
     trial = smdebug.read_trial(source)
     inputs = health_inputs(config)
     state = HealthState(
@@ -158,7 +160,12 @@ def replay_trial(
     )
     saved = Saved()
     result = evaluate_saves(
-        saved.track(_merged_saves(runs)), others, promtool=promtool, workdir=workdir, count=count
+        saved.track(_merged_saves(runs)),
+        others,
+        promtool=promtool,
+        workdir=workdir,
+        count=count,
+        chunk_instants=chunk_instants,
     )
     if stalled:
         end = trial.end_time or (saved.wall_times[-1] if saved.wall_times else 0.0)
