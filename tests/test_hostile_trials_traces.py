@@ -127,7 +127,7 @@ def _sparse(path: Path, size: int = GIB) -> None:
 def stray_tfevents(tmp: Path) -> list[str]:
     root = _trial(tmp / "trial")
     _sparse(root / "events" / "000000000005" / "000000000005_worker_0.tfevents")
-    _sparse(root / "events" / "stray.bin")
+    _sparse(root / "events" / "000000000002" / "stray.bin")
     return ["replay", str(root)]
 
 
@@ -236,6 +236,7 @@ CASES = [
     Case("200,000-deep collections", deep_collections, 0, "nested too deeply", TRIAL_READ),
     Case("empty predictions", empty_predictions, 0, "predictions at step 0", TRIAL_READ),
     Case("1 GiB .tfevents", stray_tfevents, 0, "length checksum mismatch", TRIAL_READ),
+    Case("1 GiB stray file", stray_tfevents, 0, "not named *.tfevents: 000000000002", TRIAL_READ),
     Case("forged 1 TiB record", forged_record_length, 0, "truncated data", TRIAL_READ),
     Case("1 GiB collections", stray_collections_and_marker, 0, "skipped unread", TRIAL_READ),
     Case("1 GiB system file", stray_system_file, 0, "larger than a minute", "LowGPUUtilization"),

@@ -145,6 +145,7 @@ class _Steps(Mapping[int, list[TensorEvent]]):
         self.problems = problems
         self.files = 0
         self._elsewhere: dict[int, list[Path]] = {}
+        self._others: list[str] = []  # files under events/ that are not event files
         found = array("q")
         for folder, name, step in self._walk(events):
             self.files += 1
@@ -156,6 +157,13 @@ class _Steps(Mapping[int, list[TensorEvent]]):
                 self._elsewhere.setdefault(step, []).append(folder / name)
                 found.append(step)
         self._steps: Any = np.unique(np.frombuffer(found, dtype=np.int64)) if found else []
+        if self._others:
+            more = f" and {len(self._others) - 5} more" if len(self._others) > 5 else ""
+            problems.append(
+                f"{events}: skipped {len(self._others)} file(s) not named *.tfevents: "
+                + ", ".join(self._others[:5])
+                + more
+            )
         self._reported = 0  # steps whose problems are said
 
     @property
@@ -178,6 +186,8 @@ class _Steps(Mapping[int, list[TensorEvent]]):
                         elif entry.name.endswith(".tfevents") and entry.is_file():
                             named = _EVENT_FILE.match(entry.name)
                             yield folder, entry.name, int(named.group(1)) if named else None
+                        elif len(self._others) < 1000:
+                            self._others.append(os.path.relpath(entry.path, top))
             except OSError as e:
                 self.problems.append(f"{folder}: cannot list ({e.strerror or e}); skipped")
 
