@@ -1,11 +1,13 @@
 """Property: any rule configuration ends in exit 0 or 2, never a traceback, and exit 0 is valid.
 
-Three input kinds, as users bring them: YAML/JSON rule configurations, pasted SageMaker SDK
-Python, and DescribeTrainingJob responses. Inputs are built from the real vocabulary (rule
-and parameter names, near misses, and the values that broke the loader before: unitless
-durations, numbers beyond a float, braces in URLs, regexes only Python accepts, deep nesting)
-so most examples reach the compiler. Everything that exits 0 is then checked by the real
-`promtool check rules`. The example count is bounded (derandomized, a few seconds in CI);
+Four input kinds, as users bring them: YAML/JSON rule configurations, custom rules with
+their overrides, pasted SageMaker SDK Python, and DescribeTrainingJob responses. Inputs are
+built from the real vocabulary (rule and parameter names, near misses, and the values that
+broke the loader before: unitless durations, numbers beyond a float, braces in URLs, regexes
+only Python accepts, deep nesting, text that broke out of a custom rule's label value, Go
+templates Prometheus refuses) so most examples reach the compiler. Everything that exits 0 is
+then checked by the real `promtool check rules`, in one run. The example count is bounded
+(derandomized, a few seconds in CI);
 TRAINPROF_FUZZ_EXAMPLES=3000 TRAINPROF_FUZZ_RANDOM=1 runs a longer, fresh search.
 """
 
@@ -37,8 +39,10 @@ NUMBERS = st.one_of(
 )
 TEXT_NUMBERS = st.sampled_from(["70", " 5 ", "1e400", "nan", "-1", "0x10", "", "1_000", "½"])
 PLAUSIBLE = st.integers(min_value=1, max_value=100)
+REGEX_PARTS = ["bert", "-.*", "(?=x)", "\\1", "(a)", "a++", "(?x)", "\\Z", "[[:alpha:]]", "{2}"]
 VALUES = st.one_of(
     PLAUSIBLE,
+    st.lists(st.sampled_from(REGEX_PARTS + ['"} or vector(1) #']), max_size=3).map("".join),
     PLAUSIBLE.map(str),
     NUMBERS,
     TEXT_NUMBERS,
@@ -51,7 +55,6 @@ DURATIONS = st.one_of(
     st.sampled_from(["0", "500", "1e400s", "fast", "0.0001ms"]),
     NUMBERS,
 )
-REGEX_PARTS = ["bert", "-.*", "(?=x)", "\\1", "(a)", "a++", "(?x)", "\\Z", "[[:alpha:]]", "{2}"]
 # Text that travels into PromQL strings and YAML: quotes, escapes, braces, control characters,
 # a line separator and a lone surrogate (from a "\\ud800" escape in YAML or JSON).
 WEIRD_PARTS = ['"', "\\", "\n", "}", "{{", "\x00", "\x1b", "\u2028", "\ud800", "é", "$1"]
@@ -128,6 +131,86 @@ def _jsonable(value):
     return value
 
 
+# Custom rules: placeholders in every place an expression can hold them (a label value, a
+# regex in either quote, a raw string, a duration, outside quotes, a comment), values that
+# broke out of them before, Go templates Prometheus refuses, numbers no alert reaches. Each
+# example makes one part hostile and keeps the rest plausible, so most reach the compiler.
+CUSTOM_EXPRS = [
+    'max by (training_job) (trainprof_tensor_mean_abs{collection="{p}"}) > {t}',
+    "max by (training_job) (trainprof_tensor_mean_abs{collection='{p}'}) > {t}",
+    'up{job=~"{p}"} > {t}',
+    "up{job=~'{p}.*'} > {t}",
+    "up{job=`{p}`} > {t}",
+    "rate(up[{window}]) > {t}",
+    "{p} > {t}",
+    "sum by ({p}) (up) > {t}",
+    "up > {t} # {p}\n",
+]
+HOSTILE_EXPRS = ["up > {t", "up > {nosuch}", "up{a=~'(?!x)'} > {t}", "{p}{t}"]
+CUSTOM_TEXTS = st.one_of(
+    st.sampled_from(
+        ['a"} or vector(1) or up{x="', "a'} or vector(1) #", "a\nb", "`", "", "None", "x) or (up"]
+    ),
+    st.lists(st.sampled_from(REGEX_PARTS + WEIRD_PARTS), min_size=1, max_size=3).map("".join),
+)
+PLAIN_TEXTS = st.sampled_from(["gradients", "training_job", "5m", "bert-.*"])
+NOTES = st.sampled_from(
+    ["Mean above {t}.", "{{ $value }} on {{ $labels.training_job }}", "{{ .Value | humanize }}"]
+)
+HOSTILE_NOTES = st.sampled_from(
+    ["{{ end }}", "{{ nosuch }}", "{{", "}}", "{p}", "{{ $labels.x", '{{ template "x" }}']
+)
+CUSTOM_NUMBERS = st.one_of(NUMBERS, TEXT_NUMBERS)
+HOSTILE_PARTS = (
+    "name",
+    "expr",
+    "p",
+    "t",
+    "override p",
+    "override t",
+    "summary",
+    "description",
+    "recommendation",
+    "window",
+    "patience",
+)
+
+
+@st.composite
+def custom_configs(draw):
+    hostile = draw(st.sampled_from(HOSTILE_PARTS))
+
+    def part(name, plausible, bad):
+        return draw(bad if name == hostile else plausible)
+
+    rule: dict = {"custom": part("name", st.just("Custom1"), st.sampled_from(["Dataloader", "9"]))}
+    rule["expr"] = part("expr", st.sampled_from(CUSTOM_EXPRS), st.sampled_from(HOSTILE_EXPRS))
+    rule["parameters"] = {
+        "p": part("p", PLAIN_TEXTS, CUSTOM_TEXTS),
+        "t": part("t", PLAUSIBLE, CUSTOM_NUMBERS),
+    }
+    for key in ("summary", "description", "recommendation"):
+        if key == hostile or draw(st.booleans()):
+            plausible = NOTES if key != "summary" else st.just("Custom rule above {t}.")
+            rule[key] = part(key, plausible, HOSTILE_NOTES)
+    for key in ("window", "patience"):
+        if key == hostile or "{window}" in rule["expr"] and key == "window":
+            rule[key] = part(key, PLAUSIBLE, NUMBERS)
+    if draw(st.booleans()):
+        rule["actions"] = ["StopTraining"]
+    entries: list = [rule]
+    overrides = {}
+    if hostile == "override p" or draw(st.booleans()):
+        overrides["p"] = part("override p", PLAIN_TEXTS, CUSTOM_TEXTS)
+    if hostile == "override t" or draw(st.booleans()):
+        overrides["t"] = part("override t", PLAUSIBLE.map(str), CUSTOM_NUMBERS)
+    if overrides:
+        entries.append({"rule": rule["custom"], "parameters": overrides})
+    if draw(st.booleans()):
+        entries.append({"rule": "ProfilerReport"})
+    return yaml.safe_dump({"rules": entries}, allow_unicode=True)
+
+
 @st.composite
 def python_configs(draw):
     lines = ["from sagemaker.debugger import ProfilerRule, Rule, ProfilerConfig, rule_configs"]
@@ -183,6 +266,7 @@ def describe_responses(draw):
 
 INPUTS = st.one_of(
     yaml_configs().map(lambda t: (t, "yaml")),
+    custom_configs().map(lambda t: (t, "yaml")),
     python_configs().map(lambda t: (t, "py")),
     describe_responses().map(lambda t: (t, "json")),
 )
@@ -225,6 +309,8 @@ def test_everything_accepted_passes_promtool(promtool, tmp_path):
     if not ACCEPTED:
         test_every_configuration_ends_in_exit_0_or_2()
     assert len(ACCEPTED) >= 10, "the fuzzer should reach the compiler often"
+    custom = sum("custom:" in text for text in ACCEPTED.values())
+    assert custom >= 10, f"only {custom} accepted configurations have a custom rule"
     paths = []
     for i, out in enumerate(ACCEPTED):
         path = tmp_path / f"rules{i}.yaml"

@@ -42,8 +42,13 @@ def test_replay_json_has_first_fired_step(promtool, tmp_path):
     assert loss["fired"] is True and loss["first_fired_step"] == 12
     assert loss["alerts"][0]["labels"]["training_job"] == "job-a"
     assert loss["first_fired_at"] == pytest.approx(1.7e9 + 12)  # the step's wall time
-    assert out["VanishingGradient"] == {
+    assert loss["status"] == "fired" and loss["datapoints"] == 2  # evaluated at 12 and 16
+    vanishing = out["VanishingGradient"]
+    assert "trainprof_tensor_mean_abs" in vanishing.pop("reason")  # what it would have read
+    assert vanishing == {
         "fired": False,
+        "status": "no_data",
+        "datapoints": 0,
         "first_fired_at": None,
         "first_fired_step": None,
         "alerts": [],

@@ -11,6 +11,7 @@ from trainprof.actions.config import load_actions_config
 from trainprof.actions.decide import plan
 from trainprof.actions.payload import Alert
 from trainprof.alerting import files, routing
+from trainprof.contract.names import INPUT_MISSING_ALERT
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 from trainprof.rules.sdk import Rule, extract, rule_configs, to_config
@@ -40,7 +41,7 @@ def _alerts(config):
         r["labels"]["rule"]: r
         for g in compile_rules(config).groups
         for r in g["rules"]
-        if "alert" in r
+        if "alert" in r and r["alert"] != INPUT_MISSING_ALERT
     }
 
 
@@ -133,3 +134,52 @@ def test_email_and_sms_actions_reach_the_notify_and_page_receivers(amtool, tmp_p
         [routing.ACTIONS, routing.PAGE, routing.NOTIFY, routing.NOTIFY],
     )
     amtool_routes(amtool, path, {**labels, "severity": "info"}, [routing.ACTIONS, routing.INFO])
+
+
+COLLECTIONS = """
+from sagemaker.debugger import Rule, rule_configs, CollectionConfig
+
+rules = [
+    Rule.sagemaker(
+        base_config=rule_configs.check_input_images(),
+        rule_parameters={"threshold_mean": "0.5", "threshold_samples": "8"},
+        collections_to_save=[
+            CollectionConfig(
+                name="custom_inputs_include_collection",
+                parameters={"include_regex": ".*Net_input_0", "save_interval": "500"},
+            )
+        ],
+    ),
+    Rule.sagemaker(
+        rule_configs.nlp_sequence_ratio(),
+        rule_parameters={"tokens_regex": ".*embedding0_input_0"},
+        collections_to_save=[CollectionConfig(name="input_sequence",
+                                              parameters={"include_regex": ".*bert_input_0"})],
+    ),
+]
+"""
+
+
+def test_collection_config_names_the_inputs_a_rule_judges(promtool, tmp_path):
+    """The CollectionConfig saving a job's inputs decides which tensors CheckInputImages reads:
+    a trial written by smdebug whose images are named as the job named them fires."""
+    from pathlib import Path
+
+    from trainprof.replay.tensors import replay_trial
+
+    found = extract(COLLECTIONS, "estimator.py")
+    assert found.problems == []
+    rules = found.config["rules"]
+    assert rules[0]["parameters"]["regex"] == ".*Net_input_0"
+    assert rules[1]["parameters"]["tokens_regex"] == ".*embedding0_input_0"  # given: kept
+    assert any("'.*bert_input_0'" in w and "NLPSequenceRatio" in w for w in found.warnings)
+    trial = Path(__file__).parent / "data" / "smdebug-trials" / "CheckInputImages"
+    config = load_config({"rules": rules[:1]})
+    result = replay_trial(str(trial / "fire-pytorch-name-at-3"), config, promtool=promtool)
+    assert result.rules["CheckInputImages"].first_fired_step == 3
+
+
+def test_collections_to_save_must_be_collection_configs():
+    bad = "Rule.sagemaker(rule_configs.check_input_images(), collections_to_save=['x'])"
+    found = extract(bad, "estimator.py")
+    assert any("CollectionConfig" in message for _, message in found.problems)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import struct
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -110,3 +115,70 @@ def test_fold_gives_the_same_reductions_as_numpy(tmp_path):
     assert snapshots[0][1] == pytest.approx(np.abs(g0).mean(), rel=1e-6)
     assert snapshots[0][3] == pytest.approx(g0.var(), rel=1e-5)  # ddof 0, as smdebug
     assert snapshots[0][2] == 0 and snapshots[1][2] == 1
+
+
+# --- trials written by smdebug's own code ---------------------------------------------------
+
+SMDEBUG_TRIALS = Path(__file__).resolve().parent / "data" / "smdebug-trials"
+
+
+def _smdebug_reading(root: Path) -> list[tuple]:
+    data = json.loads((root / "smdebug-read.json").read_text())
+    return sorted(
+        (t["step"], t["worker"], t["name"], t["mode"].lower(), t["mode_step"], tuple(t["shape"]))
+        for t in data["tensors"]
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["VanishingGradient/fire-on-algo-2", "LossNotDecreasing/fire-eval-plateau", "hook-pytorch"],
+)
+def test_trainprof_reads_what_smdebugs_reader_reads(name):
+    """Written by smdebug's FileWriter at its defaults (every footer the masked CRC of
+    CHECKSUM_MAGIC_BYTES): every record is read, with its worker, mode and mode step."""
+    root = SMDEBUG_TRIALS / name
+    trial = smdebug.read_trial(root)
+    assert trial.problems == [] and trial.ended
+    read = sorted(
+        (e.step, e.worker, e.name, e.mode, e.mode_step, e.value.shape)
+        for events in trial.steps.values()
+        for e in events
+    )
+    assert read == _smdebug_reading(root)
+    values = json.loads((root / "smdebug-read.json").read_text())["tensors"]
+    first = next(t for t in values if t["name"].startswith("gradient/") or "Loss" in t["name"])
+    event = next(
+        e
+        for e in trial.steps[first["step"]]
+        if e.name == first["name"] and e.worker == first["worker"]
+    )
+    np.testing.assert_allclose(event.value.reshape(-1), first["value"], rtol=1e-6)
+
+
+def test_a_damaged_footer_or_length_is_still_skipped_and_reported(tmp_path):
+    root = tmp_path / "trial"
+    shutil.copytree(SMDEBUG_TRIALS / "VanishingGradient" / "fire-at-3", root)
+    file = root / "events" / "000000000003" / "000000000003_worker_0.tfevents"
+    data = bytearray(file.read_bytes())
+    assert struct.unpack("<I", data[-4:])[0] == tfrecord.SMDEBUG_FOOTER  # smdebug's default
+    data[-1] ^= 0x01  # the last record's footer: neither the magic CRC nor the data's
+    file.write_bytes(bytes(data))
+    other = root / "events" / "000000000004" / "000000000004_worker_0.tfevents"
+    damaged = bytearray(other.read_bytes())
+    damaged[3] ^= 0x10  # the first record's length
+    other.write_bytes(bytes(damaged))
+    trial = smdebug.read_trial(root)
+    assert any(
+        "000000000003_worker_0" in p and "data checksum mismatch" in p for p in trial.problems
+    )
+    assert any("000000000004_worker_0" in p and "length checksum" in p for p in trial.problems)
+    assert 4 not in trial.steps and len(trial.steps[3]) == 2  # 3 records, the last skipped
+
+
+def test_a_record_with_its_own_crc_is_read_too(tmp_path):
+    """write_checksum=True (TensorFlow's own writers): the footer is the data's CRC."""
+    path = tmp_path / "x.tfevents"
+    path.write_bytes(record(event("a", np.ones(3, dtype=np.float32), 0)))
+    problems: list[str] = []
+    assert len(list(tfrecord.read_records(path, problems))) == 1 and problems == []

@@ -14,6 +14,7 @@ argument types from here, so no sub-CLI reaches into `trainprof.cli` or another 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,12 @@ __all__ = [
     "add_source_argument",
     "source_setting",
     "duration",
+    "kubernetes_name",
     "label",
+    "linked_below",
+    "namespace",
     "positive_int",
+    "write_below",
     "write_json",
     "write_output",
 ]
@@ -69,13 +74,44 @@ def source_setting(text: str) -> tuple[str, ...]:
 
 
 def label(text: str) -> tuple[str, str]:
-    """A NAME=VALUE argument whose name is a valid Prometheus label name."""
-    from trainprof.rules.promql import LABEL_NAME
+    """A NAME=VALUE argument: a label of a Kubernetes object, as the API server checks it.
+
+    >>> label("app.kubernetes.io/part-of=ml-platform")
+    ('app.kubernetes.io/part-of', 'ml-platform')
+    >>> label("__name__=x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '__name__' is not a Kubernetes label key: ...
+    """
+    from trainprof.deploy.kubernetes_names import label_key_problem, label_value_problem
 
     key, sep, value = text.partition("=")
-    if not sep or not LABEL_NAME.match(key):
-        raise argparse.ArgumentTypeError(f"{text!r} is not name=value with a valid label name")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not name=value")
+    problem = label_key_problem(key) or label_value_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return key, value
+
+
+def kubernetes_name(text: str) -> str:
+    """The name of a Kubernetes object (a DNS-1123 subdomain)."""
+    from trainprof.deploy.kubernetes_names import object_name_problem
+
+    problem = object_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def namespace(text: str) -> str:
+    """A Kubernetes namespace (a DNS-1123 label)."""
+    from trainprof.deploy.kubernetes_names import namespace_problem
+
+    problem = namespace_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def positive_int(text: str) -> int:
@@ -151,6 +187,50 @@ def write_json(path: str, doc: Any) -> int:
     import json
 
     return write_output(path, json.dumps(doc, indent=2) + "\n")
+
+
+class LinkedOutput(OSError):
+    """A file trainprof would write below an output directory is a symbolic link."""
+
+
+def linked_below(directory: str, relative: str) -> str | None:
+    """The first path from `directory` (excluded: the user named it) down to
+    `directory/relative` that is a symbolic link, or None.
+
+    >>> linked_below("/nonexistent", "trainprof/Chart.yaml") is None
+    True
+    """
+    path = directory
+    for part in os.path.normpath(relative).split(os.sep):
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return path
+    return None
+
+
+def write_below(directory: str, relative: str, text: str) -> str:
+    """Write `text` to `directory/relative` (its folders made), never through a symbolic
+    link below `directory`: one planted there would have trainprof overwrite the file it
+    points at. Raises LinkedOutput naming the link, or OSError; returns the path."""
+    path = os.path.join(directory, relative)
+    linked = linked_below(directory, relative)
+    if linked is None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        linked = linked_below(directory, relative)
+    if linked is not None:
+        raise LinkedOutput(f"{linked} is a symbolic link; trainprof does not write through one")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError:
+        if os.path.islink(path):  # planted between the check and the open
+            raise LinkedOutput(
+                f"{path} is a symbolic link; trainprof does not write through one"
+            ) from None
+        raise
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
 
 
 def write_output(path: str, text: str) -> int:

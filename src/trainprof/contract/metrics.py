@@ -185,6 +185,7 @@ TRAINING_LOSS_BASELINE = "trainprof_training_loss_baseline"
 TRAINING_LOSS_SAVES_SINCE_IMPROVEMENT = "trainprof_training_loss_saves_since_improvement"
 TRAINING_METRIC = "trainprof_training_metric"
 CLASSIFICATION_SAMPLES_TOTAL = "trainprof_classification_samples_total"
+CLASSIFICATION_SAVED_SAMPLES = "trainprof_classification_saved_samples"
 INPUT_SAMPLES_TOTAL = "trainprof_input_samples_total"
 INPUT_CHANNEL_MEAN = "trainprof_input_channel_mean"
 INPUT_TOKENS_TOTAL = "trainprof_input_tokens_total"
@@ -461,7 +462,18 @@ HEALTH_METRICS: tuple[Metric, ...] = (
         'are counted as class "other").',
         "training",
         _HEALTH,
-        ("ClassImbalance", "Confusion"),
+        ("ClassImbalance",),
+    ),
+    _m(
+        CLASSIFICATION_SAVED_SAMPLES,
+        "gauge",
+        "",
+        ("label_class", "predicted_class"),
+        "The latest save's samples by true and predicted class: the confusion matrix of one "
+        "saved step, which Confusion judges (SageMaker invoked it at each saved step).",
+        "training",
+        _HEALTH,
+        ("Confusion",),
     ),
     _m(
         INPUT_SAMPLES_TOTAL,

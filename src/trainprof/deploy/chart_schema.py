@@ -4,15 +4,40 @@ Objects are closed (`additionalProperties: false`) wherever the chart owns the k
 misspelled key fails `helm lint` / `helm install` instead of being silently ignored; the
 Kubernetes pass-through values (tolerations, affinity, securityContext, relabelings ...) are
 open objects that the API server validates. The rule switches are the catalog's rule groups.
+Names, namespaces, label keys and values, and annotation keys follow Kubernetes' own rules
+(`deploy.kubernetes_names`), so a value the API server would refuse (a label value with a line
+break, `{{ }}` or megabytes of text; a namespace with capitals) fails `helm install` naming
+the key, before anything is applied.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from trainprof.deploy import kubernetes_names as k8s
+
 DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"}
 PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
-LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+LABEL_KEY = {"type": "string", "maxLength": k8s.LABEL_KEY_MAX, "pattern": k8s.LABEL_KEY_PATTERN}
+LABEL_VALUE = {
+    "type": "string",
+    "maxLength": k8s.LABEL_VALUE_MAX,
+    "pattern": k8s.LABEL_VALUE_PATTERN,
+}
+LABELS = {"type": "object", "propertyNames": LABEL_KEY, "additionalProperties": LABEL_VALUE}
+ANNOTATIONS = {
+    "type": "object",
+    "propertyNames": LABEL_KEY,
+    "additionalProperties": {"type": "string", "maxLength": k8s.ANNOTATIONS_MAX_BYTES},
+}
+NAMESPACE = {"type": "string", "pattern": k8s.DNS_LABEL_PATTERN}
+NAMESPACES = {"type": "array", "items": NAMESPACE}
+OPTIONAL_NAMESPACE = {"type": "string", "pattern": f"^$|{k8s.DNS_LABEL_PATTERN}"}
+OPTIONAL_NAME = {
+    "type": "string",
+    "maxLength": k8s.DNS_SUBDOMAIN_MAX,
+    "pattern": f"^$|{k8s.DNS_SUBDOMAIN_PATTERN}",
+}
 OPEN = {"type": "object"}
 LIST = {"type": "array"}
 STRING = {"type": "string"}
@@ -63,11 +88,11 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "nodeSelector": LABELS,
             "tolerations": LIST,
             "affinity": OPEN,
-            "priorityClassName": STRING,
+            "priorityClassName": OPTIONAL_NAME,
             "hostProc": {"type": "string", "pattern": "^/"},
             "hostNetwork": BOOL,
             "nvidia": _closed(
-                {"enabled": BOOL, "visibleDevices": STRING, "runtimeClassName": STRING}
+                {"enabled": BOOL, "visibleDevices": STRING, "runtimeClassName": OPTIONAL_NAME}
             ),
             "datapointInterval": DURATION,
             "dcgmExporter": _closed(
@@ -77,7 +102,7 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
                     "pollInterval": DURATION,
                     "localService": _closed(
                         {
-                            "namespace": {"type": "string", "minLength": 1},
+                            "namespace": NAMESPACE,
                             "selector": {**LABELS, "minProperties": 1},
                             "port": PORT,
                             "targetPort": {"type": ["string", "integer"]},
@@ -89,13 +114,13 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "resources": OPEN,
             "securityContext": OPEN,
             "podSecurityContext": OPEN,
-            "podAnnotations": LABELS,
+            "podAnnotations": ANNOTATIONS,
             "podLabels": LABELS,
             "updateStrategy": OPEN,
             "service": _closed(
                 {
                     "type": {"enum": ["ClusterIP", "NodePort", "LoadBalancer"]},
-                    "annotations": LABELS,
+                    "annotations": ANNOTATIONS,
                 }
             ),
             "serviceMonitor": _monitor({}),
@@ -106,7 +131,7 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             "podMonitor": _monitor(
                 {
                     "selector": OPEN,
-                    "namespaces": {"type": "array", "items": STRING},
+                    "namespaces": NAMESPACES,
                     "portNamePattern": {"type": "string", "minLength": 1},
                 }
             )
@@ -125,11 +150,11 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
     dashboards = _closed(
         {
             "enabled": BOOL,
-            "label": {"type": "string", "minLength": 1},
-            "labelValue": STRING,
-            "folderAnnotation": STRING,
-            "folder": STRING,
-            "namespace": STRING,
+            "label": LABEL_KEY,
+            "labelValue": LABEL_VALUE,
+            "folderAnnotation": LABEL_KEY,
+            "folder": {"type": "string", "maxLength": k8s.ANNOTATIONS_MAX_BYTES},
+            "namespace": OPTIONAL_NAMESPACE,
             "files": {
                 "type": "object",
                 "propertyNames": {"pattern": "^[a-z0-9][a-z0-9-]*[.]json$"},
@@ -158,15 +183,15 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             ),
             "allow": _closed(
                 {
-                    "namespaces": {"type": "array", "items": STRING},
+                    "namespaces": NAMESPACES,
                     "trainingJobs": {"type": "array", "items": STRING},
                 }
             ),
             "rules": {"type": "object", "additionalProperties": {"enum": ["stop", "notify"]}},
             "cooldown": DURATION,
             "token": STRING,
-            "existingSecret": STRING,
-            "auditLog": _closed({"existingClaim": STRING}),
+            "existingSecret": OPTIONAL_NAME,
+            "auditLog": _closed({"existingClaim": OPTIONAL_NAME}),
             "networkPolicy": _closed(
                 {
                     "enabled": BOOL,
@@ -186,7 +211,7 @@ def schema(rule_keys: list[str], action_kinds: list[str]) -> dict[str, Any]:
             {
                 "global": OPEN,
                 "commonLabels": LABELS,
-                "monitoring": _closed({"release": STRING, "labels": LABELS}),
+                "monitoring": _closed({"release": LABEL_VALUE, "labels": LABELS}),
                 "exporter": exporter,
                 "ranks": ranks,
                 "prometheusRule": rules,

@@ -11,27 +11,29 @@ A protected server is reached with an `Access` (`read_access`, the options
 as a tenant's X-Scope-OrgID, TLS with a CA, a client certificate or no verification.
 
 Every call goes through `PrometheusAPI.get`, in steps that are each the one place for their
-concern: `_open` (the request with its headers, TLS and timeout; redirects as urllib follows
-them), `_read` (the body, whole), `_decode` (the JSON envelope, `status: success`),
-`_refused` (an HTTP error status), and the typed readers (`instant`, `range`,
-`label_values`, ...) that turn `data` into Python values. A failure is a `PrometheusAPIError`:
-one sentence naming the server, the headers sent left out (a server's own error text is
-quoted as it came).
+concern: `_fetch` (the request with its headers and TLS, through `contract.httpget`:
+redirects only within the server, the answer capped at `max_bytes`, the whole request within
+`timeout`), `_decode` (the JSON envelope, `status: success`), `_refused` (no usable answer:
+unreachable, too slow, too large, redirected away, an HTTP error status), and the typed
+readers (`instant`, `range`, `label_values`, ...) that check `data` and turn it into Python
+values. A failure is a `PrometheusAPIError`: one sentence naming the server (and the query),
+with every header value sent removed, whatever the server echoed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
 import re
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from trainprof.contract import httpget
 
 Points = list[tuple[float, float]]
 Series = list[tuple[dict[str, str], Points]]
@@ -189,6 +191,13 @@ def _secret(path: str, option: str) -> str:
 
 # --- the client ------------------------------------------------------------------------------
 
+MAX_ANSWER_BYTES = 32 * 2**20  # 1,000 GPUs x 200 points is 4.4 MiB; at the cap, 0.5 GB decoded
+_RESULT_TYPES = ("vector", "scalar", "matrix", "string")
+
+
+class _Malformed(ValueError):
+    """What is wrong with an answer, said by the typed readers' checks."""
+
 
 class PrometheusAPI:
     """The calls of Prometheus' HTTP API trainprof makes, at `url` (the server's root).
@@ -199,79 +208,125 @@ class PrometheusAPI:
     Traceback (most recent call last):
     ...
     trainprof...PrometheusAPIError: --prometheus 'prometheus:9090' is not an http(s) URL (...)
+    >>> PrometheusAPI("http://reporter:s3cret@prometheus:9090")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    trainprof...PrometheusAPIError: --prometheus http://prometheus:9090: a user or password \
+in the URL would show in the process list; give them with --basic-auth-user and ...
     """
 
-    def __init__(self, url: str, timeout: float = 60.0, access: Access | None = None):
-        """`timeout`: seconds each request may wait for the server."""
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 60.0,
+        access: Access | None = None,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ):
+        """`timeout`: seconds each request may take in all (connect, headers and body);
+        `max_bytes`: the largest answer read."""
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise _option_error(
                 f"--prometheus {url!r} is not an http(s) URL (e.g. http://prometheus:9090)"
             )
+        if parsed.username is not None or parsed.password is not None:
+            raise _option_error(
+                f"--prometheus {parsed.scheme}://{parsed.netloc.rpartition('@')[2]}: a user or "
+                "password in the URL would show in the process list; give them with "
+                "--basic-auth-user and --basic-auth-password-file"
+            )
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self.access = access or Access()
-        handlers = []
-        if parsed.scheme == "https":
-            handlers.append(urllib.request.HTTPSHandler(context=self.access.context()))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._context = self.access.context() if parsed.scheme == "https" else None
+        self._hidden = httpget.secrets(self.access.headers)
 
     # -- one request, in its steps
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         """The `data` of Prometheus' answer to GET `path`: a dict for queries, a list for
         label values."""
+        params = params or {}
         url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
         try:
-            with self._open(url) as response:
-                body = self._read(response)
-        except urllib.error.HTTPError as e:
-            raise self._refused(e, path, params or {}) from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise PrometheusAPIError(f"cannot reach Prometheus at {self.url}: {reason}") from None
-        return self._decode(body)
+            body = self._fetch(url)
+        except httpget.FetchError as e:
+            raise self._refused(e, path, params) from None
+        return self._decode(body, path, params)
 
-    def _open(self, url: str) -> Any:
-        """The response to GET `url` with the access's headers, over its TLS."""
-        request = urllib.request.Request(url, headers=self.access.headers)
-        return self._opener.open(request, timeout=self.timeout)
+    def _fetch(self, url: str) -> bytes:
+        """The body of GET `url` with the access's headers, over its TLS: redirects only
+        within the server, at most `max_bytes`, within `timeout` (contract.httpget)."""
+        return httpget.get(
+            url, self.access.headers, self.timeout, self.max_bytes, context=self._context
+        )
 
-    def _read(self, response: Any) -> bytes:
-        """The whole body."""
-        return response.read()
-
-    def _decode(self, body: bytes) -> Any:
+    def _decode(self, body: bytes, path: str, params: Mapping[str, str]) -> Any:
+        """`data` of the JSON envelope, `status: success`."""
         try:
             doc = json.loads(body)
-        except ValueError:
-            raise PrometheusAPIError(
-                f"{self.url} did not answer like Prometheus (not JSON)"
+        except (ValueError, RecursionError):
+            raise self._error(
+                f"{self.url} did not answer like Prometheus (not JSON) for {_asked(path, params)}",
+                bad_input=True,
             ) from None
+        if not isinstance(doc, dict):
+            raise self._malformed(f"the answer is {_kind(doc)}, not an object", path, params)
         if doc.get("status") != "success":
-            raise PrometheusAPIError(f"Prometheus at {self.url}: {doc.get('error', doc)}")
+            raise self._error(f"Prometheus at {self.url}: {_short(doc.get('error', doc))}")
+        if "data" not in doc:
+            raise self._malformed("the answer has no data", path, params)
         return doc["data"]
 
     def _refused(
-        self, e: urllib.error.HTTPError, path: str, params: Mapping[str, str]
+        self, e: httpget.FetchError, path: str, params: Mapping[str, str]
     ) -> PrometheusAPIError:
-        """The sentence for an HTTP error status."""
-        if e.code in (401, 403):
-            return PrometheusAPIError(
-                f"Prometheus at {self.url} refused the credentials (HTTP {e.code}): "
+        """The sentence for a request that got no usable answer."""
+        asked = _asked(path, params)
+        if e.kind == "unreachable":
+            return self._error(f"cannot reach Prometheus at {self.url}: {e}")
+        if e.kind == "too_slow":
+            return self._error(f"Prometheus at {self.url} gave {e} for {asked}")
+        if e.kind == "too_large":
+            return self._error(f"Prometheus at {self.url}: {e} for {asked}", bad_input=True)
+        if e.kind == "redirect":
+            return self._error(f"Prometheus at {self.url} {e}", bad_input=True)
+        if e.status in (401, 403):
+            return self._error(
+                f"Prometheus at {self.url} refused the credentials (HTTP {e.status}): "
                 "see --bearer-token-file, --basic-auth-user, --header"
             )
         try:
-            message = json.loads(e.read())["error"]
-        except (ValueError, KeyError, TypeError):
+            message = json.loads(e.body)["error"]
+        except (ValueError, KeyError, TypeError, RecursionError):
             # Prometheus explains a refused query in JSON; anything else is not it.
-            return PrometheusAPIError(
-                f"{self.url} did not answer like Prometheus (HTTP {e.code} "
+            return self._error(
+                f"{self.url} did not answer like Prometheus (HTTP {e.status} "
                 f"for {path}): is it the Prometheus URL?"
             )
-        return PrometheusAPIError(
-            f"Prometheus at {self.url} rejected a query: {message}\n{params.get('query', '')}"
+        return self._error(
+            f"Prometheus at {self.url} rejected a query: {_short(message)}\n"
+            f"{params.get('query', '')}"
         )
+
+    def _malformed(self, problem: str, path: str, params: Mapping[str, str]) -> PrometheusAPIError:
+        return self._error(
+            f"{self.url} did not answer like Prometheus: {problem}, for {_asked(path, params)}",
+            bad_input=True,
+        )
+
+    def _error(self, message: str, bad_input: bool = False) -> PrometheusAPIError:
+        """Every failure's sentence, with the headers sent left out whatever echoed them."""
+        return PrometheusAPIError(httpget.redact(message, self._hidden), bad_input)
+
+    @contextlib.contextmanager
+    def _checked(self, path: str, params: Mapping[str, str]) -> Iterator[None]:
+        """A typed reader's checks of `data`, failing as `_malformed`."""
+        try:
+            yield
+        except _Malformed as e:
+            raise self._malformed(str(e), path, params) from None
 
     # -- the calls
 
@@ -280,34 +335,159 @@ class PrometheusAPI:
         params = {"query": expr}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        return self.get("/api/v1/query", params)
+        data = self.get("/api/v1/query", params)
+        with self._checked("/api/v1/query", params):
+            _result(data, _RESULT_TYPES)
+        return data
 
     def instant(self, expr: str, at: float) -> Series:
         """Each series' value at `at` (a scalar as one series without labels)."""
         data = self.query(expr, at)
-        if data["resultType"] == "scalar":
-            return [({}, [(at, float(data["result"][1]))])]
-        return [(r["metric"], [(at, float(r["value"][1]))]) for r in data["result"]]
+        with self._checked("/api/v1/query", {"query": expr}):
+            result = _result(data, ("vector", "scalar"))
+            if data["resultType"] == "scalar":
+                return [({}, [(at, _sample(result)[1])])]
+            return [(_labels(r), [(at, _sample(_field(r, "value"))[1])]) for r in _list(result)]
 
     def range(self, expr: str, start: float, end: float, step: float) -> Series:
         """Values at `end` and every `step` before it back to `start` (Prometheus counts
         steps from the start; counting from the end keeps the last value at `end`)."""
         start = end - math.ceil((end - start) / step - 1e-9) * step
-        data = self.get(
-            "/api/v1/query_range",
-            {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"},
-        )
-        return [
-            (r["metric"], [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]
-        ]
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        data = self.get("/api/v1/query_range", params)
+        with self._checked("/api/v1/query_range", params):
+            return [
+                (_labels(r), [_sample(p) for p in _list(_field(r, "values"))])
+                for r in _list(_result(data, ("matrix",)))
+            ]
 
     def label_values(self, label: str, match: str) -> list[str]:
-        return self.get(f"/api/v1/label/{label}/values", {"match[]": match})
+        path, params = f"/api/v1/label/{label}/values", {"match[]": match}
+        values = self.get(path, params)
+        with self._checked(path, params):
+            if not all(isinstance(v, str) for v in _list(values)):
+                raise _Malformed("a label value is not a string")
+        return values
 
     def alerts(self) -> list[dict[str, Any]]:
         """The alerts the server's rule manager holds, pending and firing."""
-        return self.get("/api/v1/alerts")["alerts"]
+        data = self.get("/api/v1/alerts")
+        with self._checked("/api/v1/alerts", {}):
+            return [_object(a) for a in _list(_field(_object(data), "alerts"))]
 
     def rule_groups(self) -> list[dict[str, Any]]:
         """The rule groups the server (or vmalert) evaluates, with each group's timing."""
-        return self.get("/api/v1/rules")["groups"]
+        data = self.get("/api/v1/rules")
+        with self._checked("/api/v1/rules", {}):
+            return [_object(g) for g in _list(_field(_object(data), "groups"))]
+
+
+# --- what an answer must hold ----------------------------------------------------------------
+
+
+def _asked(path: str, params: Mapping[str, str]) -> str:
+    query = params.get("query")
+    return f"the query\n{query}" if query else path
+
+
+def _short(value: Any) -> str:
+    from trainprof.contract.validation import short
+
+    return value if isinstance(value, str) and len(value) <= 2000 else short(value)
+
+
+def _repr(value: Any) -> str:
+    from trainprof.contract.validation import short
+
+    return short(value)
+
+
+def _kind(value: Any) -> str:
+    """How an answer's part is named in a message.
+
+    >>> _kind([]), _kind(None), _kind("x"), _kind(1.5)
+    ('a list', 'null', 'a string', 'a number')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, dict):
+        return "an object"
+    return (
+        "a list"
+        if isinstance(value, list)
+        else "a string"
+        if isinstance(value, str)
+        else "a number"
+    )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Malformed(f"expected an object, got {_kind(value)}")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise _Malformed(f"expected a list, got {_kind(value)}")
+    return value
+
+
+def _field(value: Any, name: str) -> Any:
+    if name not in _object(value):
+        raise _Malformed(f"a result has no {name}")
+    return value[name]
+
+
+def _result(data: Any, kinds: Sequence[str]) -> Any:
+    """`data`'s result, when its resultType is one of `kinds`.
+
+    >>> _result({"result": []}, ("matrix",))
+    Traceback (most recent call last):
+    ...
+    trainprof.engines.prometheus_api._Malformed: data has no resultType
+    """
+    if not isinstance(data, dict):
+        raise _Malformed(f"data is {_kind(data)}, not an object")
+    kind = data.get("resultType")
+    if kind is None:
+        raise _Malformed("data has no resultType")
+    if kind not in kinds:
+        raise _Malformed(f"resultType {_repr(kind)} where {' or '.join(kinds)} was expected")
+    if "result" not in data:
+        raise _Malformed("data has no result")
+    return data["result"]
+
+
+def _labels(series: Any) -> dict[str, str]:
+    labels = _field(series, "metric")
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise _Malformed(f"a series' labels are {_repr(labels)}, not names and strings")
+    return labels
+
+
+def _sample(value: Any) -> tuple[float, float]:
+    """A [time, "value"] pair as numbers; the time finite, the value any float Prometheus
+    writes (NaN and ±Inf included).
+
+    >>> _sample([1783677636.5, "NaN"])
+    (1783677636.5, nan)
+    >>> _sample([float("nan"), "1"])
+    Traceback (most recent call last):
+    ...
+    trainprof.engines.prometheus_api._Malformed: a sample's time is nan, not a finite number
+    """
+    if not isinstance(value, list) or len(value) != 2:
+        raise _Malformed(f"a sample is {_repr(value)}, not [time, value]")
+    at, text = value
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+        raise _Malformed(f"a sample's time is {_repr(at)}, not a finite number")
+    try:
+        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            raise ValueError
+        number = float(text)
+    except (ValueError, OverflowError):
+        raise _Malformed(f"a sample's value is {_repr(text)}, not a number") from None
+    return float(at), number

@@ -184,7 +184,14 @@ tensors matching `include_regex` (capped; `trainprof_tensor_series_cut` counts t
 The Lightning, Hugging Face and Keras callbacks log losses themselves; the XGBoost callback
 (`trainprof.integrations.xgboost`) publishes feature importance and tree depth.
 `trainprof replay debug-output/ --rules rules.yaml --json -` evaluates the same rules over a
-SageMaker Debugger trial and adds each rule's `first_fired_step`.
+SageMaker Debugger trial and adds each rule's `first_fired_step` (and `no_data`, with the
+reason, for a rule the trial holds nothing for).
+
+The training process computes some inputs with the rules' parameters (LossNotDecreasing's
+`num_steps`, Overtraining's `delta`, ...): give it the same configuration through
+`TRAINPROF_RULES_CONFIG` (read by `trainprof.start()` and `trainprof.torch.watch()`);
+`trainprof rules compile` lists what it needs, and `TrainprofRuleInputMissing` fires for a
+compiled tensor rule that finds none of its series.
 
 ProfilerReport does not include the tensor rules: configure each as a rule of its own.
 SimilarAcrossRuns compares two jobs: live, `other_trials` names the other job's
@@ -233,4 +240,13 @@ rules; `actions` work as above. A custom rule is compiled, routed, drawn in the 
 dashboard (the left side of a top-level `> {parameter}` comparison, against that
 parameter), reported and replayed like a built-in rule. Its expression is used as written:
 it is not narrowed by the configuration's `selector`.
+
+A value is never pasted into the expression as it comes, defaults and overrides alike:
+inside a quoted string (a label value) any text, escaped as that string's content; in the
+string of a `=~` or `!~` matcher a regular expression Prometheus (RE2) reads; outside quotes
+only a number, a metric or label name or a duration (`'x) or vector(1)'` is refused there,
+at the path that gave it). Numbers are finite (`.inf` would never fire), and no value brings
+`{{ }}` into the description. Every custom rule's finished expression and its description's
+and recommendation's Go templates are checked by promtool in one run when the configuration
+is loaded.
 """

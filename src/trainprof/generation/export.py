@@ -6,8 +6,11 @@
 
 Writes the same files `make generate` commits (from the same generators), flattened under the
 output directory: `rules/trainprof.rules.yaml` -> `out/trainprof.rules.yaml`, the chart under
-`out/trainprof/`. An existing file is never overwritten unless `--force` is given; then nothing
-at all is written, so a half-exported directory cannot happen.
+`out/trainprof/`. An existing file is never overwritten unless `--force` is given, and never
+through a symbolic link below the directory, even with it (a link planted there would have
+the export overwrite the file it points at); then nothing at all is written, so a
+half-exported directory cannot happen. `rules compile -o DIR` writes the same way
+(`cliargs.write_below`).
 """
 
 from __future__ import annotations
@@ -85,7 +88,17 @@ def _from_config(kind: str, config, name: str) -> dict[str, Callable[[], str]]:
 
 
 def write(out_dir: str, produced: dict[str, str], force: bool = False) -> list[str]:
-    """Write every file, or none if one exists and `force` is off; the paths written."""
+    """Write every file, or none if one exists and `force` is off, or if one would be
+    written through a symbolic link (even with `force`); the paths written."""
+    from trainprof.cliargs import linked_below, write_below
+
+    linked = sorted({link for rel in produced if (link := linked_below(out_dir, rel))})
+    if linked:
+        raise ExportError(
+            f"refusing to write through {len(linked)} symbolic link(s):\n  "
+            + "\n  ".join(linked[:10])
+            + "\nremove them, or choose another -o directory"
+        )
     paths = {os.path.join(out_dir, rel): text for rel, text in sorted(produced.items())}
     existing = [p for p in paths if os.path.lexists(p)]
     if existing and not force:
@@ -95,11 +108,7 @@ def write(out_dir: str, produced: dict[str, str], force: bool = False) -> list[s
             f"refusing to overwrite {len(existing)} existing file(s):\n  {shown}{more}\n"
             "pass --force to replace them, or choose another -o directory"
         )
-    for path, text in paths.items():
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    return list(paths)
+    return [write_below(out_dir, rel, text) for rel, text in sorted(produced.items())]
 
 
 def add_parser(commands: Subparsers) -> argparse.ArgumentParser:

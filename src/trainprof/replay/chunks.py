@@ -34,7 +34,7 @@ import dataclasses
 import math
 import re
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from trainprof.engines.promtool import RuleRun, run_rules
@@ -353,8 +353,11 @@ def run_chunked(
     promtool: str | None,
     queries: Mapping[str, tuple[str, Sequence[float]]],
     ordered: bool,
+    each: Callable[[RuleRun], None] | None = None,
 ) -> RuleRun:
-    """What `run_rules` over the whole job reports, from one promtool run per chunk."""
+    """What `run_rules` over the whole job reports, from one promtool run per chunk; with
+    `each`, each chunk's part (in the job's time, in time order) is handed to it instead of
+    kept, and what is returned is empty."""
     plan = store.plan
     firing: dict[float, list[dict[str, str]]] = {}
     answers: dict[str, dict[float, list]] = {}
@@ -384,10 +387,15 @@ def run_chunked(
             ordered=ordered,
             alerts_from=max(own_from - start, 0.0) + evaluation,
         )
-        for t, alerts in run.firing.items():
-            firing[t + start] = alerts
-        for name, by_time in run.queries.items():
-            answered = answers.setdefault(name, {})
-            for t, samples in by_time.items():
-                answered[t + start] = samples
+        own_firing = {t + start: alerts for t, alerts in run.firing.items()}
+        own_answers = {
+            name: {t + start: samples for t, samples in by_time.items()}
+            for name, by_time in run.queries.items()
+        }
+        if each is not None:
+            each(RuleRun(own_firing, own_answers))
+            continue
+        firing.update(own_firing)
+        for name, by_time in own_answers.items():
+            answers.setdefault(name, {}).update(by_time)
     return RuleRun(firing, answers)

@@ -227,9 +227,13 @@ def _print_trial_table(source: str, result: TrialReplay) -> None:
         + (f" ({steps[0]} to {steps[-1]})" if steps else "")
         + "\n"
     )
-    print(f"  {'rule':<28} {'fired':<6} first fired at step")
+    print(f"  {'rule':<28} {'status':<8} {'first fired at step':<20} {'datapoints':>10}")
     for name, verdict in result.rules.items():
         first = verdict.first_fired_step
         print(
-            f"  {name:<28} {'yes' if verdict.fired else 'no':<6} {'-' if first is None else first}"
+            f"  {name:<28} {verdict.status:<8} {'-' if first is None else first!s:<20} "
+            f"{_count(verdict.datapoints):>10}"
         )
+    for name, verdict in result.rules.items():
+        if verdict.reason:
+            print(f"\n  {name}: no data: {verdict.reason}")

@@ -55,21 +55,24 @@ _NAME_RULES = (
     (re.compile(r"labels?$"), "labels"),
     (re.compile(r"predictions?$"), "predictions"),
     (re.compile(r"feature_importance"), "feature_importance"),
-    (re.compile(r"embedding\d*_input_\d+$"), "tokens"),
-    (re.compile(r"_input_\d+$"), "inputs"),
+    (re.compile(r"embedding\d*_input_\d+$"), "input_sequence"),
+    (re.compile(r"_input_\d+$"), "input_image"),
     (re.compile(r"bias$"), "biases"),
     (re.compile(r"weight$"), "weights"),
 )
 
 
+# The collections SageMaker's rule configurations save the inputs in (smdebug-rulesconfig's
+# collections.json: CheckInputImages -> input_image, NLPSequenceRatio -> input_sequence), and
+# the names smdebug's hooks give their own input collections.
+IMAGE_COLLECTIONS = ("input_image", "inputs")
+SEQUENCE_COLLECTIONS = ("input_sequence", "tokens")
 # A collections file larger than this is skipped unread (smdebug's list a model's tensor
 # names: a few MB for the largest models).
 MAX_COLLECTIONS_BYTES = 64 << 20
 # Errors a damaged record can raise while decoded (tfrecord raises DecodeError, a ValueError;
 # the others are what a message of the wrong shape can still give numpy).
 _DECODE_ERRORS = (ValueError, IndexError, KeyError, TypeError, struct.error, OverflowError)
-# What the torch reductions raise on a tensor they cannot take (an empty or odd-shaped one).
-_REDUCE_ERRORS = (RuntimeError, ValueError, TypeError, IndexError, OverflowError)
 
 
 class TrialError(ValueError):
@@ -147,8 +150,12 @@ class _Steps(Mapping[int, list[TensorEvent]]):
         self._elsewhere: dict[int, list[Path]] = {}
         self._others: list[str] = []  # files under events/ that are not event files
         found = array("q")
+        self.workers: set[str] = set()  # from the files' names, <step>_<worker>.tfevents
         for folder, name, step in self._walk(events):
             self.files += 1
+            named = _EVENT_FILE.match(name)
+            if named:
+                self.workers.add(named.group(2))
             if step is None:
                 problems.append(f"{folder / name}: not named <step>_<worker>.tfevents; skipped")
             elif folder.parent == events and folder.name == f"{step:012d}":
@@ -207,6 +214,8 @@ class _Steps(Mapping[int, list[TensorEvent]]):
         self._reported = max(self._reported, index + 1)
         out: list[TensorEvent] = []
         for file in self._files_of(step):
+            named = _EVENT_FILE.match(file.name)
+            worker = named.group(2) if named else ""
             for record in read_records(file, problems):
                 try:
                     decoded = list(decode_event(record))
@@ -220,6 +229,7 @@ class _Steps(Mapping[int, list[TensorEvent]]):
                             "skipped"
                         )
                         continue
+                    event.worker = worker
                     out.append(event)
         return out
 
@@ -345,11 +355,18 @@ def fold(
     threshold_inactivity: float = 1.0,
     include_regex: str | None = None,
     state: HealthState | None = None,
+    image_regex: str | None = None,
+    tokens_regex: str | None = None,
 ) -> Iterator[Snapshot]:
     """Feed the trial's saved steps, in order, through the reductions into a HealthState.
 
-    A step whose `trees` collection is damaged is left out of the tree depth and reported
-    in `trial.problems` once the fold ends."""
+    Input images are the tensors of the collections `input_image` (SageMaker's, for
+    CheckInputImages) or `inputs`, or named by `image_regex` (CheckInputImages' `regex`);
+    token ids those of `input_sequence` or `tokens`, or named by `tokens_regex`
+    (NLPSequenceRatio's). Losses are compared at their mode's steps, as smdebug's
+    `tensor.value(step, mode)` reads them. In a trial of several workers a tensor is one per
+    worker. A step whose `trees` collection is damaged is left out of the tree depth and
+    reported in `trial.problems` once the fold ends."""
     try:
         import torch
     except ModuleNotFoundError as missing:
@@ -360,6 +377,11 @@ def fold(
 
     state = state or HealthState()
     include = re.compile(include_regex) if include_regex else None
+    images = re.compile(image_regex) if image_regex else None
+    sequences = re.compile(tokens_regex) if tokens_regex else None
+    workers = getattr(trial.steps, "workers", None)
+    if workers is None:  # steps given as a plain mapping
+        workers = {e.worker for events in trial.steps.values() for e in events}
     previous: dict[tuple[str, str], torch.Tensor] = {}
     damage = Damage()
     deepest: int | None = None
@@ -382,7 +404,8 @@ def fold(
                 continue
             if collection == "losses":
                 if t.numel():
-                    state.observe_loss(e.mode, step, float(t.double().mean()))
+                    loss = float(t.double().mean())
+                    state.observe_loss(e.mode, step, loss, mode_step=e.mode_step)
                 continue
             if collection == "labels":
                 labels[e.name] = t
@@ -392,21 +415,26 @@ def fold(
                 continue
             if collection == "feature_importance":
                 continue
-            if collection == "tokens" or (
-                collection == "inputs" and t.dtype.is_floating_point is False
+            if images and images.search(e.name) and collection not in SEQUENCE_COLLECTIONS:
+                collection = IMAGE_COLLECTIONS[0]
+            if sequences and sequences.search(e.name):
+                collection = SEQUENCE_COLLECTIONS[0]
+            if collection in SEQUENCE_COLLECTIONS or (
+                collection in IMAGE_COLLECTIONS and t.dtype.is_floating_point is False
             ):
                 counts = r.token_counts(t, tuple(int(v) for v in state.token_matches)).tolist()
                 state.observe_tokens(
                     counts[0], dict(zip(map(int, state.token_matches), counts[1:]))
                 )
                 continue
-            if collection == "inputs":
+            if collection in IMAGE_COLLECTIONS:
                 if t.dim() >= 2:
                     sums = r.channel_sums(t, contract.MAX_CHANNELS).tolist()
                     state.observe_inputs(float(t.shape[0]), dict(enumerate(sums)))
                 continue
             tensors_seen = True
-            key = (collection, e.name)
+            name = e.name if len(workers) < 2 else f"{e.worker}/{e.name}"
+            key = (collection, name)
             if collection == "relu_output":
                 values = {"dead_ratio": float(r.dead_ratio(t, threshold_inactivity))}
             elif collection == "relu_input":
@@ -414,7 +442,7 @@ def fold(
             elif collection in ("tanh_input", "sigmoid_input"):
                 bounds = r.TANH_BOUNDS if collection == "tanh_input" else r.SIGMOID_BOUNDS
                 values = {
-                    "saturated_ratio": float(r.saturated_ratio(t, bounds)),
+                    "saturated_ratio": float(r.saturated_ratio(t, bounds, threshold_inactivity)),
                     "variance": float(r.variance(t)),
                 }
             else:
@@ -428,7 +456,7 @@ def fold(
                         values["update_ratio"] = float(r.update_ratio(before, t))
                 previous[key] = t
             included = bool(include and include.search(f"{collection}/{e.name}"))
-            state.observe_tensor(collection, e.name, values, included)
+            state.observe_tensor(collection, name, values, included)
         importances = [
             float(np.asarray(e.value, dtype=float).sum())
             for e in events
@@ -450,7 +478,7 @@ def fold(
                 continue
             k = contract.MAX_CLASSES + 1
             counts = r.confusion_pairs(lab, pred, k).tolist()
-            state.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n})
+            state.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n}, step)
         if tensors_seen:
             state.observe_save(step, wall_time)
         yield Snapshot(step, wall_time, state)

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import tempfile
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +51,19 @@ class StepAlert:
 class StepVerdict:
     alerts: list[StepAlert] = dataclasses.field(default_factory=list)
     evaluated: bool = True  # False: the trial holds nothing this rule reads
+    datapoints: int | None = None  # saved steps at which the rule had its input
+    reason: str = ""  # why it decided nothing (no_data)
 
     @property
     def fired(self) -> bool:
         return bool(self.alerts)
+
+    @property
+    def status(self) -> str:
+        """fired | quiet | no_data (the trial held nothing the rule reads)."""
+        if self.alerts:
+            return "fired"
+        return "quiet" if self.evaluated else "no_data"
 
     @property
     def first_fired_step(self) -> int | None:
@@ -79,6 +88,9 @@ class TrialReplay:
             "rules": {
                 name: {
                     "fired": v.fired,
+                    "status": v.status,
+                    "datapoints": v.datapoints,
+                    "reason": v.reason or None,
                     "first_fired_at": _number(v.first_fired_at),
                     "first_fired_step": v.first_fired_step,
                     "alerts": [
@@ -141,6 +153,8 @@ def replay_trial(
     job = training_job or _job_name(trial.root)
     identity = {JOB_LABEL: job, "rank": "0"}
 
+    images, sequences = config.rule("CheckInputImages"), config.rule("NLPSequenceRatio")
+
     def folded(t: smdebug.Trial, state: HealthState):
         return smdebug.fold(
             t,
@@ -149,6 +163,8 @@ def replay_trial(
             threshold_inactivity=inputs.get("threshold_inactivity", 1.0),
             include_regex=include_regex,
             state=state,
+            image_regex=images.values["regex"] if images else None,
+            tokens_regex=sequences.values["tokens_regex"] if sequences else None,
         )
 
     runs = [(folded(trial, state), identity)]
@@ -336,8 +352,11 @@ def evaluate_saves(
     compiled = compile_rules(config)
     groups = [{**g, "interval": f"{STEP_SECONDS:g}s"} for g in compiled.groups]
     instants = count + 1  # nothing at t=0: the first save is evaluated at 1 x STEP_SECONDS
+    presence = _presence(compiled)
+    times = _Every(count, STEP_SECONDS)
+    queries = {name: (expr, times) for name, (expr, _) in presence.items()}
     plan, need, _ = chunks.plan(
-        groups, {}, instants, STEP_SECONDS, STEP_SECONDS, chunk_instants, per_overlap=instants
+        groups, queries, instants, STEP_SECONDS, STEP_SECONDS, chunk_instants, per_overlap=instants
     )
     store = (
         chunks.ChunkedStore(plan, instants, need, spill_dir=workdir)
@@ -358,35 +377,110 @@ def evaluate_saves(
                     if series not in seen:  # a series given twice at a save: the first
                         seen.add(series)
                         store.put(series, index + 1, sample.value)
+        verdicts = _Verdicts(config, saved)
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            run = _evaluate(store, groups, instants, Path(tmp), promtool)
+            _evaluate(store, groups, instants, queries, Path(tmp), promtool, verdicts.take)
     finally:
         store.close()
-    verdicts = {i.spec.name: StepVerdict() for i in config.rules}
-    previous: set[tuple] = set()
-    for index in range(len(saved)):
-        now = {
-            tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
-            for labels in run.firing.get((index + 1) * STEP_SECONDS, [])
-        }
-        for fired in sorted(now - previous):
-            alert_labels = dict(fired)
-            verdict = verdicts.get(alert_labels.get("rule", ""))
-            if verdict is not None:
-                step, wall_time = saved.steps[index], saved.wall_times[index]
-                verdict.alerts.append(StepAlert(alert_labels, step, wall_time))
-        previous = now
-    return TrialReplay("", verdicts, saved.steps, list(compiled.warnings), "")
+    for name in queries:
+        present = verdicts.present.get(name, 0)
+        verdicts.rules[name].datapoints = present
+        if not present:
+            verdicts.rules[name].evaluated = False
+            verdicts.rules[name].reason = (
+                f"none of the {len(saved)} saved steps holds what {name} reads "
+                f"({', '.join(presence[name][1])})"
+            )
+    return TrialReplay("", verdicts.rules, saved.steps, list(compiled.warnings), "")
 
 
-def _evaluate(store: SeriesStore, groups: list[dict], instants: int, tmp: Path, promtool):
+class _Every(Sequence[float]):
+    """Every save's evaluation time (save i at (i + 1) x step), without a list of them."""
+
+    def __init__(self, size: int, step: float):
+        self.size, self.step = size, step
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.size))]
+        if not -self.size <= i < self.size:
+            raise IndexError(i)
+        return ((i % self.size) + 1) * self.step
+
+    def __iter__(self) -> Iterator[float]:
+        return ((k + 1) * self.step for k in range(self.size))
+
+
+class _Verdicts:
+    """Each rule's alerts, from promtool's runs taken one at a time in time order: an alert
+    fires at a save when it is firing there and was not at the save before. `present`:
+    at how many saves each presence query had a series."""
+
+    def __init__(self, config: Any, saved: Saved):
+        self.rules = {i.spec.name: StepVerdict() for i in config.rules}
+        self.saved = saved
+        self.present: dict[str, int] = {}
+        self._last: tuple[float, set[tuple]] = (0.0, set())
+
+    def take(self, run: RuleRun) -> None:
+        saves = len(self.saved)
+        for name, by_time in run.queries.items():
+            self.present[name] = self.present.get(name, 0) + sum(
+                1 for t, samples in by_time.items() if samples and t <= saves * STEP_SECONDS
+            )
+        for t in sorted(run.firing):
+            index = round(t / STEP_SECONDS) - 1
+            if not 0 <= index < saves:
+                continue
+            now = {
+                tuple(sorted((k, v) for k, v in lb.items() if k not in ("__name__", "alertstate")))
+                for lb in run.firing[t]
+            }
+            last_t, last = self._last
+            before = last if abs(last_t - (t - STEP_SECONDS)) < 1e-6 else set()
+            for fired in sorted(now - before):
+                alert_labels = dict(fired)
+                verdict = self.rules.get(alert_labels.get("rule", ""))
+                if verdict is not None:
+                    step, wall_time = self.saved.steps[index], self.saved.wall_times[index]
+                    verdict.alerts.append(StepAlert(alert_labels, step, wall_time))
+            self._last = (t, now)
+
+
+def _evaluate(
+    store: SeriesStore,
+    groups: list[dict],
+    instants: int,
+    queries: Mapping[str, tuple[str, Sequence[float]]],
+    tmp: Path,
+    promtool: str | None,
+    each: Callable[[RuleRun], None],
+) -> None:
+    """promtool's runs over the store, each handed to `each` in time order."""
     if isinstance(store, chunks.ChunkedStore):
-        return chunks.run_chunked(
-            store, groups, STEP_SECONDS, STEP_SECONDS, tmp, promtool, {}, ordered=False
+        chunks.run_chunked(
+            store, groups, STEP_SECONDS, STEP_SECONDS, tmp, promtool, queries, False, each
         )
+        return
     end = (instants - 1) * STEP_SECONDS
-    run: RuleRun = run_rules(groups, store, STEP_SECONDS, STEP_SECONDS, end, tmp, promtool)
-    return run
+    each(run_rules(groups, store, STEP_SECONDS, STEP_SECONDS, end, tmp, promtool, queries=queries))
+
+
+def _presence(compiled: Any) -> dict[str, tuple[str, list[str]]]:
+    """Rule -> (PromQL with a series while the replayed job has any series the rule reads,
+    those series' selectors)."""
+    from trainprof.rules.catalog.health.common import FAMILY, input_present, input_selectors
+
+    out = {}
+    for c in compiled.rules:
+        if c.instance.spec.family == FAMILY and c.output.alerts:
+            exprs = [a.expr for a in c.output.alerts]
+            read = list(dict.fromkeys(s for e in exprs for s in input_selectors(e)))
+            out[c.name] = (input_present(exprs, c.build.job_labels), read)
+    return out
 
 
 def _job_name(root: Path) -> str:

@@ -5,10 +5,13 @@ protobuf messages smdebug writes (Event -> Summary -> Value -> TensorProto). A r
 
     uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)
 
-(little-endian). A record whose data checksum fails is skipped and reported; a damaged length
-ends the file (nothing after it can be framed), also reported. The file is read one record at
-a time, and a record over `MAX_RECORD` bytes is skipped unread: a stray file or a forged
-length costs 12 bytes of reading, not the file.
+(little-endian). smdebug's writer, at its default `write_checksum=False`, puts in place of the
+data's checksum the masked CRC of its fixed bytes `CHECKSUM_MAGIC_BYTES` (b"0x12345678"), the
+same in every record; its reader accepts that footer. So a footer is accepted when it is the
+data's own checksum or that fixed one. A record whose footer is neither is skipped and
+reported; a damaged length ends the file (nothing after it can be framed), also reported. The
+file is read one record at a time, and a record over `MAX_RECORD` bytes is skipped unread: a
+stray file or a forged length costs 12 bytes of reading, not the file.
 
 A record whose messages do not parse (a field of the wrong wire type, a shape of more values
 than the record carries) raises `DecodeError`, a ValueError naming the field; nothing is
@@ -16,6 +19,8 @@ allocated for a shape before it is checked against the bytes that hold its value
 
     >>> hex(crc32c(b"123456789"))
     '0xe3069283'
+    >>> hex(SMDEBUG_FOOTER)
+    '0x62dc0b3'
 """
 
 from __future__ import annotations
@@ -83,6 +88,11 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+# smdebug/core/tfrecord/record_writer.py: CHECKSUM_MAGIC_BYTES, whose masked CRC is every
+# record's footer when the writer is not asked to checksum the data (its default).
+CHECKSUM_MAGIC_BYTES = b"0x12345678"
+
+
 def read_records(path: Path, problems: list[str], check_data: bool = True) -> Iterator[bytes]:
     """The records of one TFRecord file; damage is appended to `problems`, never raised."""
     try:
@@ -121,14 +131,18 @@ def _records(stream, path: Path, problems: list[str], check_data: bool) -> Itera
         else:
             payload = stream.read(length)
             (data_crc,) = struct.unpack("<I", stream.read(4))
-            if check_data and masked_crc32c(payload) != data_crc:
+            if check_data and data_crc != SMDEBUG_FOOTER and masked_crc32c(payload) != data_crc:
                 problems.append(
-                    f"{path}: record {index} at byte {start - 12}: data checksum mismatch"
+                    f"{path}: record {index} at byte {start - 12}: data checksum mismatch "
+                    "(neither the data's CRC nor smdebug's fixed footer); skipped"
                 )
             else:
                 yield payload
         pos = end + 4
         index += 1
+
+
+SMDEBUG_FOOTER = masked_crc32c(CHECKSUM_MAGIC_BYTES)
 
 
 # --- protobuf wire format -----------------------------------------------------------------
@@ -222,6 +236,7 @@ class TensorEvent:
     mode: str  # train | eval | predict | global
     mode_step: int
     value: np.ndarray
+    worker: str = ""  # from the event file's name (<step>_<worker>.tfevents)
 
 
 _MODES = {"1": "train", "2": "eval", "3": "predict", "4": "global"}

@@ -17,6 +17,7 @@ from trainprof.engines.prometheus_api import add_access_arguments
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
+    from trainprof.engines.prometheus_api import Access
     from trainprof.report.collect import Collected
 
 
@@ -84,6 +85,13 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     add_source_argument(report)
     add_access_arguments(report)
     report.add_argument(
+        "--prometheus-timeout",
+        type=duration,
+        default=60.0,
+        metavar="DURATION",
+        help="how long each request to Prometheus may take in all, answer included (default: 1m)",
+    )
+    report.add_argument(
         "--trace",
         nargs="+",
         action="extend",
@@ -99,7 +107,8 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainprof.engines.prometheus_api import PrometheusAPIError
+    from trainprof.contract.httpget import redact, secrets
+    from trainprof.engines.prometheus_api import PrometheusAPIError, access_from_args
     from trainprof.engines.promtool import PromtoolError
     from trainprof.replay import ReplayError, smdebug
     from trainprof.report import ReportError, build, from_replay, from_trial, render
@@ -116,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is None and args.prometheus is None:
         text = render(_trace_only_report(args, kernels))
         return _write(args, text, "GPU kernels only", EXIT_BAD_INPUT if trace_errors else 0)
+    hidden: list[str] = []  # the access' secrets: no message shows them, whoever wrote it
     try:
         if args.replay is not None and smdebug.looks_like_trial(args.replay):
             collected = from_trial(args.replay, args.rules, training_job=args.job)
@@ -128,18 +138,20 @@ def run(args: argparse.Namespace) -> int:
                 sources=args.source,
             )
         else:
-            collected = _from_prometheus(args)
+            access = access_from_args(args)
+            hidden = secrets(access.headers)
+            collected = _from_prometheus(args, access)
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ReportError, PrometheusAPIError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact(str(e), hidden)}", file=sys.stderr)
         return EXIT_BAD_INPUT if e.bad_input else EXIT_FAILED
     except (PromtoolError, FileNotFoundError) as e:
         print(f"error: the rule engine failed: {e}", file=sys.stderr)
         return EXIT_FAILED
     for note in collected.notes:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {redact(note, hidden)}", file=sys.stderr)
     report = build(collected)
     if kernels is not None:
         report.sections.insert(len(report.sections) - 1, kernels)
@@ -199,8 +211,7 @@ def _trace_only_report(args: argparse.Namespace, kernels):
     )
 
 
-def _from_prometheus(args: argparse.Namespace) -> Collected:
-    from trainprof.engines.prometheus_api import access_from_args
+def _from_prometheus(args: argparse.Namespace, access: Access) -> Collected:
     from trainprof.report import ReportError, from_prometheus
     from trainprof.report.collect import parse_time
     from trainprof.rules.files import read_config
@@ -213,7 +224,6 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         end = parse_time(args.end, now) if args.end else None
     except ValueError as e:
         raise ReportError(f"--from/--to: {e}") from None
-    access = access_from_args(args)
     config = read_config(args.rules, scrape_interval=args.scrape_interval, source=args.source)
     return from_prometheus(
         args.prometheus,
@@ -225,4 +235,5 @@ def _from_prometheus(args: argparse.Namespace) -> Collected:
         now=now,
         access=access,
         run=args.job_run,
+        timeout=args.prometheus_timeout,
     )

@@ -160,10 +160,8 @@ def from_trial(
     end = max([*times, trial.end_time or start])
     verdicts = {}
     for name, v in result.rules.items():
-        saved = len(result.steps)
-        status = RuleStatus("fired" if v.fired else "quiet", datapoints=saved)
-        if not v.evaluated:
-            status = RuleStatus("no_data", reason="the trial holds nothing this rule reads")
+        # datapoints: the saved steps at which the rule had its input (None: not counted)
+        status = RuleStatus(v.status, datapoints=v.datapoints, reason=v.reason)
         alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
         verdicts[name] = Verdict(alerts, status)
     return Collected(
@@ -267,13 +265,15 @@ def from_prometheus(
     now: float | None = None,
     access: Access | None = None,
     run: str | None = None,
+    timeout: float = 60.0,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
     samples within the last week (and before now). A job name used by several runs (a
-    resubmitted job) is narrowed to one run: the latest, or `run` (its number or start)."""
+    resubmitted job) is narrowed to one run: the latest, or `run` (its number or start).
+    `timeout`: seconds each request may take in all."""
     import time
 
-    api = PrometheusAPI(url, access=access)
+    api = PrometheusAPI(url, timeout=timeout, access=access)
     now = now if now is not None else time.time()
     presence = _presence(training_job, namespace, config.source)
     asked_start, asked_end = start, end

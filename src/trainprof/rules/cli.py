@@ -12,7 +12,16 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments, label
+from trainprof.cliargs import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    LinkedOutput,
+    add_rule_config_arguments,
+    kubernetes_name,
+    label,
+    namespace,
+    write_below,
+)
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -42,9 +51,12 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         "chart (helm install -f trainprof.values.yaml) (default: rules)",
     )
     compile_.add_argument(
-        "--name", default="trainprof-rules", help="PrometheusRule name (default: trainprof-rules)"
+        "--name",
+        type=kubernetes_name,
+        default="trainprof-rules",
+        help="PrometheusRule name (default: trainprof-rules)",
     )
-    compile_.add_argument("--namespace", help="PrometheusRule namespace")
+    compile_.add_argument("--namespace", type=namespace, help="PrometheusRule namespace")
     compile_.add_argument(
         "--label",
         type=label,
@@ -101,14 +113,17 @@ def run(args: argparse.Namespace) -> int:
         labels=dict(args.label),
         warn=None if quiet else files.print_warning,
     )
+    if not quiet:
+        _print_process_settings(config, args.config)
     if args.output == "-":
         sys.stdout.write(text)
         return 0
     path = os.path.join(args.output, files.OUTPUT_NAMES[args.format])
     try:
-        os.makedirs(args.output, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_below(args.output, files.OUTPUT_NAMES[args.format], text)
+    except LinkedOutput as e:
+        print(f"error: refusing to write {path}: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as e:
         print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
@@ -121,6 +136,24 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _print_process_settings(config: RulesConfig, source: str | None) -> None:
+    """Which settings the training processes must be given for the tensor rules."""
+    from trainprof.rules.compiler import process_settings
+
+    settings = process_settings(config)
+    if not settings:
+        return
+    print(
+        "note: the training processes compute these tensor rules' inputs; start them with "
+        f"TRAINPROF_RULES_CONFIG={source or 'FILE'} (trainprof.start() and "
+        "trainprof.torch.watch() read it), or the rules find none of their series "
+        "(TrainprofRuleInputMissing):",
+        file=sys.stderr,
+    )
+    for line in settings:
+        print(f"  {line}", file=sys.stderr)
 
 
 def _print_catalog() -> None:

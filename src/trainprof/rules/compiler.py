@@ -31,6 +31,7 @@ from trainprof.contract.durations import format_duration
 from trainprof.contract.names import (
     HEALTH_GROUP,
     HEALTH_RULE,
+    INPUT_MISSING_ALERT,
     JOB_DASHBOARD,
     STATE_GROUP,
     STATE_RULE,
@@ -388,12 +389,72 @@ def _shared_gpu_check(config: RulesConfig, compiled: list[CompiledRule]) -> dict
 def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dict[str, Any]]:
     """Alerts that say the rules are blind: the exporters sample at another interval than
     the rules were compiled for, or do not count the thresholds a rule selects."""
-    if not any(c.instance.spec.reads_exporter for c in compiled):
-        return []
+    rules = (
+        _exporter_checks(config) if any(c.instance.spec.reads_exporter for c in compiled) else []
+    )
+    for c in compiled:
+        if c.instance.spec.health is not None:
+            for check in c.instance.spec.health(c.build):
+                rules.append(_health_alert(check, affects=c.name))
+    rules += [_health_alert(check, affects=name) for name, check in tensor_input_checks(compiled)]
+    shared = _shared_gpu_check(config, compiled)
+    if shared:
+        rules.append(shared)
+    return rules
+
+
+# Tensor rules whose input is not one job's own series: the other job's (SimilarAcrossRuns).
+_NOT_CHECKED = ("SimilarAcrossRuns",)
+
+
+def tensor_input_checks(compiled: list[CompiledRule]) -> list[tuple[str, HealthCheck]]:
+    """(rule, check) for each compiled tensor rule: its `TrainprofRuleInputMissing` fires
+    for a job whose training process publishes health series but none the rule reads (not
+    watched, or computed with other parameters than the rule was compiled with, such as
+    LossNotDecreasing's num_steps)."""
+    from trainprof.rules.catalog.health.common import FAMILY, input_present, input_selectors
+    from trainprof.rules.promql import Matcher, selector
+
+    out = []
+    for c in compiled:
+        spec = c.instance.spec
+        if spec.family != FAMILY or not c.output.alerts or spec.name in _NOT_CHECKED:
+            continue
+        jobs = c.build.job_labels
+        names = "|".join(n for m in contract.HEALTH_METRICS for n in contract.series_names(m))
+        published = selector("", [Matcher("__name__", "=~", names), *c.build.matchers])
+        present = input_present([a.expr for a in c.output.alerts], jobs)
+        inputs = sorted(
+            {re.sub(r"\{.*", "", s) for a in c.output.alerts for s in input_selectors(a.expr)}
+        )
+        by = ", ".join(jobs)
+        out.append(
+            (
+                spec.name,
+                HealthCheck(
+                    INPUT_MISSING_ALERT,
+                    f"count by ({by}) ({published})\nunless on ({by})\n({present})",
+                    summary=f"{spec.name} finds none of the series it reads.",
+                    description=(
+                        "The training process of job {{ $labels.training_job }} publishes "
+                        f"health series, but none {spec.name} reads ({', '.join(inputs)} with "
+                        "the labels its parameters select), so it cannot fire. Give the "
+                        "training process the rule configuration (TRAINPROF_RULES_CONFIG), "
+                        "or watch what the rule reads; `trainprof rules compile` lists the "
+                        "settings."
+                    ),
+                ),
+            )
+        )
+    return out
+
+
+def _exporter_checks(config: RulesConfig) -> list[dict[str, Any]]:
+    """The exporters sample at another interval than the rules assume, stall or fail."""
     from trainprof.rules.promql import selector
 
     interval = selector(contract.SAMPLER_INTERVAL_SECONDS, config.job_selector)
-    rules = [
+    return [
         _health_alert(
             HealthCheck(
                 "TrainprofSamplerIntervalMismatch",
@@ -443,14 +504,6 @@ def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dic
             affects="all",
         ),
     ]
-    for c in compiled:
-        if c.instance.spec.health is not None:
-            for check in c.instance.spec.health(c.build):
-                rules.append(_health_alert(check, affects=c.name))
-    shared = _shared_gpu_check(config, compiled)
-    if shared:
-        rules.append(shared)
-    return rules
 
 
 def _health_alert(check: HealthCheck, affects: str) -> dict[str, Any]:
@@ -485,3 +538,16 @@ def required_inputs(config: RulesConfig) -> dict[str, Any]:
             needed[key].append(value)
     needed["datapoint_interval"] = config.datapoint_interval
     return needed
+
+
+def process_settings(config: RulesConfig) -> list[str]:
+    """What the training processes compute differently from their defaults for these
+    tensor rules (LossNotDecreasing's num_steps, Overtraining's delta, ...): each a line
+    naming the parameter; they must be given the configuration (TRAINPROF_RULES_CONFIG)."""
+    said: list[str] = []
+    for instance in config.rules:
+        if instance.spec.inputs is None or instance.spec.reads_exporter:
+            continue
+        build = _build_context(config, instance, said)
+        instance.spec.inputs(build)
+    return list(dict.fromkeys(said))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -154,6 +155,8 @@ class _Loader(Problems):
     def __init__(self) -> None:
         super().__init__()
         self.custom: dict[str, RuleSpec] = {}  # custom rules of this configuration, by name
+        self.definitions: dict[str, Any] = {}  # their custom.Definition, by name
+        self.refused: set[str] = set()  # custom rules whose parameters were refused
 
     def problem(self, path: str, message: str) -> None:
         self.add(path, message)
@@ -190,6 +193,7 @@ class _Loader(Problems):
         entries = self.entries(data)
         rules = self.resolve(entries, mode)
         self.check_spans(rules, datapoint)
+        self.check_custom(rules)
         if self.problems:
             return None
         return RulesConfig(
@@ -437,9 +441,10 @@ class _Loader(Problems):
         if definition.name in self.custom:
             self.problem(f"{path}.custom", f"custom rule {definition.name} is defined twice")
             return []
-        if custom.shutil.which("promtool") is None:
+        if shutil.which("promtool") is None:
             self.warnings.append(f"{path}.expr: not checked (promtool is not installed)")
         self.custom[definition.name] = custom.spec_of(definition)
+        self.definitions[definition.name] = definition
         options: dict[str, Any] = {"definition": True}
         if "actions" in item:
             options["actions"] = self.actions(f"{path}.actions", item["actions"])
@@ -509,8 +514,11 @@ class _Loader(Problems):
                 )
                 continue
             given = {str(k): (v, f"{path}.parameters.{k}") for k, v in params.items()}
+            before = len(self.problems)
             values = self.parse_values(spec, given, f"{path}.parameters")
             explicit[spec.name] = (path, values, options)
+            if len(self.problems) > before:
+                self.refused.add(spec.name)
 
         instances = []
         for spec in registry.CATALOG + tuple(self.custom.values()):
@@ -636,6 +644,22 @@ class _Loader(Problems):
                         instance.where.format(param=param.name),
                         f"{what} lasts more than 10 years; Prometheus cannot wait that long",
                     )
+
+    def check_custom(self, rules: tuple[RuleInstance, ...]) -> None:
+        """promtool's word on every custom rule as it will be compiled (overrides applied,
+        expression and annotations), in one run; rules already refused are left out."""
+        from trainprof.rules import custom
+
+        promtool = shutil.which("promtool")
+        checked = [
+            (i.where.partition(".parameters")[0], self.definitions[i.spec.name], i.values)
+            for i in rules
+            if i.spec.name in self.definitions and i.spec.name not in self.refused
+        ]
+        if promtool is None or not checked:
+            return
+        for path, message in custom.promtool_problems(checked, promtool):
+            self.problem(path, message)
 
     def unknown_rule(self, path, name):
         if name in registry.NOT_IMPLEMENTED:

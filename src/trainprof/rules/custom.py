@@ -14,24 +14,29 @@ their own rules.
         actions: [StopTraining]            # optional, as for any rule
 
 `{name}` placeholders (a bare name in braces, which PromQL never uses) are replaced by
-parameter values; the expression so made is checked by promtool's PromQL parser when the
-configuration is loaded, so a bad expression is an error with its path, never a rule file
-Prometheus refuses. A custom rule is a `RuleSpec` like a built-in one: it is compiled, routed,
-drawn in the dashboard (the left side of a top-level `> {parameter}` comparison, against that
-parameter), reported and replayed the same way.
+parameter values, each checked for its place (`trainprof.rules.placeholders`: a label value
+is escaped as one, a regex must be RE2's, outside quotes only numbers, names and durations;
+no `{{ }}` brought into the description). Numbers are finite: `.inf` would never fire. The
+finished expressions and annotations of every custom rule, overrides applied, are checked by
+promtool in one run per configuration, Go templates included, so a bad expression or
+template is an error with its path, never a rule file Prometheus refuses.
+
+A custom rule is a `RuleSpec` like a built-in one: it is compiled, routed, drawn in the
+dashboard (the left side of a top-level `> {parameter}` comparison, against that parameter),
+reported and replayed the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainprof.contract.validation import short, template_problem
 from trainprof.rules.model import (
     NUMBER_UNIT,
     SEVERITIES,
@@ -42,8 +47,16 @@ from trainprof.rules.model import (
     Signal,
     Threshold,
 )
-from trainprof.rules.params import COUNT, param, scan_interval_param
-from trainprof.rules.tensor_params import NUMBER, TEXT
+from trainprof.rules.params import COUNT, Kind, _number, param, scan_interval_param
+from trainprof.rules.placeholders import (
+    PLACEHOLDER,
+    misplaced,
+    placeholders,
+    places,
+    render,
+    render_promql,
+)
+from trainprof.rules.tensor_params import NUMBER
 
 KEYS = (
     "custom",
@@ -58,59 +71,26 @@ KEYS = (
     "actions",
 )
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _COMPARISON = re.compile(r"^(?P<left>.*?)\s*(?P<op>>=|<=|>|<)\s*\{(?P<param>\w+)\}\s*$", re.S)
 RESERVED = ("window", "patience", "scan_interval_us")
 
 
-def placeholders(text: str) -> list[str]:
-    """The `{name}` placeholders of a template.
-
-    >>> placeholders('rate(x{job="a"}[{window}]) > {threshold}')
-    ['window', 'threshold']
-    """
-    return PLACEHOLDER.findall(text)
+def _text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{short(value)} is not text")
+    return str(value)
 
 
-def render(template: str, values: Mapping[str, Any]) -> str:
-    """A template with its placeholders replaced (numbers written as PromQL reads them)."""
-
-    def value(match: re.Match) -> str:
-        v = values[match.group(1)]
-        return f"{v:g}" if isinstance(v, float) else str(v)
-
-    return PLACEHOLDER.sub(value, template)
-
-
-def promql_problem(expr: str, promtool: str | None = None) -> str | None:
-    """promtool's complaint about `expr` as an alert expression; None if it parses.
-
-    Raises FileNotFoundError without promtool."""
-    promtool = promtool or shutil.which("promtool")
-    if promtool is None:
-        raise FileNotFoundError("promtool is not installed")
-    import yaml
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "custom.rules.yaml"
-        group = {"name": "custom", "rules": [{"alert": "Custom", "expr": expr}]}
-        path.write_text(yaml.safe_dump({"groups": [group]}))
-        done = subprocess.run(
-            [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30
-        )
-    if done.returncode == 0:
-        return None
-    lines = [ln.strip() for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
-    detail = [ln for ln in lines if "parse error" in ln or "error" in ln.lower()]
-    text = (detail or lines or ["promtool refused it"])[-1]
-    # promtool prefixes the temporary file's position and group; keep what explains it.
-    return text.rpartition("could not parse expression: ")[2]
+# A text parameter: the string as given ("" and "None" too, which the tensor rules' TEXT
+# reads as no value and a template would show as None).
+TEXT = Kind("text", "", _text, "text")
 
 
 @dataclasses.dataclass(frozen=True)
 class Definition:
     """A custom rule as written in the configuration."""
 
+    path: str  # where it is defined, e.g. rules[0]
     name: str
     expr: str
     defaults: Mapping[str, Any]
@@ -143,6 +123,7 @@ def spec_of(d: Definition) -> RuleSpec:
         parameters=parameters,
         build=_build(d),
         signals=_signals(d),
+        check=lambda p: _misplaced(d, dataclasses.asdict(p)),
         family="custom",
         reads_exporter=False,
         differences="A custom rule of this configuration.",
@@ -165,7 +146,7 @@ def _build(d: Definition) -> Callable[[Build], RuleOutput]:
         return RuleOutput(
             alerts=(
                 Alert(
-                    expr=render(d.expr, values),
+                    expr=render_promql(d.expr, values),
                     summary=render(d.summary, values),
                     description=render(d.description, values),
                     for_seconds=for_seconds,
@@ -184,9 +165,9 @@ def _signals(d: Definition):
             value = values[match["param"]]
             fires = "above" if match["op"].startswith(">") else "below"
             threshold = Threshold(value, f"{match['param']} = {value:g}", fires)
-            expr = render(match["left"], values)
+            expr = render_promql(match["left"], values)
         else:
-            threshold, expr = Threshold(0, "condition", "above"), render(d.expr, values)
+            threshold, expr = Threshold(0, "condition", "above"), render_promql(d.expr, values)
         return (Signal(d.name, expr, "{{training_job}}", NUMBER_UNIT, threshold),)
 
     return signals
@@ -221,16 +202,24 @@ def definition(
         problem(f"{path}.parameters", "expected a mapping of parameter defaults")
         return None
     clean: dict[str, Any] = {}
+    refused: set[str] = set()  # named, with a value refused
     for key, value in defaults.items():
         key = str(key)
         if not PLACEHOLDER.fullmatch("{" + key + "}") or key in RESERVED:
             problem(f"{path}.parameters.{key}", "not a usable parameter name")
             ok = False
         elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            problem(f"{path}.parameters.{key}", f"{value!r} is not a number or a string")
+            problem(f"{path}.parameters.{key}", f"{short(value)} is not a number or a string")
             ok = False
+        elif isinstance(value, str):
+            clean[key] = value
         else:
-            clean[key] = float(value) if isinstance(value, (int, float)) else value
+            try:
+                clean[key] = _number(value)
+            except ValueError as e:  # .inf would compile to `> inf`, which never fires
+                problem(f"{path}.parameters.{key}", str(e))
+                refused.add(key)
+                ok = False
     counts = {}
     for key in ("window", "patience"):
         if key in item:
@@ -239,7 +228,7 @@ def definition(
             except ValueError as e:
                 problem(f"{path}.{key}", str(e))
                 ok = False
-    known = set(clean) | set(counts)
+    known = set(clean) | set(counts) | refused
     texts = {"expr": expr}
     for key in ("summary", "description", "recommendation"):
         if key in item:
@@ -267,16 +256,9 @@ def definition(
         ok = False
     if not ok:
         return None
-    sample = {**clean, **({"window": "1m"} if "window" in counts else {})}
-    try:
-        complaint = promql_problem(render(expr, sample))
-    except FileNotFoundError:
-        complaint = None  # reported as a warning by the loader
-    if complaint:
-        problem(f"{path}.expr", f"not valid PromQL: {complaint}")
-        return None
     description = texts.get("description", f"Custom rule {name} fired.")
     return Definition(
+        path=path,
         name=name,
         expr=expr,
         defaults=clean,
@@ -287,3 +269,68 @@ def definition(
         window=counts.get("window"),
         patience=counts.get("patience"),
     )
+
+
+def _misplaced(d: Definition, values: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(parameter, why its value cannot stand where the expression or the description puts
+    it), for the loader to report at the parameter's path."""
+    found: dict[str, str] = {}
+    for match, place in places(d.expr):
+        name = match.group(1)
+        problem = misplaced(values[name], place) if name in d.defaults else None
+        if problem:
+            found.setdefault(name, problem)
+    for where, text in (("summary", d.summary), ("description", d.description)):
+        for name in placeholders(text):
+            value = values.get(name)
+            problem = template_problem(value) if isinstance(value, str) else None
+            if problem:
+                found.setdefault(name, f"{problem} in the {where}")
+    return tuple(found.items())
+
+
+def promtool_problems(
+    checked: list[tuple[str, Definition, Mapping[str, Any]]], promtool: str
+) -> list[tuple[str, str]]:
+    """(path, problem) for each custom rule whose finished expression or annotations
+    promtool refuses, all checked in one run. `checked` holds, per rule, where its values
+    were set (its definition, or an entry overriding them), its definition and the values.
+    """
+    import yaml
+
+    groups = []
+    for i, (_, d, values) in enumerate(checked):
+        values = {**values, **({"window": "1m"} if d.window is not None else {})}
+        annotations = {
+            "summary": render(d.summary, values),
+            "description": render(d.description, values),
+            "recommendation": d.recommendation,
+        }
+        alert = {"alert": "Custom", "expr": render_promql(d.expr, values)}
+        groups.append({"name": f"custom{i}", "rules": [{**alert, "annotations": annotations}]})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "custom.rules.yaml"
+        path.write_text(yaml.safe_dump({"groups": groups}, allow_unicode=True), encoding="utf-8")
+        done = subprocess.run(
+            [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+        )
+    if done.returncode == 0:
+        return []
+    said = done.stdout + done.stderr
+    found = []
+    for match in _PROMTOOL_LINE.finditer(said):
+        where, d, _ = checked[int(match["group"])]
+        key = match["annotation"] or "expr"
+        what = "a valid template" if match["annotation"] else "valid PromQL"
+        source = f" (with the parameters of {where})" if where != d.path else ""
+        found.append((f"{d.path}.{key}", f"not {what}{source}: {match['detail'].strip()}"))
+    if not found:  # promtool refused the file as a whole: say what it said
+        lines = [ln.strip() for ln in said.splitlines() if ln.strip()]
+        found.append((checked[0][1].path, f"promtool refused it: {lines[-1] if lines else ''}"))
+    return found
+
+
+_PROMTOOL_LINE = re.compile(
+    r'group "custom(?P<group>\d+)", rule \d+, "Custom": (?:annotation "(?P<annotation>\w+)": '
+    r"|could not parse expression: )(?P<detail>.*)"
+)

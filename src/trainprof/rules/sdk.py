@@ -498,12 +498,61 @@ class _Extractor:
                             "SMS(...) or an ActionList of them",
                         )
                     )
+        for kw in node.keywords:  # after rule_parameters, which win
+            if kw.arg == "collections_to_save":
+                self.collections(kw.value, cfg[0], params)
         entry: dict[str, Any] = {"rule": cfg[0]}
         if params:
             entry["parameters"] = params
         if actions:
             entry["actions"] = actions
         return entry
+
+    def collections(self, node: ast.AST, rule: str, params: dict) -> None:
+        """`collections_to_save=[CollectionConfig(name=..., parameters={...})]`: the include
+        regex of the inputs a rule reads becomes its own regex parameter when the rule's
+        parameters do not give one, as the tensors that collection saves are the ones it
+        judges (CheckInputImages' `regex`, NLPSequenceRatio's `tokens_regex`)."""
+        calls = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+        for call in calls:
+            if not (isinstance(call, ast.Call) and _callee(call.func) == "CollectionConfig"):
+                self.problems.append(
+                    (
+                        self.where(call),
+                        "collections_to_save must be a list of CollectionConfig(name=..., "
+                        "parameters={...}) calls",
+                    )
+                )
+                continue
+            self.unknown_keywords(call, ("name", "parameters"), "CollectionConfig")
+            given = {kw.arg: kw.value for kw in call.keywords}
+            settings = (
+                self.literal(given["parameters"], "CollectionConfig(parameters=...)")
+                if ("parameters" in given)
+                else {}
+            )
+            if not isinstance(settings, dict):
+                self.problems.append(
+                    (self.where(call), "CollectionConfig(parameters=...) must be a dict")
+                )
+                continue
+            regex = settings.get("include_regex")
+            key = _INPUT_REGEX.get(rule)
+            if key is None or not isinstance(regex, str):
+                continue
+            if key not in params:
+                params[key] = regex
+            elif params[key] != regex:
+                self.warnings.append(
+                    f"{self.where(call)}: the collection saves tensors matching {regex!r} "
+                    f"but {rule} reads {params[key]!r}; SageMaker's rule would judge none of "
+                    "them (trainprof's replay reads both)"
+                )
+
+
+# The rules that read the tensors of a collection configured for them, and the parameter
+# naming those tensors.
+_INPUT_REGEX = {"CheckInputImages": "regex", "NLPSequenceRatio": "tokens_regex"}
 
 
 def _millis(value: Any) -> str | None:

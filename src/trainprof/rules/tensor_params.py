@@ -12,7 +12,6 @@ ValueError: '0' is not a whole number of steps of at least 1
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from trainprof.rules.params import Kind, _number
@@ -65,14 +64,17 @@ def _names(value):
 
 
 def _regex(value):
+    """A regular expression both Python and Prometheus (RE2) read: tensor_regex becomes a
+    `=~` matcher of the rules, and one Prometheus refuses makes it refuse the rule file."""
+    from trainprof.contract.validation import regex_problem, short
+
     if _is_none(value):
         return None
     if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a regular expression")
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise ValueError(f"{value!r} is not a valid regular expression: {e}") from None
+        raise ValueError(f"{short(value)} is not a regular expression")
+    problem = regex_problem(value)
+    if problem:
+        raise ValueError(f"{short(value)} {problem}")
     return value
 
 
@@ -95,6 +97,6 @@ OPTIONAL_STEPS = Kind("steps", "steps", _optional_steps, "a whole number of step
 WHOLE = Kind("count", "", _whole, "a whole number")
 FLAG = Kind("flag", "", _flag, "True or False")
 NAMES = Kind("names", "", _names, "comma-separated names")
-REGEX = Kind("regex", "", _regex, "a regular expression, or None")
+REGEX = Kind("regex", "", _regex, "a regular expression (RE2, as Prometheus reads it), or None")
 TEXT = Kind("text", "", _text, "text, or None")
 NUMBERS = Kind("numbers", "", _numbers, "comma-separated numbers")

@@ -77,6 +77,9 @@ class Session:
         self._state = self._hot.state  # the same object: the session's own bookkeeping
         self.health = HealthState()
         self.watcher: Any = None  # trainprof.torch.Watcher, with watch()
+        # The rule configuration start() was given (or TRAINPROF_RULES_CONFIG): watch()
+        # reads it too, so one file drives the rules and what the process computes for them.
+        self.rules_config: str | None = None
         self._loss_calls: dict[str, int] = {}
         self._metrics_cut = False
         self._modes: dict[Any, tuple[str, str]] = {}
@@ -574,9 +577,13 @@ def start(
         )
         for problem in identity.problems:
             log.warning("trainprof: %s", problem)
-        factors = list(stddevs) + _rules_stddevs(
-            rules_config or os.environ.get("TRAINPROF_RULES_CONFIG")
-        )
+        rules_config = rules_config or os.environ.get("TRAINPROF_RULES_CONFIG")
+        session.rules_config = rules_config
+        factors = list(stddevs) + _rules_stddevs(rules_config)
+        settings = health_settings(rules_config) if rules_config else None
+        if settings:
+            with session._lock:
+                session.health.configure(**settings)
         sync = _sync_function(cuda_sync)
         fw = (framework, framework_version or "") if framework else None
         session._configure(identity, factors, sync, gpus, fw)
@@ -596,9 +603,7 @@ def start(
         if record:
             session._record(record, identity)
         if system_metrics and identity.local_rank == 0:
-            session.system = _start_system_exporter(
-                rules_config or os.environ.get("TRAINPROF_RULES_CONFIG"), identity
-            )
+            session.system = _start_system_exporter(rules_config, identity)
         session.started = True
         log.info(
             "trainprof: rank %s (local %s) of %s, %s, serving %s",
@@ -685,6 +690,33 @@ def _ports(port: int | None, identity: Identity) -> list[int]:
         port = base + identity.local_rank
     step_ = identity.local_world_size
     return [p for p in (port + k * step_ for k in range(PORT_FALLBACKS + 1)) if p < 65536]
+
+
+def health_settings(path: str) -> dict[str, Any] | None:
+    """What the training process computes for the tensor rules of the configuration at
+    `path` (LossNotDecreasing's num_steps, Overtraining's delta, ...), as `HealthState`'s
+    and `watch()`'s keyword arguments; None (and one warning) if it cannot be read."""
+    try:
+        from trainprof.replay.tensors import health_inputs
+        from trainprof.rules import files
+
+        inputs = health_inputs(files.read_config(path))
+    except Exception as e:  # ConfigError, a missing pyyaml, ...: the defaults
+        log.warning(
+            "trainprof: cannot read rules_config %s (%s); the tensor rules' inputs are "
+            "computed with their defaults",
+            path,
+            e,
+        )
+        return None
+    return {
+        "loss_num_steps": tuple(
+            sorted(set(contract.LOSS_NUM_STEPS) | set(inputs["loss_num_steps"]))
+        ),
+        "loss_delta": inputs.get("loss_delta", 0.01),
+        "token_values": inputs["token_values"],
+        **{k: inputs[k] for k in ("rtol", "atol", "threshold_inactivity") if k in inputs},
+    }
 
 
 def _rules_stddevs(path: str | None) -> list[float]:

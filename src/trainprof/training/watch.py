@@ -33,6 +33,7 @@ name (`weights/fc1.weight`, `gradients/fc1.weight`, `relu_output/net.1`) matches
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -333,7 +334,9 @@ class Watcher:
                 k = contract.MAX_CLASSES + 1
                 counts = host[offset : offset + k * k]
                 offset += k * k
-                health.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n})
+                health.observe_classes(
+                    {(i // k, i % k): n for i, n in enumerate(counts) if n}, self.step
+                )
             if inputs is not None:
                 sums = host[offset : offset + inputs[1].numel()]
                 offset += inputs[1].numel()
@@ -369,32 +372,28 @@ def watch(
     too (the rule compiler says so). `track_unchanged` keeps a copy of each watched tensor
     from the previous save for UnchangedTensor; turn it off to save that memory.
 
-    `rules_config`: a rule configuration file; the values its tensor rules need replace
-    those keyword arguments (LossNotDecreasing's num_steps are added to `loss_num_steps`).
-    An unreadable file is one warning, and the arguments are used.
+    `rules_config` (default: the one `trainprof.start()` was given, else
+    `TRAINPROF_RULES_CONFIG`): a rule configuration file; the values its tensor rules need
+    replace those keyword arguments (LossNotDecreasing's num_steps are added to
+    `loss_num_steps`). An unreadable file is one warning, and the arguments are used.
 
     Raises ValueError for a bad collection name or save_interval (a programming error, at
     setup); errors inside the hooks are counted, never raised into the training loop.
     """
-    from trainprof.training.session import current
 
-    if rules_config:
-        try:
-            from trainprof.replay.tensors import health_inputs
-            from trainprof.rules import files
-
-            inputs = health_inputs(files.read_config(rules_config))
-        except Exception as e:  # a ConfigError, a missing pyyaml: keep the arguments
-            log.warning("trainprof: cannot read rules_config %s (%s)", rules_config, e)
-        else:
-            loss_num_steps = tuple(sorted(set(loss_num_steps) | set(inputs["loss_num_steps"])))
-            token_values = tuple(sorted(set(token_values) | set(inputs["token_values"])))
-            rtol = inputs.get("rtol", rtol)
-            atol = inputs.get("atol", atol)
-            loss_delta = inputs.get("loss_delta", loss_delta)
-            threshold_inactivity = inputs.get("threshold_inactivity", threshold_inactivity)
+    from trainprof.training.session import current, health_settings
 
     session = current()
+    rules_config = rules_config or session.rules_config or os.environ.get("TRAINPROF_RULES_CONFIG")
+    settings = health_settings(rules_config) if rules_config else None
+    if settings:
+        loss_num_steps = tuple(sorted(set(loss_num_steps) | set(settings["loss_num_steps"])))
+        token_values = tuple(sorted(set(token_values) | set(settings["token_values"])))
+        rtol = settings.get("rtol", rtol)
+        atol = settings.get("atol", atol)
+        loss_delta = settings.get("loss_delta", loss_delta)
+        threshold_inactivity = settings.get("threshold_inactivity", threshold_inactivity)
+
     with session._lock:
         session.health = HealthState(
             loss_num_steps=loss_num_steps, loss_delta=loss_delta, token_values=token_values

@@ -24,7 +24,9 @@ are served meanwhile for at most `stale_after` seconds, then no GPU series. Line
 parse, values that are not numbers in range, GPUs past `MAX_GPUS` and MIG instances
 (`GPU_I_ID` set: their rows are not whole GPUs) are skipped, counted and said once; the rest
 of the body is used, and a reading that skipped lines marks the sample partial (success 0).
-The URL's user and password, if any, are sent as basic authentication and never logged.
+The URL's user and password, if any, are sent as basic authentication, only to that server
+(a redirect to another host is refused, so neither the password nor another host's GPUs get
+in: `contract.httpget`), and never logged.
 """
 
 from __future__ import annotations
@@ -36,11 +38,10 @@ import math
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 
+from trainprof.contract import httpget
 from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.exporter.once import Once
 from trainprof.sources.dcgm import ACTIVITIES, MIB
@@ -216,12 +217,11 @@ def check_url(url: str) -> str:
     return url
 
 
-# dcgm-exporter is on the same node: never through an HTTP_PROXY the pod's environment sets.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def http_fetch(url: str, timeout: float) -> str:
-    """GET `url` within `timeout` seconds in all (a server that trickles is cut off too)."""
+    """GET `url` within `timeout` seconds in all (a server that trickles is cut off too),
+    directly (dcgm-exporter is on the same node: never through an HTTP_PROXY the pod's
+    environment sets), following a redirect only within the same server: the exporter
+    neither sends the URL's credentials elsewhere nor serves another host's GPUs."""
     parts = urllib.parse.urlsplit(url)
     headers = {"Accept": "text/plain"}
     if parts.username is not None:
@@ -229,25 +229,11 @@ def http_fetch(url: str, timeout: float) -> str:
         credentials += urllib.parse.unquote(parts.password or "")
         headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
         url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    deadline = time.monotonic() + timeout
     try:
-        with _DIRECT.open(
-            urllib.request.Request(url, headers=headers), timeout=timeout
-        ) as response:
-            chunks, size = [], 0
-            while chunk := response.read1(65536):
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise FetchError(f"the body is larger than {MAX_BODY_BYTES // 2**20} MiB")
-                if time.monotonic() > deadline:
-                    raise FetchError(f"the body took longer than {timeout:g}s")
-                chunks.append(chunk)
-    except urllib.error.HTTPError as e:
-        raise FetchError(f"HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise FetchError(str(reason)) from None
-    return b"".join(chunks).decode("utf-8", "replace")
+        body = httpget.get(url, headers, timeout, MAX_BODY_BYTES, proxies=False)
+    except httpget.FetchError as e:
+        raise FetchError(str(e)) from None
+    return body.decode("utf-8", "replace")
 
 
 class DcgmExporterSource:

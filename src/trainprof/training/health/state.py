@@ -81,9 +81,10 @@ class LossHistory:
         self.best: float | None = None
         self.since_best = 0
 
-    def observe(self, step: int, loss: float) -> None:
+    def observe(self, step: int, loss: float) -> bool:
+        """False when `step` is not a new save (saved twice, or out of order)."""
         if self.latest is not None and step <= self.latest[0]:
-            return  # a step saved twice (or out of order) is not a new save
+            return False
         for n in self.num_steps:
             previous = self.evaluations.get(n)
             if previous is not None and step < previous.step + n:
@@ -98,6 +99,7 @@ class LossHistory:
         else:
             self.since_best += 1
         self._forget(step)
+        return True
 
     def _newest_at_or_before(self, step: int) -> tuple[int, float] | None:
         for saved in reversed(self.saved):
@@ -138,14 +140,35 @@ class HealthState:
         self.included: set[tuple[str, str]] = set()
         self.cut: dict[str, set[str]] = {}
         self.losses: dict[str, LossHistory] = {}
+        self.loss_steps: dict[str, int] = {}  # mode -> training step of its latest loss
         self.logged: dict[tuple[str, str], float] = {}
         self.confusion: dict[tuple[str, str], float] = {}
+        self.saved_confusion: dict[tuple[str, str], float] = {}  # of the latest save
+        self.classes_step: int | None = None
         self.input_samples = 0.0
         self.channel_sums: dict[int, float] = {}
         self.tokens = 0.0
         self.token_matches: dict[str, float] = {str(int(t)): 0.0 for t in token_values}
         self.feature_top: list[float] = []
         self.tree_depth: float | None = None
+
+    def configure(
+        self,
+        *,
+        loss_num_steps: Iterable[int],
+        loss_delta: float,
+        token_values: Iterable[int],
+        **_process: float,
+    ) -> None:
+        """Compute with a rule configuration's settings from now on (losses already logged
+        are kept; `_process`: what the watcher's hooks take, not this state)."""
+        self.loss_num_steps = tuple(loss_num_steps)
+        self.loss_delta = loss_delta
+        for history in self.losses.values():
+            history.num_steps = tuple(sorted({int(n) for n in self.loss_num_steps}))
+            history.delta = loss_delta
+        for token in token_values:
+            self.token_matches.setdefault(str(int(token)), 0.0)
 
     # --- observations --------------------------------------------------------------------
 
@@ -178,12 +201,20 @@ class HealthState:
             row.setdefault("unchanged", 0.0)
 
     def observe_loss(
-        self, mode: str, step: int, loss: float, timestamp: float | None = None
+        self,
+        mode: str,
+        step: int,
+        loss: float,
+        timestamp: float | None = None,
+        mode_step: int | None = None,
     ) -> None:
+        """A loss saved at training step `step`; LossNotDecreasing compares losses
+        `num_steps` apart in their mode's steps (`mode_step`, smdebug's; default `step`)."""
         history = self.losses.get(mode)
         if history is None:
             history = self.losses[mode] = LossHistory(self.loss_num_steps, self.loss_delta)
-        history.observe(step, float(loss))
+        if history.observe(step if mode_step is None else mode_step, float(loss)):
+            self.loss_steps[mode] = step
         if timestamp is not None:
             self.last_save_time = timestamp
 
@@ -197,11 +228,18 @@ class HealthState:
         self.logged[key] = float(value)
         return True
 
-    def observe_classes(self, pairs: Mapping[tuple[int, int], float]) -> None:
-        """Counts of (true class, predicted class) among saved samples."""
+    def observe_classes(
+        self, pairs: Mapping[tuple[int, int], float], step: int | None = None
+    ) -> None:
+        """Counts of (true class, predicted class) among the samples saved at training step
+        `step` (several calls for one step add up; None: a save of its own)."""
+        if step is None or step != self.classes_step:
+            self.saved_confusion = {}
+        self.classes_step = step
         for (label, predicted), n in pairs.items():
             key = (_class_label(label), _class_label(predicted))
             self.confusion[key] = self.confusion.get(key, 0.0) + float(n)
+            self.saved_confusion[key] = self.saved_confusion.get(key, 0.0) + float(n)
 
     def observe_inputs(self, samples: float, channel_sums: Mapping[int, float]) -> None:
         """Saved input samples and each channel's sum of per-sample means."""
@@ -262,6 +300,10 @@ class HealthState:
             yield fam.counter(
                 contract.CLASSIFICATION_SAMPLES_TOTAL, ["label_class", "predicted_class"], rows
             )
+            rows = [(ident + [a, b], n) for (a, b), n in sorted(self.saved_confusion.items())]
+            yield fam.gauge(
+                contract.CLASSIFICATION_SAVED_SAMPLES, ["label_class", "predicted_class"], rows
+            )
         if self.input_samples:
             yield fam.counter(contract.INPUT_SAMPLES_TOTAL, [], [(ident, self.input_samples)])
             rows = [
@@ -310,7 +352,9 @@ class HealthState:
             contract.TRAINING_LOSS, ["mode"], [(ident + [m], v) for m, (_, v) in latest]
         )
         yield fam.gauge(
-            contract.TRAINING_LOSS_STEP, ["mode"], [(ident + [m], s) for m, (s, _) in latest]
+            contract.TRAINING_LOSS_STEP,
+            ["mode"],
+            [(ident + [m], self.loss_steps.get(m, s)) for m, (s, _) in latest],
         )
         evaluations = [
             (m, threshold_label(n), e) for m, h in modes for n, e in sorted(h.evaluations.items())

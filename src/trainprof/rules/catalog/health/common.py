@@ -79,8 +79,8 @@ def warn_process_default(b: Build, name: str, default: str, so: str = "") -> Non
     """Parameter `name` is not what the training process computes with by `default`: the
     process must be given the configuration."""
     b.warnings.append(
-        f"{b.path(name)}: the training process {default} by default; give "
-        f"trainprof.torch.watch(rules_config=...) this configuration{so}"
+        f"{b.path(name)} = {getattr(b.p, name)!r}: the training process {default} by "
+        f"default; give it this configuration (TRAINPROF_RULES_CONFIG){so}"
     )
 
 
@@ -90,6 +90,35 @@ def warn_regex(b: Build, name: str, value: str | None) -> None:
             f"{b.path(name)}: {b.rule.name} reads only tensors with their own series; pass "
             f"trainprof.torch.watch(include_regex=...) a regex covering {value!r}"
         )
+
+
+# --- is the rule's input there ---------------------------------------------------------------
+
+# A selector in compiled PromQL: a metric name and its matchers (quoted values may hold "}").
+_SELECTOR = re.compile(r'\b(trainprof_[a-z0-9_]+)(\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})?')
+
+
+def input_selectors(expr: str) -> list[str]:
+    """The series selectors a tensor rule's alert reads, but for the operand right after an
+    `unless`, which only narrows what the others found (LossNotDecreasing's mode choice).
+
+    >>> input_selectors('a_x{m="1"} + trainprof_b{n="}"} unless trainprof_c or trainprof_d')
+    ['trainprof_b{n="}"}', 'trainprof_d']
+    """
+    found = [(m.start(), m.group(0)) for m in _SELECTOR.finditer(expr)]
+    narrowing = set()
+    for unless in re.finditer(r"\bunless\b", expr):
+        after = [start for start, _ in found if start > unless.start()]
+        if after:
+            narrowing.add(min(after))
+    return list(dict.fromkeys(text for start, text in found if start not in narrowing))
+
+
+def input_present(exprs: list[str], job_labels: tuple[str, ...]) -> str:
+    """PromQL with one series per job that has any of the series `exprs` read."""
+    by = promql.by(job_labels)
+    selectors = [s for e in exprs for s in input_selectors(e)]
+    return "\nor\n".join(f"count {by} ({s})" for s in dict.fromkeys(selectors))
 
 
 # --- what the dashboard row and the report draw --------------------------------------------

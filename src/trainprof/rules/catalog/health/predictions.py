@@ -20,10 +20,12 @@ from trainprof.rules.tensor_params import FLAG, NUMBER, OPTIONAL_STEPS, REGEX, T
 # --- ClassImbalance, Confusion ------------------------------------------------------------------
 
 
-def _confusion_parts(b: Build) -> tuple[str, str, str]:
-    """(the job's matrix, its diagonal, the job labels) of the confusion counters."""
+def _confusion_parts(
+    b: Build, series: str = contract.CLASSIFICATION_SAMPLES_TOTAL
+) -> tuple[str, str, str]:
+    """(the job's matrix, its diagonal, the job labels) of the confusion counts `series`."""
     job = ", ".join(b.job_labels)
-    m = f"sum by ({job}, label_class, predicted_class) ({b.sel('trainprof_classification_samples_total')})"  # noqa: E501
+    m = f"sum by ({job}, label_class, predicted_class) ({b.sel(series)})"
     # The cells whose predicted class equals the true class: PromQL cannot compare two
     # labels, so copy label_class into predicted_class (once per class) and intersect.
     rows = f"sum by ({job}, label_class) ({m})"
@@ -120,7 +122,7 @@ class ConfusionParams:
 
 def _confusion(b: Build[ConfusionParams]) -> RuleOutput:
     p = b.p
-    m, diagonal, job = _confusion_parts(b)
+    m, diagonal, job = _confusion_parts(b, contract.CLASSIFICATION_SAVED_SAMPLES)
     column = f"sum by ({job}, predicted_class) ({m})"
     diag = f"sum by ({job}, predicted_class) ({diagonal})"
     diag_share = f"({diag}\nor\n{column} * 0)\n/\n{column}"
@@ -145,7 +147,8 @@ CONFUSION = tensor_rule(
     name="Confusion",
     summary="Poor confusion matrix",
     detects=(
-        "Over all saved predictions, for each predicted class (column): the share of its "
+        "The predictions of the latest saved step, for each predicted class (column): the "
+        "share of its "
         "predictions that were right below `min_diag`, or the share of one wrong true class "
         "above `max_off_diag`."
     ),
@@ -159,13 +162,14 @@ CONFUSION = tensor_rule(
     signals=threshold_signal(
         "Confusion matrix",
         NUMBER_UNIT,
-        contract.CLASSIFICATION_SAMPLES_TOTAL,
+        contract.CLASSIFICATION_SAVED_SAMPLES,
         setting("min_diag", "below"),
     ),
     differences=(
         "Each cell is normalised by its predicted column, `M[i][i] / sum_j M[j][i]` (empty "
         "columns skipped): the documented per-row formula cannot be right, since perfect "
         "10-class predictions would give 1/10 < min_diag; the column reading reproduces the "
-        "original's tests."
+        "original's tests. Judged on each saved step's matrix, as SageMaker invoked the "
+        "rule at each saved step (ClassImbalance counts every save since the start)."
     ),
 )

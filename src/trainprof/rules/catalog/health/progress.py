@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from trainprof.contract import metrics as contract
+from trainprof.contract.durations import format_duration
+from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     one_alert,
@@ -36,16 +38,49 @@ class LossNotDecreasingParams:
     scan_interval_us: int = scan_interval_param()
 
 
+# SageMaker's LossNotDecreasing reads one mode's losses: EVAL's if any, else TRAIN's, else
+# GLOBAL's (RULE-SEMANTICS.md section 4).
+LOSS_MODES = ("eval", "train", "global")
+# A firing LossNotDecreasing resolves only after this many rule evaluations in a row found
+# the loss decreasing: one evaluation's noise (a lucky batch) does not resolve it and fire it
+# again at the next.
+HOLD_EVALUATIONS = 3
+
+
 def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
     p = b.p
-    equal = {"num_steps": str(p.num_steps)}
-    if p.mode:
-        equal["mode"] = p.mode
-    evaluated = b.sel(contract.TRAINING_LOSS_EVALUATED, **equal)
-    baseline = b.sel(contract.TRAINING_LOSS_BASELINE, **equal)
     factor = 1 - p.diff_percent / 100
+    equal = {"num_steps": str(p.num_steps)}
+
+    def judged(mode: str) -> str:
+        evaluated = b.sel(contract.TRAINING_LOSS_EVALUATED, mode=mode, **equal)
+        baseline = b.sel(contract.TRAINING_LOSS_BASELINE, mode=mode, **equal)
+        return f"{evaluated}\n>= {baseline} * {factor:.10g}"
+
+    if p.mode:
+        expr = judged(p.mode)
+    else:
+        parts = []
+        for i, mode in enumerate(LOSS_MODES):
+            part = judged(mode)
+            if i:
+                before = "|".join(LOSS_MODES[:i])
+                b.sel(contract.TRAINING_LOSS)  # in the metric contract
+                mode_matcher = promql.Matcher("mode", "=~", before)
+                saved = promql.selector(contract.TRAINING_LOSS, [*b.matchers, mode_matcher])
+                part = f"({part}\nunless ignoring (mode, num_steps)\n{saved})"
+            parts.append(part)
+        expr = "\nor\n".join(parts)
+    # Held through noise: once fired, it resolves only after HOLD_EVALUATIONS evaluations in
+    # a row found the loss decreasing (the `or` keeps the onset at the evaluation itself).
+    scan = p.scan_interval_us / 1e6
+    # the last HOLD_EVALUATIONS evaluations: half a scan short, so a range closed at its
+    # start (Prometheus 2) and one open there (Prometheus 3) hold the same points
+    window = format_duration((HOLD_EVALUATIONS - 0.5) * scan)
+    step = format_duration(scan)
+    expr = f"{expr}\nor\nmax_over_time((\n{expr}\n)[{window}:{step}])"
     return one_alert(
-        expr=f"{evaluated}\n>= {baseline} * {factor:.10g}",
+        expr=expr,
         summary="The loss is not decreasing.",
         description=(
             f"Job {JOB}, {{{{ $labels.mode }}}} loss: {{{{ $value }}}} at the latest "
@@ -88,9 +123,12 @@ LOSS_NOT_DECREASING = tensor_rule(
         "Reading of `diff_percent`: the documented one, fire when "
         "`loss_s >= loss_prev x (1 - diff_percent/100)`. SageMaker's 2019 test passed only "
         "with the opposite (`loss_s >= loss_prev x (1 + diff_percent/100)`); both agree at "
-        "`diff_percent` 0. Without `mode`, each mode's losses are judged separately (the "
-        "original picked one mode: eval, else train, else global). "
-        "`increase_threshold_percent` is accepted and not used."
+        "`diff_percent` 0. "
+        "`increase_threshold_percent` is accepted and not used. Without `mode`, the losses "
+        "of one mode are judged, as in the original: eval's if any was logged, else "
+        "train's, else global's. Once fired, the alert resolves only after 3 evaluations in "
+        "a row found the loss decreasing (noise does not resolve and re-fire it); SageMaker's "
+        "verdict, once IssuesFound, never went back."
     ),
 )
 
@@ -113,7 +151,9 @@ def _overfit(b: Build[OverfitParams]) -> RuleOutput:
     p = b.p
     train = b.sel(contract.TRAINING_LOSS, mode="train")
     valid = b.sel(contract.TRAINING_LOSS, mode="eval")
-    step = b.sel(contract.TRAINING_LOSS_STEP, mode="train")
+    # the training step reached: the latest loss of any mode (SageMaker invoked the rule at
+    # every saved step, a validation step included)
+    step = f"max without (mode) ({b.sel(contract.TRAINING_LOSS_STEP)})"
     expr = (
         f"({valid} - ignoring (mode) {train})\n/ ignoring (mode) abs({train})\n"
         f"> {p.ratio_threshold:g}\nand ignoring (mode)\n{step} >= {p.start_step}"
@@ -151,7 +191,10 @@ OVERFIT = tensor_rule(
     ),
     differences=(
         "Compares the latest saved loss of each mode (the original compared means over its "
-        "evaluation window). `patience` becomes a `for:` of patience - 1 scan intervals."
+        "evaluation window). `patience` becomes a `for:` of patience - 1 scan intervals. "
+        "`start_step` is compared with the step of the latest loss of any mode, as the "
+        "original was invoked at every saved step, validation steps included (log eval "
+        "losses with `step=` for the two to count alike)."
     ),
 )
 
