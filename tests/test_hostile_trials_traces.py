@@ -76,7 +76,9 @@ def _collections(root: Path, text: str) -> list[str]:
 
 
 def redos(tmp: Path) -> list[str]:
-    regexes = {"weights": ["^(a+)+$", "(a+)\\1"]}
+    # RE2 runs the first in linear time; it refuses the second (a lookahead), which Python's re
+    # then matches within a budget of time
+    regexes = {"weights": ["^(a+)+$"], "biases": ["^(?!b)(a+)+$"]}
     root = _trial(tmp / "trial", regexes=regexes)
     return _append(root, 3, record(event("a" * 40 + "b", np.ones(3, np.float32), 3)))
 
@@ -229,7 +231,7 @@ def trace_stray_file(tmp: Path) -> list[str]:
 
 TRIAL_READ = "5 saved steps (0 to 4)"
 CASES = [
-    Case("include_regex ^(a+)+$", redos, 0, "include_regex '(a+)\\\\1': RE2 refuses", TRIAL_READ),
+    Case("include_regex ^(a+)+$", redos, 0, "matching took over 2 s", TRIAL_READ),
     Case("shape [100000, 100000]", shape_bomb, 0, "shape [100000, 100000]", TRIAL_READ),
     Case("wrong wire type", wrong_wire_type, 0, "summary (field 5) is a varint", TRIAL_READ),
     Case("tensor_names: 5", tensor_names_5, 0, "tensor_names is not a list", TRIAL_READ),

@@ -37,7 +37,7 @@ import numpy as np
 
 from trainprof import extras
 from trainprof.replay.damage import Damage
-from trainprof.replay.patterns import PatternError, compile_pattern
+from trainprof.replay.patterns import PatternError, PatternTimeout, compile_pattern
 from trainprof.replay.tfrecord import TensorEvent, decode_event, read_records
 from trainprof.training.health.state import HealthState
 from trainprof.training.health.trees import DamagedTrees, tree_depth, trees_from_columns
@@ -97,12 +97,26 @@ class Trial:
             found = self._collection[name] = self._find_collection(name)
         return found
 
+    def _matches(self, collection: str, pattern: Any, name: str) -> bool:
+        """Whether `pattern` matches `name`; a pattern out of time is left out, and said."""
+        try:
+            return pattern.search(name) is not None
+        except PatternTimeout as e:
+            self.regexes[collection].remove(pattern)
+            self.problems.append(
+                f"{self.root}: collection {collection!r}: include_regex {e}; left out from "
+                f"tensor {name[:80]!r} on"
+            )
+            return False
+
     def _find_collection(self, name: str) -> str:
         for collection, names in self.collections.items():
             if name in names and collection not in ("all", "default"):
                 return collection
         for collection, patterns in self.regexes.items():
-            if collection not in ("all", "default") and any(p.search(name) for p in patterns):
+            if collection not in ("all", "default") and any(
+                self._matches(collection, p, name) for p in list(patterns)
+            ):
                 return collection
         for pattern, collection in _NAME_RULES:
             if pattern.search(name):
