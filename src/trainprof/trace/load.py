@@ -84,6 +84,9 @@ class Trace:
     annotations: list[Span] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
+    # one str per distinct name, shared by every event of that name (a million events of a
+    # few hundred names keep a few hundred strings, not a million)
+    names: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _ns(value: Any) -> int:
@@ -292,6 +295,7 @@ def _add(trace: Trace, event: Any) -> None:
     name = event["name"]
     if not isinstance(name, str):
         raise TypeError(name)
+    name = trace.names.setdefault(name, name)
     start = _ns(event["ts"])
     duration = _ns(event["dur"])
     if duration < 0:
