@@ -76,6 +76,7 @@ def test_an_event_of_another_step_than_its_file_is_skipped_and_said(tmp_path):
     with path.open("ab") as f:
         f.write(record(event("loss", np.float32(1.0), 7)))
     trial = smdebug.read_trial(root)
+    assert len(trial.steps[2]) == 3 and trial.problems == []  # one step read, the others not yet
     assert sorted(trial.steps) == [0, 1, 2]
     assert sum("an event of step 7 in the file of step 1" in p for p in trial.problems) == 1
     assert sorted(trial.steps) == [0, 1, 2]  # a second pass reports nothing twice

@@ -185,7 +185,7 @@ class _Steps(Mapping[int, list[TensorEvent]]):
                 + ", ".join(self._others[:5])
                 + more
             )
-        self._reported = 0  # steps whose problems are said
+        self._said = bytearray(len(self._steps))  # 1: that step's problems are said
 
     @property
     def numbers(self) -> Sequence[int]:
@@ -224,8 +224,8 @@ class _Steps(Mapping[int, list[TensorEvent]]):
         return own + sorted(self._elsewhere.get(step, []))
 
     def _read(self, index: int, step: int) -> list[TensorEvent]:
-        problems = self.problems if index >= self._reported else []
-        self._reported = max(self._reported, index + 1)
+        problems = [] if self._said[index] else self.problems
+        self._said[index] = 1
         out: list[TensorEvent] = []
         for file in self._files_of(step):
             named = _EVENT_FILE.match(file.name)
