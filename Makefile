@@ -3,15 +3,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: help setup tools demo test check generate clean image image-lock docker-image release chart-package version
+.PHONY: help setup tools demo test test-fast check generate clean image image-lock docker-image release chart-package version gpu-check
 
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager (KEEP=1: keep them running)"
-	@echo "make test      set up, then run every test (real promtool / prometheus / amtool)"
+	@echo "make test      set up, then run every test (real promtool / prometheus / amtool) and list the 30 slowest"
+	@echo "make test-fast the unit, doctest and promtool tiers in parallel (about 4 CPU-minutes): run it before each commit;"
+	@echo "               it leaves out the tiers marked live (Prometheus, Alertmanager, VictoriaMetrics), helm,"
+	@echo "               browser (Chromium, node), hta (Holistic Trace Analysis), torch (training a model)"
+	@echo "               and slow (the exporter's image), which make test runs"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/, helm/)"
 	@echo "make image     build the exporter's OCI image into build/image/ (Debian's python3 + the wheel; needs root)"
 	@echo "make release   the wheel, sdist, image and packaged chart (trainprof-VERSION.tgz + index.yaml) in build/release/"
 	@echo "make check     fail on a lint or format finding in the Python files, a type finding in src/, a drifted generated artifact, an invalid rule file or a helm lint finding"
+	@echo "make gpu-check on an NVIDIA GPU: the exporter against nvidia-smi, the training overheads, a kernel trace against HTA (GPU_PY=python with torch+CUDA)"
 
 # torch is named in the same pip command as the extras so nothing they pull in can replace
 # it: 2.13.0 is the CPU wheel on this machine's disk; an unpinned torch is a multi-GB CUDA build.
@@ -27,12 +32,28 @@ setup: $(VENV)/.installed tools
 tools:
 	@scripts/install-tools.sh
 
+# The venv's torch is the CPU wheel: on a GPU machine point GPU_PY at a Python whose torch has
+# CUDA and which has trainprof installed (pip install -e '.[all]').
+GPU_PY ?= $(PY)
+
+gpu-check: $(VENV)/.installed
+	$(GPU_PY) benchmarks/gpu_check.py
+
 # KEEP=1 leaves the demo's Prometheus, Alertmanager and exporter running until Ctrl-C.
 demo: setup
 	$(PY) -m trainprof.demo $(if $(KEEP),--keep)
 
 test: setup
-	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest
+	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest --durations=30
+
+# The tiers are markers tests/conftest.py sets from the fixtures each test uses. --dist
+# loadgroup keeps each scenario file's cases on one worker, so it runs in one promtool process.
+JOBS ?= auto
+FAST := not (live or helm or browser or hta or torch or slow)
+
+test-fast: setup
+	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest -q -n $(JOBS) \
+	  --dist loadgroup -m "$(FAST)"
 
 generate: $(VENV)/.installed
 	$(PY) -m trainprof.generation.generate

@@ -175,3 +175,27 @@ def serve_exposition(body: Callable[[], bytes | None]) -> http.server.ThreadingH
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def serve_paths(bodies: dict[str, Callable[[], bytes | None]]) -> http.server.ThreadingHTTPServer:
+    """`serve_exposition` with one body per path (404 for another path)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = bodies.get(self.path)
+            data = body() if body is not None else None
+            if data is None:
+                self.send_error(404 if body is None else 503)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

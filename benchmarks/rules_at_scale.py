@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import functools
 import http.server
 import os
 import random
@@ -52,9 +54,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _procs import cpu_seconds, serve_exposition
+from _procs import cpu_seconds, serve_exposition, serve_paths
 from prometheus_client import CollectorRegistry, generate_latest
-from source_fleet import NAMESPACE, SourceFleet
+from source_fleet import NAMESPACE, SourceFleet, hashmod, node_name
 
 from trainprof.contract.durations import format_duration, parse_duration
 from trainprof.contract.sampling import GpuSample, HostSample, SampleAccumulator
@@ -64,6 +66,7 @@ from trainprof.generation.render import to_yaml
 from trainprof.rules.compiler import compile_rules
 from trainprof.rules.config import load_config
 from trainprof.sources import parse_sources
+from trainprof.sources.tiers import federation_match, tier
 
 
 def rules_config(scan: float) -> dict:
@@ -174,7 +177,67 @@ class AdapterFleet:
         return body.encode()
 
 
-def serve(fleet: Fleet | AdapterFleet) -> http.server.ThreadingHTTPServer:
+class ShardedFleet:
+    """The fleet of `AdapterFleet` for `shards` Prometheus servers sharded by node, with a
+    global one over them: node_exporter's series of the nodes each shard's `hashmod` keeps
+    (`/shard/<i>`, one body per shard standing for its nodes' targets), and everything else
+    (dcgm-exporter, the job attribution, trainprof's exporter) for the global server
+    (`/global`)."""
+
+    def __init__(self, source: tuple[str, ...], args: argparse.Namespace, shards: int):
+        dcgm = "dcgm" in source
+        attribution = args.attribution if dcgm else "assignment"
+        common = (args.nodes, args.gpus, args.cores, args.jobs)
+        self.hosts = SourceFleet(*common, False, True, "none")
+        self.rest = SourceFleet(*common, dcgm, False, attribution)
+        self.trainprof = None
+        if not dcgm:
+            self.trainprof = Fleet(args.nodes, args.gpus, 0, args.jobs, NAMESPACE)
+        names = {n: node_name(n) for n in range(args.nodes)}
+        self.shards = [
+            [n for n, name in names.items() if hashmod(name, shards) == i] for i in range(shards)
+        ]
+        self.lock = threading.Lock()
+        self.host_body = ""
+        self.scrapes = [0] * shards
+        self.stopped = False
+
+    def shard_body(self, shard: int) -> bytes | None:
+        if self.stopped:
+            return None
+        with self.lock:
+            # Every shard scrapes once per interval: advance the hosts at the first of them.
+            self.scrapes[shard] += 1
+            if self.scrapes[shard] > min(self.scrapes) or not self.host_body:
+                self.host_body = self.hosts.one_node()
+            one = self.host_body
+        return self.hosts.body(one, self.shards[shard]).encode()
+
+    def global_body(self) -> bytes | None:
+        if self.stopped:
+            return None
+        body = self.rest.body()
+        if self.trainprof is not None:
+            body += self.trainprof.body().decode()
+        return body.encode()
+
+    def body(self) -> bytes:
+        """Everything, as one server would scrape it (for its size)."""
+        shards = b"".join(self.shard_body(i) or b"" for i in range(len(self.shards)))
+        return shards + (self.global_body() or b"")
+
+
+def serve(fleet: Fleet | AdapterFleet | ShardedFleet) -> http.server.ThreadingHTTPServer:
+    if isinstance(fleet, ShardedFleet):
+        return serve_paths(
+            {
+                "/global": fleet.global_body,
+                **{
+                    f"/shard/{i}": functools.partial(fleet.shard_body, i)
+                    for i in range(len(fleet.shards))
+                },
+            }
+        )
     return serve_exposition(lambda: None if fleet.stopped else fleet.body())
 
 
@@ -344,7 +407,8 @@ def engine_pids(workdir: Path) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if Path(argv[0].decode()).name in ENGINES and str(workdir).encode() in b" ".join(argv):
+        # Each engine's files lie in its own folder: shard1/ is not shard10/.
+        if Path(argv[0].decode()).name in ENGINES and f"{workdir}/".encode() in b" ".join(argv):
             pids.append(int(entry))
     return pids
 
@@ -389,6 +453,60 @@ def _print_rules(
         # vmalert times groups, not rules.
         engine = f"{engine_s * 1000:11.1f} ms" if engine_s == engine_s else f"{'-':>14}"
         print(f"    {name:<52} {engine} {quick * 1000:11.1f} ms")
+
+
+@dataclasses.dataclass
+class Server:
+    """One engine of the run: where to query it, its rules and its processes."""
+
+    name: str
+    base: str  # where its series are queried
+    alert: str | None  # vmalert, which evaluates the rules, or None: the engine does
+    workdir: Path
+    groups: list[dict]  # the rule groups it evaluates
+    pids: list[int] = dataclasses.field(default_factory=list)
+
+
+@contextlib.contextmanager
+def sharded(workdir: Path, target: str, fleet: ShardedFleet, groups: list[dict]):
+    """Prometheus servers sharded by node and a global one over them (docs/sources.md):
+    each shard scrapes its nodes' node_exporter series and records the `shard` tier; the
+    global server scrapes the rest, federates the shards' per-node recordings and evaluates
+    the `global` tier. All start with no rules."""
+    head = "global: {scrape_interval: 15s, scrape_timeout: 14s, evaluation_interval: 15s}\n"
+    servers = []
+    with contextlib.ExitStack() as stack:
+        for i in range(len(fleet.shards)):
+            home = workdir / f"shard{i}"
+            home.mkdir()
+            config = head.replace("global: {", f"global: {{external_labels: {{shard: '{i}'}}, ")
+            config += (
+                f"scrape_configs:\n- job_name: node\n  metrics_path: /shard/{i}\n"
+                f"  static_configs:\n  - targets: ['{target}']\nrule_files: [rules.yaml]\n"
+            )
+            base = stack.enter_context(
+                prometheus("prometheus", home, config, {"rules.yaml": NO_RULES})
+            )
+            servers.append(Server(f"shard {i}", base, None, home, tier(groups, "shard")))
+        home = workdir / "global"
+        home.mkdir()
+        shards = ", ".join(f"'{s.base.removeprefix('http://')}'" for s in servers)
+        config = head + (
+            f"scrape_configs:\n- job_name: fleet\n  metrics_path: /global\n"
+            f"  static_configs:\n  - targets: ['{target}']\n"
+            "- job_name: federate\n  honor_labels: true\n  metrics_path: /federate\n"
+            f"  params: {{'match[]': ['{federation_match()}']}}\n"
+            f"  static_configs:\n  - targets: [{shards}]\nrule_files: [rules.yaml]\n"
+        )
+        base = stack.enter_context(prometheus("prometheus", home, config, {"rules.yaml": NO_RULES}))
+        servers.append(Server("global", base, None, home, tier(groups, "global")))
+        yield servers
+
+
+@contextlib.contextmanager
+def one_engine(name: str, workdir: Path, target: str, groups: list[dict]):
+    with engine(name, workdir, target, NO_RULES) as (base, alert):
+        yield [Server(name, base, alert, workdir, groups)]
 
 
 def main() -> None:
@@ -440,19 +558,38 @@ def main() -> None:
         help="how the adapters find each GPU's job: kube-state-metrics' kube_pod_labels "
         "(pod) or the ranks' trainprof_gpu_assignment_info",
     )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="Prometheus servers sharded by node (hashmod of the node's name) recording "
+        "node_exporter's per-core reduction, with a global server federating them and "
+        "evaluating the rest (`trainprof rules compile --tier`); 0: one server (default)",
+    )
     args = parser.parse_args()
     if args.minutes * 60 < FILL + 60:
         parser.error(
             f"--minutes {args.minutes:g} leaves no time to measure after the rules' windows "
             f"fill ({FILL / 60:g} min): give at least {FILL / 60 + 1:g}"
         )
+    if args.shards and ("node_exporter" not in args.source or args.engine != "prometheus"):
+        parser.error(
+            "--shards shards node_exporter's series over Prometheus servers: give "
+            "a --source naming node_exporter, on --engine prometheus"
+        )
+    if args.shards == 1 or args.shards < 0:
+        parser.error("--shards: give 2 or more, or 0 for one server")
     if args.source == ("trainprof",):
-        fleet: Fleet | AdapterFleet = Fleet(
+        fleet: Fleet | AdapterFleet | ShardedFleet = Fleet(
             args.nodes, args.gpus, args.cores, args.jobs, unhealthy=args.unhealthy
         )
         rules = rules_config(args.scan)
     else:
-        fleet = AdapterFleet(args.source, args)
+        fleet = (
+            ShardedFleet(args.source, args, args.shards)
+            if args.shards
+            else AdapterFleet(args.source, args)
+        )
         rules = {**rules_config(args.scan), "source": ",".join(args.source)}
     server = serve(fleet)
     t = time.perf_counter()
@@ -462,127 +599,170 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="rules-at-scale-"))
     target = f"127.0.0.1:{server.server_address[1]}"
     try:
-        # Started with no rules: first the engine's CPU while it only ingests, then the rules.
-        with engine(args.engine, workdir, target, NO_RULES) as (base, alert):
-            started = time.monotonic()
-            pids = engine_pids(workdir)
-
-            def poll() -> None:
-                up = PrometheusAPI(base, timeout=120).query("scrape_samples_scraped")["result"]
-                print(
-                    f"  {time.monotonic() - started:5.0f}s: "
-                    f"{up[0]['value'][1] if up else 0} series per scrape",
-                    flush=True,
-                )
-
-            while time.monotonic() - started < WARM_UP:
-                time.sleep(15)
-                poll()
-            quiet_from = (time.monotonic(), engine_cpu(pids))
-            while time.monotonic() - quiet_from[0] < args.baseline * 60:
-                time.sleep(15)
-                poll()
-            without = (engine_cpu(pids) - quiet_from[1]) / (time.monotonic() - quiet_from[0])
-            load_rules(workdir, pids, to_yaml({"groups": groups}))
-            started = time.monotonic()
-            cpu_from: tuple[float, float] | None = None
-            rounds: dict[str, list[float]] = {}
-            # the adapter groups' rules, by group and position
-            per_rule: dict[tuple[str, int], list[float]] = {}
-            filled: dict[str, tuple[float, float]] = {}
-            while time.monotonic() - started < args.minutes * 60:
-                time.sleep(15)
-                poll()
-                # Once the 4m10s windows are full, keep every round's evaluation times.
-                if time.monotonic() - started > FILL:
-                    if cpu_from is None:
-                        cpu_from = (time.monotonic(), engine_cpu(pids))
-                    if alert is None:
-                        for g in PrometheusAPI(base, timeout=120).rule_groups():
-                            rounds.setdefault(g["name"], []).append(float(g["evaluationTime"]))
-                            if g["name"].startswith(SOURCES_GROUP):
-                                for i, r in enumerate(g["rules"]):
-                                    times = per_rule.setdefault((g["name"], i), [])
-                                    times.append(float(r["evaluationTime"]))
-                    elif not filled:
-                        filled = _vmalert_means(alert)
-            if alert is not None:
-                now = _vmalert_means(alert)
-                for g, (total, count) in now.items():
-                    before = filled.get(g, (0.0, 0.0))
-                    n = count - before[1]
-                    if n:
-                        rounds[g] = [(total - before[0]) / n]
-                    else:
-                        # A 5 m group may not run between the windows filling and the end:
-                        # its mean over the whole run, first (smaller) evaluations included.
-                        rounds[g] = [total / count] if count else [float("nan")]
-            memory = {args.engine: resident_bytes(base)}
-            if alert is not None:
-                memory["vmalert"] = resident_bytes(alert)
-            assert cpu_from is not None  # --minutes is checked to outlast FILL
-            # The same engine ingesting the same series, with and without the rules: the
-            # difference is the rules' own CPU (evaluation, the recordings' writes, alert
-            # templates, and the garbage collection all of that causes, which a group's
-            # evaluation time leaves out).
-            with_rules = (engine_cpu(pids) - cpu_from[1]) / (time.monotonic() - cpu_from[0])
-            at = time.time()
-            # Stop serving: with ingestion and rule evaluation off the cores, the instant
-            # queries below, all at the moment serving stopped, measure evaluation alone.
-            # VictoriaMetrics 1.79 answered such queries with most scraped series missing,
-            # so there they run while it keeps ingesting (upper bounds).
-            fleet.stopped = alert is None
-            fastest_rule = {
-                (g["name"], i): _fastest(base, r["expr"], at)
-                for g in groups
-                for i, r in enumerate(g["rules"])
-            }
-            quiet = {
-                g["name"]: sum(fastest_rule[g["name"], i] for i in range(len(g["rules"])))
-                for g in groups
-            }
-            touched = {
-                g["name"]: series_touched(base, [r["expr"] for r in g["rules"]], at) for g in groups
-            }
-            medians = sorted(
-                ((name, statistics.median(times)) for name, times in rounds.items()),
-                key=lambda x: -x[1],
-            )
-            every = {g["name"]: parse_duration(g.get("interval", "1m")) for g in groups}
-            print(
-                f"  {'group':<34} {'every':>6} {'in the engine':>14} {'fastest query':>14} "
-                f"{'series':>9}"
-            )
-            for name, d in medians:
-                print(
-                    f"  {name:<34} {format_duration(every.get(name, 15)):>6} {d * 1000:11.0f} ms "
-                    f"{quiet.get(name, 0) * 1000:11.0f} ms {touched.get(name, 0):9d}"
-                )
-            for group in groups:
-                if group["name"].startswith(SOURCES_GROUP):
-                    _print_rules(group, per_rule, fastest_rule)
-            # A group evaluated every 60 s costs a quarter of its time per 15 s interval.
-            share = {name: 15 / every.get(name, 15) for name, _ in medians}
-            total = sum(d * share[name] for name, d in medians)
-            fastest = sum(q * 15 / every.get(name, 15) for name, q in quiet.items())
-            rules_cpu = (with_rules - without) * 15
-            print(
-                f"engine CPU, still ingesting: {with_rules * 100:.1f}% of one core with the rules "
-                f"loaded, {without * 100:.1f}% without; the rules' own: {rules_cpu:.2f} s per "
-                f"15 s ({100 * rules_cpu / 15:.1f}% of one core)"
-            )
-            print(
-                f"all groups, {args.nodes} nodes x {args.gpus} GPUs x {args.cores} cores, "
-                f"{args.jobs} jobs, source {','.join(args.source)}, "
-                f"scan {format_duration(args.scan)}, on {args.engine}, "
-                f"per 15 s of wall time: {total:.2f} s of "
-                f"evaluation while ingesting; {fastest:.2f} s as the fastest of {TRIES} instant "
-                f"queries each ({100 * fastest / 15:.1f}% of one core); resident memory "
-                + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in memory.items())
-            )
+        # Started with no rules: first the engines' CPU while they only ingest, then the rules.
+        engines = (
+            sharded(workdir, target, fleet, groups)
+            if isinstance(fleet, ShardedFleet)
+            else one_engine(args.engine, workdir, target, groups)
+        )
+        with engines as servers:
+            measure(servers, fleet, args)
     finally:
         server.shutdown()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def measure(servers: list[Server], fleet, args: argparse.Namespace) -> None:
+    """Ingestion alone, then the rules: each server's CPU, group times and fastest queries."""
+    started = time.monotonic()
+    for s in servers:
+        s.pids = engine_pids(s.workdir)
+
+    def poll() -> None:
+        counts = []
+        for s in servers:
+            up = PrometheusAPI(s.base, timeout=120).query("sum(scrape_samples_scraped)")["result"]
+            counts.append(f"{s.name} {up[0]['value'][1] if up else 0}")
+        print(
+            f"  {time.monotonic() - started:5.0f}s: series per scrape: " + ", ".join(counts),
+            flush=True,
+        )
+
+    while time.monotonic() - started < WARM_UP:
+        time.sleep(15)
+        poll()
+    quiet_from = (time.monotonic(), [engine_cpu(s.pids) for s in servers])
+    while time.monotonic() - quiet_from[0] < args.baseline * 60:
+        time.sleep(15)
+        poll()
+    elapsed = time.monotonic() - quiet_from[0]
+    without = [(engine_cpu(s.pids) - c) / elapsed for s, c in zip(servers, quiet_from[1])]
+    for s in servers:
+        load_rules(s.workdir, s.pids, to_yaml({"groups": s.groups}))
+    started = time.monotonic()
+    cpu_from: tuple[float, list[float]] | None = None
+    rounds: list[dict[str, list[float]]] = [{} for _ in servers]
+    # the adapter groups' rules, by group and position
+    per_rule: list[dict[tuple[str, int], list[float]]] = [{} for _ in servers]
+    filled: dict[str, tuple[float, float]] = {}
+    alert = servers[0].alert
+    while time.monotonic() - started < args.minutes * 60:
+        time.sleep(15)
+        poll()
+        # Once the 4m10s windows are full, keep every round's evaluation times.
+        if time.monotonic() - started > FILL:
+            if cpu_from is None:
+                cpu_from = (time.monotonic(), [engine_cpu(s.pids) for s in servers])
+            if alert is None:
+                for k, s in enumerate(servers):
+                    for g in PrometheusAPI(s.base, timeout=120).rule_groups():
+                        rounds[k].setdefault(g["name"], []).append(float(g["evaluationTime"]))
+                        if g["name"].startswith(SOURCES_GROUP):
+                            for i, r in enumerate(g["rules"]):
+                                times = per_rule[k].setdefault((g["name"], i), [])
+                                times.append(float(r["evaluationTime"]))
+            elif not filled:
+                filled = _vmalert_means(alert)
+    if alert is not None:
+        now = _vmalert_means(alert)
+        for g, (total, count) in now.items():
+            before = filled.get(g, (0.0, 0.0))
+            n = count - before[1]
+            if n:
+                rounds[0][g] = [(total - before[0]) / n]
+            else:
+                # A 5 m group may not run between the windows filling and the end:
+                # its mean over the whole run, first (smaller) evaluations included.
+                rounds[0][g] = [total / count] if count else [float("nan")]
+    memory = {s.name: resident_bytes(s.base) for s in servers}
+    if alert is not None:
+        memory["vmalert"] = resident_bytes(alert)
+    assert cpu_from is not None  # --minutes is checked to outlast FILL
+    # The same engine ingesting the same series, with and without the rules: the
+    # difference is the rules' own CPU (evaluation, the recordings' writes, alert
+    # templates, and the garbage collection all of that causes, which a group's
+    # evaluation time leaves out).
+    elapsed = time.monotonic() - cpu_from[0]
+    with_rules = [(engine_cpu(s.pids) - c) / elapsed for s, c in zip(servers, cpu_from[1])]
+    at = time.time()
+    # Stop serving: with ingestion and rule evaluation off the cores, the instant
+    # queries below, all at the moment serving stopped, measure evaluation alone.
+    # VictoriaMetrics 1.79 answered such queries with most scraped series missing,
+    # so there they run while it keeps ingesting (upper bounds).
+    fleet.stopped = alert is None
+    totals = []
+    for k, s in enumerate(servers):
+        if len(servers) > 1:
+            print(f"{s.name}:")
+        totals.append(_report(s, rounds[k], per_rule[k], at))
+    for k, s in enumerate(servers):
+        rules_cpu = (with_rules[k] - without[k]) * 15
+        ratio = f"{rules_cpu / (without[k] * 15):.2f}x" if without[k] else "-"
+        print(
+            f"{s.name} CPU, still ingesting: {with_rules[k] * 100:.1f}% of one core with the "
+            f"rules loaded, {without[k] * 100:.1f}% without (its ingestion: "
+            f"{without[k] * 15:.2f} s per 15 s); the rules' own: {rules_cpu:.2f} s per 15 s "
+            f"({100 * rules_cpu / 15:.1f}% of one core, {ratio} its ingestion)"
+        )
+    if len(servers) > 1:
+        rules_cpu = sum(w - o for w, o in zip(with_rules, without)) * 15
+        ingest = sum(without) * 15
+        print(
+            f"all servers: ingestion {ingest:.2f} s per 15 s, the rules' own {rules_cpu:.2f} s "
+            f"({rules_cpu / ingest:.2f}x)"
+        )
+    total = sum(t[0] for t in totals)
+    fastest = sum(t[1] for t in totals)
+    where = args.engine if len(servers) == 1 else f"{len(servers) - 1} shards + a global server"
+    print(
+        f"all groups, {args.nodes} nodes x {args.gpus} GPUs x {args.cores} cores, "
+        f"{args.jobs} jobs, source {','.join(args.source)}, "
+        f"scan {format_duration(args.scan)}, on {where}, "
+        f"per 15 s of wall time: {total:.2f} s of "
+        f"evaluation while ingesting; {fastest:.2f} s as the fastest of {TRIES} instant "
+        f"queries each ({100 * fastest / 15:.1f}% of one core); resident memory "
+        + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in memory.items())
+    )
+
+
+def _report(
+    s: Server,
+    rounds: dict[str, list[float]],
+    per_rule: dict[tuple[str, int], list[float]],
+    at: float,
+) -> tuple[float, float]:
+    """Print one server's groups; its (evaluation, fastest queries) per 15 s."""
+    groups = s.groups
+    fastest_rule = {
+        (g["name"], i): _fastest(s.base, r["expr"], at)
+        for g in groups
+        for i, r in enumerate(g["rules"])
+    }
+    quiet = {
+        g["name"]: sum(fastest_rule[g["name"], i] for i in range(len(g["rules"]))) for g in groups
+    }
+    touched = {
+        g["name"]: series_touched(s.base, [r["expr"] for r in g["rules"]], at) for g in groups
+    }
+    medians = sorted(
+        ((name, statistics.median(times)) for name, times in rounds.items()),
+        key=lambda x: -x[1],
+    )
+    every = {g["name"]: parse_duration(g.get("interval", "1m")) for g in groups}
+    print(f"  {'group':<34} {'every':>6} {'in the engine':>14} {'fastest query':>14} {'series':>9}")
+    for name, d in medians:
+        print(
+            f"  {name:<34} {format_duration(every.get(name, 15)):>6} {d * 1000:11.0f} ms "
+            f"{quiet.get(name, 0) * 1000:11.0f} ms {touched.get(name, 0):9d}"
+        )
+    for group in groups:
+        if group["name"].startswith(SOURCES_GROUP):
+            _print_rules(group, per_rule, fastest_rule)
+    # A group evaluated every 60 s costs a quarter of its time per 15 s interval.
+    share = {name: 15 / every.get(name, 15) for name, _ in medians}
+    total = sum(d * share[name] for name, d in medians)
+    fastest = sum(q * 15 / every.get(name, 15) for name, q in quiet.items())
+    return total, fastest
 
 
 if __name__ == "__main__":

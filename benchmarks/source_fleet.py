@@ -19,8 +19,10 @@ the node's name), as the trainprof fake does.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 REAL = Path(__file__).resolve().parent.parent / "tests" / "data" / "real-exporters"
@@ -53,6 +55,16 @@ def _capture(path: Path) -> tuple[list[tuple[str, dict[str, str], float]], dict[
     return samples, headers
 
 
+def node_name(n: int) -> str:
+    return f"n{n:04d}"
+
+
+def hashmod(value: str, modulus: int) -> int:
+    """Prometheus' `hashmod` relabelling of `value`: the MD5's last 8 bytes, big-endian,
+    modulo `modulus` (which shard scrapes a node whose name is `value`)."""
+    return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -77,8 +89,8 @@ class SourceFleet:
         node_exporter: bool = True,
         attribution: str = "pod",
     ):
-        if attribution not in ("pod", "assignment"):
-            raise ValueError(f"attribution must be pod or assignment, got {attribution!r}")
+        if attribution not in ("pod", "assignment", "none"):
+            raise ValueError(f"attribution must be pod, assignment or none, got {attribution!r}")
         self.nodes, self.gpus, self.cores, self.jobs = nodes, gpus, cores, jobs
         self.dcgm, self.node_exporter, self.attribution = dcgm, node_exporter, attribution
         self.rng = random.Random(1)
@@ -106,7 +118,7 @@ class SourceFleet:
             ]
         if attribution == "pod":
             headers.append("# TYPE kube_pod_labels gauge\n")
-        else:
+        elif attribution == "assignment":
             headers.append("# TYPE trainprof_gpu_assignment_info gauge\n")
         self.header = "".join(headers)
         self.static_node = "".join(
@@ -181,6 +193,8 @@ class SourceFleet:
         return out
 
     def _attribution_lines(self) -> list[str]:
+        if self.attribution == "none":  # served by another target (rules_at_scale --shards)
+            return []
         if self.attribution == "pod":
             labels = {
                 "namespace": NAMESPACE,
@@ -215,11 +229,11 @@ class SourceFleet:
         lines += self._attribution_lines()
         return "".join(lines)
 
-    def body(self, one: str | None = None) -> str:
-        """Every node's samples, after the headers."""
+    def body(self, one: str | None = None, nodes: Iterable[int] | None = None) -> str:
+        """Every node's samples (or those of `nodes`, by index), after the headers."""
         one = self.one_node() if one is None else one
         out = [self.header]
-        for n in range(self.nodes):
+        for n in range(self.nodes) if nodes is None else nodes:
             job = f"job{n % self.jobs:03d}"
-            out.append(one.replace(NODE_NAME, f"n{n:04d}").replace(JOB_NAME, job))
+            out.append(one.replace(NODE_NAME, node_name(n)).replace(JOB_NAME, job))
         return "".join(out)

@@ -1,11 +1,18 @@
-"""Shared fixtures: the real Prometheus tools, found on PATH.
+"""Shared fixtures: the real Prometheus tools, found on PATH, and the test tiers.
 
 A missing tool skips its tests on a laptop, but fails them when TRAINPROF_REQUIRE_TOOLS=1
 (which `make test` and CI set), so CI can never go green having run nothing that matters.
+
+Each test is marked from what it uses (`pytest_collection_modifyitems`): the tool fixtures it
+asks for, directly or through another fixture (`live_job` brings `prometheus_bin`), and the
+training frameworks its module imports. A test that runs a tool, even through trainprof's own
+code (`replay` finds promtool on PATH), asks for the tool's fixture, which is also what skips
+it where the tool is missing. `make test-fast` deselects the slow tiers by these markers.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import sys
@@ -50,6 +57,50 @@ def pytest_sessionfinish(session):
     if found:
         sys.stderr.write("\n" + _READS.message(found) + " (outside any test)\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# marker -> the fixtures that put a test in it
+TIERS = {
+    "promtool": {"promtool", "amtool"},
+    "live": {"prometheus_bin", "alertmanager_bin", "victoria_metrics_bin", "vmalert_bin"},
+    "helm": {"helm"},
+    "browser": {"chromium", "grafana_schema"},
+    "hta": {"hta_peer"},
+    "real_data": {"real_data"},
+}
+# Every fixture that fails under TRAINPROF_REQUIRE_TOOLS=1 where its tool is missing.
+TOOLS = set().union(*(TIERS[t] for t in ("promtool", "live", "helm", "browser", "hta"))) | {
+    "openssl"
+}
+# A module importing one of these trains a model (or loads the framework to): marker `torch`.
+FRAMEWORKS = {"torch", "lightning", "pytorch_lightning", "transformers", "accelerate", "keras"}
+
+
+def _frameworks(module) -> bool:
+    """Whether a test module holds a framework's module, class or function at top level
+    (`import torch`, `torch = require_module("torch")`, `from lightning import Trainer`)."""
+    for value in vars(module).values():
+        name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        if isinstance(name, str) and name.partition(".")[0] in FRAMEWORKS:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    frameworks: dict[object, bool] = {}
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in TIERS.items():
+            if used & fixtures:
+                item.add_marker(marker)
+        if used & TOOLS:
+            item.add_marker("tools")
+        module = getattr(item, "module", None)
+        if module is not None:
+            if module not in frameworks:
+                frameworks[module] = _frameworks(module)
+            if frameworks[module]:
+                item.add_marker("torch")
 
 
 def pytest_addoption(parser):
@@ -184,6 +235,17 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def chromium() -> str:
     return _tool("chromium")
+
+
+@pytest.fixture(scope="session")
+def hta_peer(root) -> list[str]:
+    """The command that runs Holistic Trace Analysis, the peer the kernel-level trace summary
+    is checked against, in a process of its own (tests/hta_peer.py; the test extra has it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("hta") is None:
+        skip_or_fail("holistictraceanalysis is not installed (the test extra has it)")
+    return [sys.executable, str(root / "tests" / "hta_peer.py")]
 
 
 # Rules compiled for a fast live test: evaluated every second, a few datapoints of patience

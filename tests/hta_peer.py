@@ -1,10 +1,13 @@
 """The peer side of the trace-summary comparison: Holistic Trace Analysis alone, run as
-`python tests/hta_peer.py TRACE [--hta-rounding]` in its own process, printing JSON.
-It imports nothing from trainprof, so it cannot agree with trainprof by sharing its code.
+`python tests/hta_peer.py TRACE [--include-last-step] [--hta-rounding]` in its own process,
+printing JSON. It imports nothing from trainprof, so it cannot agree with trainprof by sharing
+its code.
 
-HTA is run on the whole trace (`include_last_profiler_step=True`) and, unless
-`--hta-rounding`, with its rounding of nanosecond timestamps to whole microseconds off
-(HTA_DISABLE_NS_ROUNDING=1), so both sides measure the same events with the same clock.
+HTA is run as users run it: `TraceAnalysis(trace_dir)`, which leaves the last profiler step
+out (`include_last_profiler_step=False`), or with `--include-last-step` the whole trace.
+Unless `--hta-rounding`, its rounding of nanosecond timestamps to whole microseconds is off
+(HTA_DISABLE_NS_ROUNDING=1), so both sides measure the same events with the same clock;
+test_trace_hta.py shows what the rounding changes.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import tempfile
 import warnings
 
 
-def main(path: str, rounding: bool) -> dict:
+def main(path: str, include_last_step: bool, rounding: bool) -> dict:
     if not rounding:
         os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
     warnings.simplefilter("ignore")
@@ -27,7 +30,10 @@ def main(path: str, rounding: bool) -> dict:
 
     with tempfile.TemporaryDirectory() as trace_dir:
         shutil.copy(path, trace_dir)
-        analysis = TraceAnalysis(trace_dir=trace_dir, include_last_profiler_step=True)
+        if include_last_step:
+            analysis = TraceAnalysis(trace_dir=trace_dir, include_last_profiler_step=True)
+        else:
+            analysis = TraceAnalysis(trace_dir=trace_dir)  # HTA's default window
         temporal = analysis.get_temporal_breakdown(visualize=False)
         kernel_types, kernels = analysis.get_gpu_kernel_breakdown(
             visualize=False,
@@ -54,4 +60,6 @@ def main(path: str, rounding: bool) -> dict:
 
 
 if __name__ == "__main__":
-    json.dump(main(sys.argv[1], "--hta-rounding" in sys.argv[2:]), sys.stdout)
+    flags = sys.argv[2:]
+    result = main(sys.argv[1], "--include-last-step" in flags, "--hta-rounding" in flags)
+    json.dump(result, sys.stdout)

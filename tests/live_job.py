@@ -168,3 +168,24 @@ def scrape_config(job: LiveJob, interval: str = "1s") -> str:
         f"- job_name: trainprof\n  static_configs:\n  - targets: [{targets}]\n"
         f"    labels: {{namespace: {job.namespace}}}\n"
     )
+
+
+@contextlib.contextmanager
+def one_rank_job(
+    training_job: str, namespace: str = "team-a"
+) -> Iterator[tuple[LiveJob, subprocess.Popen]]:
+    """One node of HOSTS (a well-fed GPU) and one training rank, yielding the job and the
+    rank's process: a test stops the rank to end training while the exporter goes on, as a
+    finished job's exporter does."""
+    host = HOSTS[1]
+    exporter, _ = _exporter(host, training_job)
+    proc = None
+    try:
+        proc, port = _rank(training_job, host.node, 0, 0, len(host.cores))
+        targets = [f"127.0.0.1:{exporter.port}", f"127.0.0.1:{port}"]
+        yield LiveJob(training_job, namespace, targets, [host.node]), proc
+    finally:
+        if proc is not None:
+            stop_process(proc)
+            proc.stdout.close()
+        exporter.stop()

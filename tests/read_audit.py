@@ -154,7 +154,9 @@ class Plugin:
     def start(self) -> None:
         # The session's own temporary directory, so that the temporary directory is not
         # where a checkout and ../shared beside it may lie (a CI clone under /tmp).
-        temporary = os.path.join(tempfile.gettempdir(), SESSION_TMP)
+        temporary = tempfile.gettempdir()
+        if os.path.basename(temporary) != SESSION_TMP:  # not already set: a pytest-xdist
+            temporary = os.path.join(temporary, SESSION_TMP)  # worker inherits its TMPDIR
         os.makedirs(temporary, exist_ok=True)
         os.environ["TMPDIR"] = tempfile.tempdir = temporary
         self.audit = Audit(self.root)

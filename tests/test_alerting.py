@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
 import yaml
 
 from trainprof.alerting import files, routing
@@ -113,7 +112,6 @@ def test_the_tree_names_exactly_the_documented_receivers():
 # --- the real amtool -----------------------------------------------------------------------
 
 
-@pytest.mark.tools
 def test_amtool_accepts_the_example_configuration(amtool, root):
     result = check_config(amtool, root / "alerting" / "alertmanager.example.yml")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -121,7 +119,6 @@ def test_amtool_accepts_the_example_configuration(amtool, root):
     assert "1 templates" in result.stdout
 
 
-@pytest.mark.tools
 def test_amtool_accepts_the_fragment_merged_into_a_minimal_configuration(amtool, root, tmp_path):
     fragment = yaml.safe_load((root / "alerting" / "trainprof.routes.yaml").read_text())
     merged = {
@@ -135,7 +132,6 @@ def test_amtool_accepts_the_fragment_merged_into_a_minimal_configuration(amtool,
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.tools
 def test_every_route_case_reaches_its_receivers_in_the_example(amtool, root):
     committed = yaml.safe_load((root / "alerting" / "route-tests.yaml").read_text())["cases"]
     assert committed == [c.as_dict() for c in CASES]
@@ -149,7 +145,6 @@ def test_every_route_case_reaches_its_receivers_in_the_example(amtool, root):
     print(f"{len(CASES)} route cases passed")
 
 
-@pytest.mark.tools
 def test_alerts_that_are_not_trainprofs_keep_their_own_route(amtool, root):
     config = root / "alerting" / "alertmanager.example.yml"
     rc, out = amtool_routes(
@@ -210,7 +205,6 @@ def operator_view(resource: dict, namespace: str) -> dict:
     }
 
 
-@pytest.mark.tools
 def test_the_alertmanagerconfig_routes_like_the_plain_configuration(amtool, root, tmp_path):
     resource = yaml.safe_load((root / "alerting" / "trainprof.alertmanagerconfig.yaml").read_text())
     assert resource["kind"] == "AlertmanagerConfig"
@@ -247,33 +241,34 @@ def render(amtool: str, root, data_path, text: str) -> str:
     return result.stdout
 
 
-@pytest.mark.tools
 def test_the_notification_names_where_what_and_what_to_do(amtool, root, tmp_path):
     payload = json.loads((root / "tests" / "fixtures" / "webhook-v4-idle.json").read_text())
     outlier = json.loads(json.dumps(payload["alerts"][0]))
     outlier["labels"].update(
-        alertname="TrainingStepOutlier", rule="StepOutlier", rank="3", mode="train"
+        alertname="TrainingSlowRank", rule="SlowRank", node="n3", rank="3", mode="train"
     )
-    del outlier["labels"]["gpu"], outlier["labels"]["reason"]
+    del outlier["labels"]["reason"]
     payload["alerts"].append(outlier)
     data = tmp_path / "data.json"
     data.write_text(json.dumps(payload))
 
     title = render(amtool, root, data, '{{ template "trainprof.title" . }}')
     assert title.strip() == (
-        "[FIRING:2] warning job idle (team-a): TrainingLowGPUUtilization TrainingStepOutlier"
+        "[FIRING:2] warning job idle (team-a): TrainingLowGPUUtilization TrainingSlowRank"
     )
     text = render(amtool, root, data, '{{ template "trainprof.text" . }}')
     low_gpu = payload["alerts"][0]
-    assert "Where: job idle in team-a, node n3, GPU 0\n" in text
+    # one alert for the job: the GPUs it found are in its description
+    assert "Where: job idle in team-a\n" in text
+    assert "Found: Job idle: 1 of 1 GPUs were underutilized" in text
+    assert f"Found: {low_gpu['annotations']['description']}\n" in text
+    # a custom rule's alert may still name a unit
     assert "Where: job idle in team-a, node n3, rank 3, mode train\n" in text
-    assert f"Measured: {low_gpu['annotations']['description']}\n" in text
     assert f"Recommendation: {low_gpu['annotations']['recommendation']}\n" in text
     assert f"Dashboard: {low_gpu['annotations']['dashboard_url']}\n" in text
     assert f"Runbook: {low_gpu['annotations']['runbook_url']}" in text
 
 
-@pytest.mark.tools
 def test_resolved_and_health_notifications_say_so(amtool, root, tmp_path):
     payload = json.loads((root / "tests" / "fixtures" / "webhook-v4-starved.json").read_text())
     payload["status"] = "resolved"

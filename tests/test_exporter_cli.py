@@ -116,6 +116,7 @@ def test_a_bad_web_config_and_missing_bcrypt_exit_2(tmp_path, capsys, monkeypatc
 
 
 def test_an_unwritable_recording_exits_1(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")  # in the way of the folder: it cannot be created
     assert (
         main(
             [
@@ -124,13 +125,13 @@ def test_an_unwritable_recording_exits_1(tmp_path, capsys):
                 "--web.listen-address",
                 "127.0.0.1:0",
                 "--record",
-                str(tmp_path / "missing" / "run.jsonl"),
+                str(tmp_path / "a-file" / "missing" / "run.jsonl"),
             ]
         )
         == 1
     )
     err = capsys.readouterr().err
-    assert "cannot write the recording" in err and "No such file or directory" in err
+    assert "cannot write the recording" in err and "Not a directory" in err
 
 
 def test_identity_comes_from_flags_then_env_then_the_hostname_outside_kubernetes():

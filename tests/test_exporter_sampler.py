@@ -137,5 +137,6 @@ def test_a_recording_that_cannot_be_written_stops_once_and_the_rest_goes_on(
 
 
 def test_a_recording_path_that_cannot_be_opened_raises(tmp_path):
+    (tmp_path / "a-file").write_text("")  # a missing folder is made; a file in the way is not
     with pytest.raises(OSError):
-        Recorder(str(tmp_path / "missing" / "run.jsonl"), 0.5, "n1")
+        Recorder(str(tmp_path / "a-file" / "run.jsonl"), 0.5, "n1")

@@ -17,8 +17,6 @@ from trainprof.rules.config import load_config
 
 from smdebug_writer import write_trial
 
-pytestmark = pytest.mark.tools
-
 STEPS = 24
 
 

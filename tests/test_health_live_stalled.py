@@ -23,8 +23,6 @@ from trainprof.rules.config import load_config
 from servers import get_json, prometheus, query, wait_for_firing, wait_for_targets
 from smdebug_writer import write_trial
 
-pytestmark = pytest.mark.tools
-
 THRESHOLD = 3.0
 CONFIG = load_config(
     {
@@ -91,7 +89,7 @@ def _stalled_state(base: str) -> set[str]:
     return {a["state"] for a in alerts if a["labels"].get("rule") == "StalledTrainingRule"}
 
 
-def test_a_loop_that_stops_stepping_fires_and_replays_alike(prometheus_bin, tmp_path):
+def test_a_loop_that_stops_stepping_fires_and_replays_alike(prometheus_bin, promtool, tmp_path):
     session = trainprof.start(port=0, addr="127.0.0.1", training_job="stall", rank=0, local_rank=0)
     loop = Loop()
     loop.start()

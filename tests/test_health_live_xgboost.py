@@ -23,7 +23,6 @@ from smdebug_writer import write_trial, xgboost_trees
 
 xgboost = pytest.importorskip("xgboost")
 
-pytestmark = pytest.mark.tools
 
 CONFIG = load_config({"rules": [{"rule": "FeatureImportanceOverweight"}, {"rule": "TreeDepth"}]})
 ROUNDS = 8

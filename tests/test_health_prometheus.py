@@ -16,8 +16,6 @@ from trainprof.rules.config import load_config
 
 from servers import get_json, prometheus, wait_for_firing, wait_for_targets
 
-pytestmark = pytest.mark.tools
-
 RULES = ["ExplodingTensor", "UnchangedTensor", "VanishingGradient", "DeadRelu"]
 
 

@@ -4,14 +4,11 @@ through the real promtool rule engine (RULE-SEMANTICS.md section 4.1)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from trainprof.replay.tensors import replay_trial
 from trainprof.rules.config import load_config
 
 from smdebug_writer import write_trial
-
-pytestmark = pytest.mark.tools
 
 
 def run(tmp_path, steps, rule, params=None, collections=None, **kwargs):

@@ -318,11 +318,15 @@ def test_unauthenticated_floods_are_rate_limited_before_the_audit_log(tmp_path):
     audit = tmp_path / "audit.jsonl"
     limited = actions_config(limits={"requests_per_minute": 60, "burst": 5})
     with actions_receiver(limited, TOKEN, audit) as (url, _):
+        started = time.monotonic()
         statuses = [post(url, payload(), token="wrong-token-000000")[0] for _ in range(100)]
         statuses += [post(url, {}, path="/nowhere")[0] for _ in range(50)]
-    assert statuses.count(401) == 5 and statuses.count(429) == 145
+        # the burst of 5, then one request a second as the bucket refills (60 a minute)
+        allowed = 5 + int(time.monotonic() - started)
+    assert 5 <= statuses.count(401) <= allowed, statuses
+    assert statuses.count(401) + statuses.count(429) == 150
     lines = audit.read_text().splitlines()
-    assert len(lines) <= 5 + 1, f"{len(lines)} audit lines for 150 refused requests"
+    assert len(lines) <= allowed + 1, f"{len(lines)} audit lines for 150 refused requests"
 
 
 def test_the_allow_list_matches_whole_job_names():
@@ -412,11 +416,7 @@ def test_a_malformed_bcrypt_hash_is_refused_at_start_up():
 
 
 @pytest.fixture
-def encrypted_key(tmp_path):
-    import shutil
-
-    openssl = shutil.which("openssl")
-    assert openssl, "openssl is needed for the encrypted key test"
+def encrypted_key(tmp_path, openssl):
     key, cert = tmp_path / "enc.key", tmp_path / "server.crt"
     subprocess.run(
         [openssl, "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]

@@ -64,23 +64,47 @@ def test_recorded_steps_and_host_samples_replay_together(tmp_path, promtool):
                     ),
                 )
             )
-    result = replay(str(tmp_path), None, scrape_interval=15, training_job="rec")
+    # The rank lived about two seconds and its recording says when it ended: replay serves
+    # its series only while it lived, as Prometheus scraped it, so the rules are evaluated
+    # every second, or no evaluation would see the rank at all.
+    rules = tmp_path / "fast-rules.yaml"  # replay reads only the .jsonl files here
+    rules.write_text(
+        "scrape_interval: 1s\nrules:\n- rule: ProfilerReport\n"
+        "  parameters: {scan_interval_us: 1000000}\n"
+    )
+    result = replay(str(tmp_path), str(rules), scrape_interval=1, training_job="rec")
     assert result.steps == 160
     outlier = result.rules["StepOutlier"]
-    assert outlier.fired and outlier.alerts[0].labels["rank"] == "0"
+    assert outlier.fired and [u.labels["rank"] for u in outlier.affected] == ["0"]
     assert not result.rules["MaxInitializationTime"].fired
 
 
 def test_an_unwritable_recording_is_one_warning_and_training_goes_on(tmp_path, caplog):
-    session = trainprof.start(port=0, addr="127.0.0.1", record=str(tmp_path / "no" / "x.jsonl"))
+    (tmp_path / "a-file").write_text("")  # in the way of the folder: it cannot be created
+    session = trainprof.start(
+        port=0, addr="127.0.0.1", record=str(tmp_path / "a-file" / "runs" / "x.jsonl")
+    )
     with trainprof.step():
         pass
     assert session.recorder is None and session.started
     assert any("cannot record" in r.getMessage() for r in caplog.records)
 
 
+def test_the_recording_s_folder_is_created(tmp_path, caplog):
+    path = tmp_path / "runs" / "today" / "x.jsonl.gz"
+    session = trainprof.start(port=0, addr="127.0.0.1", record=str(path))
+    for _ in range(3):
+        with trainprof.step():
+            pass
+    assert session.recorder is not None
+    trainprof.stop()
+    assert not any("cannot record" in r.getMessage() for r in caplog.records)
+    kinds = [r["kind"] for _, r in recording.read(str(path))]
+    assert kinds.count("step") == 3
+
+
 def test_trainprof_record_writes_the_hosts_samples_until_stopped(tmp_path):
-    out = tmp_path / "host.jsonl.gz"
+    out = tmp_path / "runs" / "host.jsonl.gz"  # its folder does not exist yet
     proc = subprocess.Popen(
         [
             sys.executable,

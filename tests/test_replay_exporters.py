@@ -11,7 +11,6 @@ MiB) or labels (`Hostname`, `UUID`, the node label) break these equalities.
 
 from __future__ import annotations
 
-import doctest
 import math
 import re
 
@@ -21,7 +20,6 @@ from real_exporters import DCGM, NODE, read_capture
 from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.engines.promtool import run_rules
 from trainprof.replay import cadence
-from trainprof.replay import exporters as exporters_module
 from trainprof.replay.exporters import Exporters
 from trainprof.replay.timeline import Timeline, scrape
 from trainprof.sources import SourceOptions, adapter_groups
@@ -294,12 +292,6 @@ def test_synthesised_series_carry_the_real_exporters_label_names_and_units():
     # dcgm and node_exporter replace trainprof's exporter entirely
     assert not [n for n in served if n.startswith(("trainprof_cpu", "trainprof_gpu_util"))]
     assert served["trainprof_gpu_assignment_info"]
-
-
-@pytest.mark.parametrize("module", [exporters_module, cadence])
-def test_docstring_examples_run(module):
-    result = doctest.testmod(module)
-    assert result.attempted and result.failed == 0
 
 
 def test_a_slow_groups_alert_restarts_its_for_when_its_condition_stops_holding():

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import subprocess
 import sys
 import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -25,7 +25,7 @@ from trainprof.report import from_prometheus
 from trainprof.report.queries import grafana_builtins
 from trainprof.rules.config import alerting
 
-from browser import dump_dom, screenshot
+from browser import dump_dom, measured, pixels, screenshot
 from servers import get_json, wait_for_firing
 
 SECTIONS = [
@@ -147,6 +147,10 @@ def test_the_report_shows_every_section_and_each_rule_that_fired(replayed, chrom
     for rule, v in verdicts.items():
         if rule in dom.rule_rows:
             assert dom.rule_rows[rule][3] == str(len(v["alerts"])), rule
+    # One alert per job and reason; the GPUs each found are listed in its rule's detail.
+    for rule in fired:
+        found = verdicts[rule]["affected"]
+        assert found and f"Found ({len(found)})" in dom.text, rule
     assert set(dom.rule_rows) == {
         r for r in verdicts if r not in ("OverallSystemUsage", "OverallFrameworkMetrics")
     }
@@ -200,13 +204,49 @@ def test_the_report_fetches_nothing(replayed):
     assert "default-src 'none'" in text
 
 
-def test_a_screenshot_renders_the_whole_report(replayed, chromium, tmp_path):
+# Each chart's place on the page and the colours of its data marks (series lines, points,
+# the bars of the rule timeline); the axes, grid and labels are not data.
+CHARTS = """
+const charts = [...document.querySelectorAll('svg.chart')].map(svg => {
+  const r = svg.getBoundingClientRect();
+  const marks = [...svg.querySelectorAll('polyline, circle, rect[fill]:not([fill-opacity])')];
+  return {label: svg.getAttribute('aria-label'),
+          box: [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY],
+          colors: marks.map(m => m.getAttribute(m.tagName === 'polyline' ? 'stroke' : 'fill'))};
+});
+document.body.setAttribute('data-measured', JSON.stringify(
+  {height: document.documentElement.scrollHeight, ratio: devicePixelRatio, charts}));
+"""
+
+
+def test_a_screenshot_of_the_report_shows_every_chart_drawn(replayed, chromium, tmp_path):
+    """In a screenshot of the whole page, each chart's box holds the colours of its own data
+    marks: the lines and bars a person reads, not just the axes, grid and labels."""
     page, _ = replayed
-    png = screenshot(chromium, page, tmp_path / "report.png", 1200, 2000)
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", png[16:24])
-    assert (width, height) == (1200, 2000)
-    assert len(png) > 50_000  # text and plots, not a blank page
+    height = measured(chromium, page, CHARTS, 1200, 2000)["height"]
+    layout = measured(chromium, page, CHARTS, 1200, height)
+    assert layout["ratio"] == 1 and len(layout["charts"]) >= 10, layout
+    image = pixels(screenshot(chromium, page, tmp_path / "report.png", 1200, height))
+    assert image.shape[:2] == (height, 1200)
+    for chart in layout["charts"]:
+        colors = {c for c in chart["colors"] if re.fullmatch(r"#[0-9a-f]{6}", c)}
+        assert colors and len(colors) == len(set(chart["colors"])), chart
+        left, top, right, bottom = (round(v) for v in chart["box"])
+        assert right - left >= 300 and bottom - top >= 100, chart  # shown, at a readable size
+        drawn = sum(painted(image[top:bottom, left:right], c) for c in colors)
+        # A series across the plot paints several hundred pixels of its colour (a line 1.6 px
+        # wide); a chart whose marks are empty or unpainted, a fraction of that.
+        assert drawn >= (right - left) // 2, f"{chart['label']!r}: {drawn} pixels of {colors}"
+
+
+def painted(box, color: str) -> int:
+    """How many pixels of `box` show `color` laid at least 30 % opaque on the white page:
+    an anti-aliased line's pixels are blends of its colour and the background."""
+    ink = 255 - np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)], dtype=float)
+    away = 255 - box[..., :3].astype(float)  # each pixel's distance from white
+    alpha = away @ ink / (ink @ ink)
+    off = np.linalg.norm(away - alpha[..., None] * ink, axis=-1)
+    return int(((alpha >= 0.3) & (off <= 32)).sum())
 
 
 def test_the_prometheus_report_counts_what_the_dashboard_counts(live_job, tmp_path, chromium):

@@ -14,6 +14,7 @@ import pytest
 from test_report import START, Dom, cli
 from trainprof.replay.synthetic import write_system
 from trainprof.trace import read_trace, summarize
+from trainprof.trace.window import describe
 
 from browser import dump_dom, screenshot
 
@@ -167,3 +168,22 @@ def test_a_screenshot_renders_the_section(trace_report, chromium, tmp_path):
     page, _ = trace_report
     png = screenshot(chromium, page, tmp_path / "k.png", 1200, 3000)
     assert len(png) > 50_000  # charts and tables drawn, not a blank page
+
+
+@pytest.mark.parametrize("include_last_step", [False, True])
+def test_the_section_says_which_window_it_summarized(tmp_path, chromium, include_last_step):
+    out = tmp_path / "k.html"
+    flags = ["--include-last-step"] if include_last_step else []
+    result = cli("report", "--trace", str(NCCL), *flags, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    html = dump_dom(chromium, out)
+    summary = summarize(read_trace(NCCL), include_last_step=include_last_step)
+    text = Headings(html).text
+    assert describe(summary["window"]) in text
+    assert ("ProfilerStep#6) left out as HTA does" in text) is not include_last_step
+    top = summary["top_kernels"][0]
+    cells = re.findall(
+        r"<tr><td>([^<]*)</td><td class=\"num\">([^<]*)</td><td class=\"num\">([^<]*)</td>",
+        html[html.index("Top 15 kernels by time") :],
+    )
+    assert cells[0][1:] == (f"{top['seconds'] * 1e3:.0f} ms", str(top["launches"]))

@@ -14,8 +14,6 @@ import pytest
 
 from smdebug_writer import write_trial
 
-pytestmark = pytest.mark.tools
-
 RULES = "rules:\n  - rule: LossNotDecreasing\n  - rule: AllZero\n  - rule: UnchangedTensor\n"
 
 

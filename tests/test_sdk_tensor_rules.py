@@ -118,7 +118,6 @@ def test_stop_training_receiver_acts_on_the_action_label_within_its_allow_list()
     assert plan(config, outside).decision == "ignored"
 
 
-@pytest.mark.tools
 def test_email_and_sms_actions_reach_the_notify_and_page_receivers(amtool, tmp_path):
     tree, inhibit = files._parts()
     path = tmp_path / "alertmanager.yml"

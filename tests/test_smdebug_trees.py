@@ -127,7 +127,6 @@ def test_a_loop_away_from_the_root_does_not_hang_the_walk():
     assert tree_depth(trees_from_columns(columns)[0]) == 1
 
 
-@pytest.mark.tools
 def test_damaged_trees_steps_are_skipped_and_reported_the_rest_is_judged(promtool, tmp_path):
     missing = chain(0, 5)
     del missing["trees/No"]
@@ -145,7 +144,6 @@ def test_damaged_trees_steps_are_skipped_and_reported_the_rest_is_judged(promtoo
     assert "Node 9, the others 11" in notes and "events/000000000002" not in notes
 
 
-@pytest.mark.tools
 def test_a_trial_of_deep_trees_is_quiet_and_one_of_only_damaged_trees_is_not_judged(
     promtool, tmp_path
 ):
@@ -156,11 +154,3 @@ def test_a_trial_of_deep_trees_is_quiet_and_one_of_only_damaged_trees_is_not_jud
     damaged = replay_trial(str(write_trial(tmp_path / "damaged", {0: broken})), CONFIG)
     assert not damaged.rules["TreeDepth"].fired
     assert any("missing column(s) Tree" in n for n in damaged.notes)
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from trainprof.training.health import trees
-
-    assert doctest.testmod(trees).failed == 0

@@ -138,12 +138,3 @@ def test_a_report_that_cannot_be_made_is_said_and_fails_the_run(
     assert "error: no report: no trainprof series with training_job='local'" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "report.html").exists()
-
-
-@pytest.mark.parametrize("name", ["trainprof.engines.stack", "trainprof.engines.stack_cli"])
-def test_docstring_examples_run(name):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(name))
-    assert result.attempted and result.failed == 0

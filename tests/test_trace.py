@@ -133,7 +133,7 @@ def test_steps_and_idle_inside_steps(tmp_path):
         kernel("k", 50, 10, correlation=2),
         kernel("k", 120, 10, correlation=3),
     ]
-    s = summarize(read_trace(write(tmp_path, events)))
+    s = summarize(read_trace(write(tmp_path, events)), include_last_step=True)
     assert s["steps"]["count"] == 2
     assert s["steps"]["durations_seconds"] == pytest.approx([100e-6, 50e-6])
     assert s["steps"]["gpu_idle_in_steps_seconds"] == pytest.approx(30e-6)

@@ -197,7 +197,7 @@ def linked_below(directory: str, relative: str) -> str | None:
     """The first path from `directory` (excluded: the user named it) down to
     `directory/relative` that is a symbolic link, or None.
 
-    >>> linked_below("/nonexistent", "trainprof/Chart.yaml") is None
+    >>> linked_below("no-such-folder", "trainprof/Chart.yaml") is None
     True
     """
     path = directory
@@ -239,8 +239,8 @@ def write_output(path: str, text: str) -> int:
 
     >>> import contextlib
     >>> with contextlib.redirect_stderr(sys.stdout):
-    ...     write_output("/nonexistent/verdicts.json", "{}")
-    error: cannot write /nonexistent/verdicts.json: No such file or directory
+    ...     write_output("no-such-folder/verdicts.json", "{}")
+    error: cannot write no-such-folder/verdicts.json: No such file or directory
     1
     """
     if path == "-":

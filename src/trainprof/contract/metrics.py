@@ -240,7 +240,8 @@ GPU_SM_OCCUPANCY_RATIO = "trainprof_gpu_sm_occupancy_ratio"
 GPU_TENSOR_ACTIVE_RATIO = "trainprof_gpu_tensor_active_ratio"
 GPU_DRAM_ACTIVE_RATIO = "trainprof_gpu_dram_active_ratio"
 
-# training process
+# training process: its process, step and phase series all start with TRAINING_SERIES
+TRAINING_SERIES = "trainprof_training_"
 TRAINING_INFO = "trainprof_training_info"
 TRAINING_START_TIMESTAMP_SECONDS = "trainprof_training_start_timestamp_seconds"
 TRAINING_FIRST_STEP_TIMESTAMP_SECONDS = "trainprof_training_first_step_timestamp_seconds"

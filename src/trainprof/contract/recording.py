@@ -13,10 +13,13 @@ JSON lines, one record per line, optionally gzip-compressed (a `.gz` suffix):
      "end": 1700000012.5}
     {"kind": "phases", "node": "n1", "rank": 0, "t": 1700000013.0,
      "seconds": {"dataloader": 0.8, "forward": 3.1, "backward": 5.9, ...}}
+    {"kind": "end", "node": "n1", "rank": 0, "t": 1700003600.2}
 
 Host records carry exactly what `SampleAccumulator` needs (ratios 0..1); process, step and
 phases records what `TrainingState` needs (`trainprof.start(record=...)` writes them; a
 phases record holds the rank's cumulative seconds per phase at `t`, so the last one wins).
+An end record says when the rank's recording was closed: its process stopped serving
+metrics then (`trainprof.stop()`, exit, SIGTERM); a rank killed with `kill -9` leaves none.
 Readers skip kinds they do not know and report a malformed line with its path and line
 number.
 
@@ -112,6 +115,10 @@ def phases_record(node: str, rank: int, t: float, seconds: dict[str, float]) -> 
     return {"kind": "phases", "node": node, "rank": rank, "t": t, "seconds": dict(seconds)}
 
 
+def end_record(node: str, rank: int, t: float) -> dict[str, Any]:
+    return {"kind": "end", "node": node, "rank": rank, "t": t}
+
+
 def step_record(node: str, rank: int, mode: str, start: float, end: float) -> dict[str, Any]:
     return {"kind": "step", "node": node, "rank": rank, "mode": mode, "start": start, "end": end}
 
@@ -146,12 +153,16 @@ class Writer:
 class Appender:
     """Appends records to a recording file, whole lines per `flush()` (see the module doc).
 
-    Raises OSError when the file cannot be created. Thread-safe.
+    Creates the file's folder when it does not exist yet (`runs/today/x.jsonl.gz`); raises
+    OSError when the folder or the file cannot be created. Thread-safe.
     """
 
     def __init__(self, path: str):
         self.path = path
         self._gzip = path.endswith(".gz")
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
         self._file: IO[bytes] | None = open(path, "wb")
         self._pending: list[str] = []
         self._lock = threading.RLock()  # SIGTERM's handler may flush on a flushing thread

@@ -3,10 +3,17 @@
 A source sampled twice a second that fails would otherwise write the same line 7,200 times an
 hour. `Once` keeps the set of conditions in force:
 
-    >>> once = Once(logging.getLogger("trainprof.exporter"))
+    >>> import sys
+    >>> log = logging.Logger("trainprof.exporter")
+    >>> log.addHandler(logging.StreamHandler(sys.stdout))
+    >>> once = Once(log)
     >>> once.start("gpu", "no NVIDIA driver on this node (%s)", "NVML Shared Library Not Found")
+    no NVIDIA driver on this node (NVML Shared Library Not Found)
+    True
     >>> once.start("gpu", "...")          # still in force: not logged again
+    False
     >>> once.end("gpu", "NVML is available again")
+    NVML is available again
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ The recorded samples become the series an exporter would have served, scraped ev
 `scrape_interval`; the compiled rules (the same PromQL `trainprof rules compile` writes) are
 evaluated over them by promtool's real rule engine, `for:` included.
 
-    >>> result = replay("profiler-output/", "rules.yaml", scrape_interval=15)   # doctest: +SKIP
-    >>> result.rules["LowGPUUtilization"].fired                                 # doctest: +SKIP
-    True
+    >>> job = "tests/data/real-sagemaker/trimcrae-8xtt-redock"  # its profiler-output/ is below
+    >>> result = replay(job, None, scrape_interval=15)  # None: the default rules, compiled
+    >>> result.rules["LowGPUUtilization"].fired, result.rules["CPUBottleneck"].fired
+    (True, False)
 """
 
 from trainprof.replay.evaluate import query_step, replay
@@ -19,6 +20,7 @@ from trainprof.replay.result import (
     ReplayResult,
     Samples,
     Verdict,
+    reads_training,
 )
 
 __all__ = [
@@ -33,5 +35,6 @@ __all__ = [
     "detect_format",
     "load_timeline",
     "query_step",
+    "reads_training",
     "replay",
 ]

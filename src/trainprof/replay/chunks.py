@@ -30,7 +30,9 @@ the whole job) is evaluated in one pass, as before: `ReplayResult.one_pass` says
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
+import itertools
 import math
 import re
 from array import array
@@ -39,7 +41,7 @@ from pathlib import Path
 
 from trainprof.engines.promtool import RuleRun, run_rules
 from trainprof.replay import reach
-from trainprof.replay.series_store import TOKEN_OVERHEAD, SeriesStore, _num, _Run
+from trainprof.replay.series_store import STALE, TOKEN_OVERHEAD, SeriesStore, _num, _Run
 
 # Memory a chunked store's encoded text may take before it moves to the spill file, each
 # token counted with its object overhead (series_store.TOKEN_OVERHEAD).
@@ -275,6 +277,17 @@ class ChunkedStore(SeriesStore):
         if k >= run.cut:
             self._cut_at(series, run, k)
 
+    def _catch_up(self, run: _Run, instants: int, last: float, following: int) -> None:
+        # promtool's expansion adds the step again and again: so does `acc`, at C speed.
+        chunk_run: _ChunkRun = run  # type: ignore[assignment]
+        step: float = run.step  # type: ignore[assignment]  # a run going on has its step
+        added = itertools.accumulate(itertools.repeat(step, instants), initial=chunk_run.acc)
+        chunk_run.acc = collections.deque(added, maxlen=1)[0]
+        super()._catch_up(run, instants, last, following)
+
+    def _cut(self, run: _Run) -> int | float:
+        return run.cut  # type: ignore[attr-defined]
+
     def _cut_at(self, series: int, run: _ChunkRun, k: int) -> None:
         if run.n:
             # The run so far, up to k - 1; it goes on from promtool's value at k.
@@ -284,12 +297,28 @@ class ChunkedStore(SeriesStore):
         cuts = self._schedule[series][0]
         run.cut = next((c for c in cuts if c > k), self.count)
 
+    def stale(self, series: int, k: int) -> None:
+        run: _ChunkRun = self._runs[series]  # type: ignore[assignment]
+        if k < run.next:
+            raise ValueError(f"instant {k} of {self._texts[series]} after {run.next - 1}")
+        if run.start is not None:
+            self._emit(series, run, run.next - 1)
+        self._place(series, STALE, k, k)
+        run.next = k + 1
+        if k >= run.cut:
+            cuts = self._schedule[series][0]
+            run.cut = next((c for c in cuts if c > k), self.count)
+
     def _emit(self, series: int, run: _Run, last: int) -> None:
         """Close the open run, which ends at instant `last`, into the chunks holding it."""
         assert run.start is not None
-        first = last - run.n
         token = _token(run.start, run.step, run.n)
+        first = last - run.n
         run.start = None
+        self._place(series, token, first, last)
+
+    def _place(self, series: int, token: str, first: int, last: int) -> None:
+        """`token`, covering instants `first` to `last`, into the chunks holding them."""
         cuts, pieces = self._schedule[series]
         windows = self._windows[series]
         plan = self.plan.windows
@@ -318,6 +347,7 @@ class ChunkedStore(SeriesStore):
 
     def window_items(self, c: int) -> Iterator[tuple[str, str]]:
         """Chunk c's series (those with a value in it) in promtool's notation."""
+        self.sync()
         if not self._closed:
             for series, run in enumerate(self._runs):
                 if run.start is not None:
@@ -353,6 +383,7 @@ def run_chunked(
     promtool: str | None,
     queries: Mapping[str, tuple[str, Sequence[float]]],
     ordered: bool,
+    active: bool = False,
     each: Callable[[RuleRun], None] | None = None,
 ) -> RuleRun:
     """What `run_rules` over the whole job reports, from one promtool run per chunk; with
@@ -385,7 +416,8 @@ def run_chunked(
             promtool,
             queries=local_queries,
             ordered=ordered,
-            alerts_from=max(own_from - start, 0.0) + evaluation,
+            alerts_from=None if c == 0 else max(own_from - start, 0.0) + evaluation,
+            active=active,
         )
         own_firing = {t + start: alerts for t, alerts in run.firing.items()}
         own_answers = {

@@ -79,6 +79,10 @@ def _keep_main_span(timeline: Timeline, damage: Damage) -> None:
         if not first - MAX_GAP <= start <= last:
             del timeline.rank_starts[key]
             far += 1
+    for key, end in list(timeline.rank_ends.items()):
+        if not first <= end <= last + MAX_GAP:
+            del timeline.rank_ends[key]
+            far += 1
     if far:
         damage.skip(
             f"samples or steps more than {MAX_GAP / 3600:g} h away from the job "
@@ -180,6 +184,7 @@ def _recording_timeline(
     steps: set[Step] = set()
     phases: set[PhaseTotals] = set()
     starts: dict[tuple[str, int], float] = {}
+    ends: dict[tuple[str, int], float] = {}
     # The job's name: what the training processes say (`start(training_job=...)`), else
     # what a meta record says.
     jobs: dict[str, str] = {}
@@ -217,6 +222,10 @@ def _recording_timeline(
                 if totals is not None:
                     duplicates += totals in phases
                     phases.add(totals)
+            elif kind == "end":
+                ended = recorded.process_end(record, where, damage)
+                if ended is not None:
+                    ends[ended[0]] = max(ended[1], ends.get(ended[0], ended[1]))
             else:
                 skipped += 1
     notes = [f"found {len(paths)} recording file(s) at {source}"]
@@ -249,4 +258,6 @@ def _recording_timeline(
     name = training_job or next(iter(jobs), None) or job or "recorded-job"
     timeline = Timeline(by_node, name, interval, ordered, ranks, starts)
     timeline.phases = sorted(phases, key=lambda p: (p.t, p.node, p.rank))
+    # A rank that started again after its end record (a restart, appending) runs on.
+    timeline.rank_ends = {k: t for k, t in ends.items() if t >= starts.get(k, t)}
     return timeline, notes

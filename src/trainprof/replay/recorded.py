@@ -138,6 +138,19 @@ def process_start(record: dict[str, Any], where: str, damage: Damage):
     return key, start
 
 
+def process_end(record: dict[str, Any], where: str, damage: Damage):
+    """((node, rank), t) of an end record, or None (reported)."""
+    try:
+        key, t = (str(record["node"]), int(record["rank"])), float(record["t"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        damage.skip("end records without node, rank or t", where)
+        return None
+    if not timestamp_ok(t):
+        damage.skip("end records with a time outside 2000..2100", where)
+        return None
+    return key, t
+
+
 def phase_totals(record: dict[str, Any], where: str, damage: Damage) -> PhaseTotals | None:
     """The phases record's totals, or None (reported) if unusable: a time outside
     2000..2100, or seconds that are not finite numbers of at least 0."""

@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 
+from trainprof.contract.metrics import TRAINING_SERIES
 from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig
+from trainprof.rules.job_alerts import AffectedUnit
 from trainprof.rules.status import RuleStatus
 
 
@@ -24,9 +26,12 @@ class FiredAlert:
 
 @dataclasses.dataclass
 class Verdict:
+    # One per job and reason: each time it started firing.
     alerts: list[FiredAlert] = dataclasses.field(default_factory=list)
     # fired | quiet | no_data | not_applicable, with the datapoints and measure behind it.
     status: RuleStatus | None = None
+    # The units (GPUs, nodes, ranks, ...) its condition held for, pending or firing.
+    affected: list[AffectedUnit] = dataclasses.field(default_factory=list)
 
     @property
     def fired(self) -> bool:
@@ -43,10 +48,24 @@ class Verdict:
 
 @dataclasses.dataclass(frozen=True)
 class Query:
-    """PromQL to evaluate over the replayed series: at the end only, or `over_time`."""
+    """PromQL to evaluate over the replayed series: at the end only, or `over_time`.
+
+    "The end" of a query that reads the training processes' series (`reads_training`) is
+    the last scrape that saw one, when training ended before the last scrape (the
+    exporters went on): their series are stale after it, as in Prometheus."""
 
     expr: str
     over_time: bool = False
+
+
+def reads_training(expr: str) -> bool:
+    """Whether PromQL reads the training processes' process, step or phase series (or a
+    recording of one).
+
+    >>> reads_training("sum(trainprof_training_steps_total)"), reads_training("up")
+    (True, False)
+    """
+    return TRAINING_SERIES in expr
 
 
 # (resolved configuration, training_job, seconds replayed) -> {name: Query}
@@ -89,7 +108,8 @@ class ReplayResult:
 
     def as_json(self) -> dict:
         """Exactly the documented contract: {"rules": {"<Rule>": {"fired", "status",
-        "datapoints", "measured", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
+        "datapoints", "measured", "first_fired_at", "alerts": [{"labels", "fired_at"}],
+        "affected": [{"labels", "first_at", "last_at", "worst"}]}}}"""
         return {
             "rules": {
                 name: {
@@ -99,6 +119,7 @@ class ReplayResult:
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts
                     ],
+                    "affected": [u.as_json() for u in v.affected],
                 }
                 for name, v in self.rules.items()
             }

@@ -8,12 +8,12 @@ profiler-output/framework/pevents/<YYYYMMDDHH>/<end_us>_<rank>-<node>_pythontime
     Chrome traces; a step is an "X" event whose name contains "Step:ModeKeys"; event times
     are microseconds after the trace's start_time_since_epoch_in_micros.
 
->>> found = find_profiler_output("/path/to/job")        # doctest: +SKIP
->>> samples = read_system(found)                         # doctest: +SKIP
->>> samples.by_node["algo-1"][0].cpu_utilization[:2]     # doctest: +SKIP
-[1.0, 0.9787]
->>> read_steps(found)[0]                                 # doctest: +SKIP
-Step(node='algo-1', rank=0, mode='train', start=1594662608.09, end=1594662617.11)
+>>> resources = "tests/data/real-sagemaker/smdebug-test-resources/tests/profiler/resources/"
+>>> samples = read_system(find_profiler_output(resources + "test_traces"))
+>>> samples.by_node["algo-1"][0].cpu_utilization[:2]
+[0.016, 0.193]
+>>> read_steps(find_profiler_output(resources + "merge_traces"))[0]
+Step(node='b88ab1bb8259', rank=905, mode='train', start=1594662608.090195, end=1594662617.11092)
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import itertools
 import json
 import operator
 import os
 import re
 from collections.abc import Sequence
 
-from trainprof.contract.sampling import GpuSample, HostSample
+from trainprof.contract.sampling import HostSample
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import EARLIEST, LATEST, Damage, json_object, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
@@ -202,20 +203,15 @@ class _SnapshotBuilder:
     def flush(self) -> None:
         if self._start is None:
             return
-        gpus = [
-            GpuSample(
-                i, f"gpu{i}", utilization=self._util.get(i), memory_used_ratio=self._mem.get(i)
-            )
-            for i in sorted(set(self._util) | set(self._mem))
-        ]
-        self.samples.append(
-            HostSample(
-                timestamp=self._start,
-                cpu_utilization=[self._cpu[i] for i in sorted(self._cpu)],
-                cpu_iowait=[self._iowait[i] for i in sorted(self._iowait)],
-                memory_used_ratio=self._memory,
-                gpus=gpus,
-            )
+        gpus = sorted(self._util.keys() | self._mem.keys())
+        self.samples.append_values(  # the HostSample these make, packed
+            self._start,
+            [self._cpu[i] for i in sorted(self._cpu)],
+            [self._iowait[i] for i in sorted(self._iowait)],
+            self._memory,
+            gpus,
+            list(map(self._util.get, gpus)),
+            list(map(self._mem.get, gpus)),
         )
         self._start, self._memory = None, None
         self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
@@ -274,28 +270,35 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
                     continue
                 value = clamped
             append((node if type(node) is str else str(node), ts, kind, index, value))
-        # Lines of one sample come in varying order; sort each file by time.
-        events.sort(key=operator.itemgetter(0, 1))
-        builder, current = None, None
-        for node, ts, kind, index, value in events:
-            if builder is None or node != current:
-                builder = builders.get(node) or builders.setdefault(node, _SnapshotBuilder())
-                current = node
-            # _SnapshotBuilder.add, inlined: this loop runs once per line SageMaker wrote.
-            start = builder._start
-            if start is None:
-                builder._start = ts
-            elif ts - start > SNAPSHOT_SPREAD or start - ts > SNAPSHOT_SPREAD:
-                builder.flush()
-                builder._start = ts
-            if kind == "memory":
-                builder._memory = value
-            else:
-                builder._by_kind[kind][index] = value
+        _gather(events, builders)
     for node, builder in builders.items():
         builder.flush()
         out.by_node[node] = builder.samples.in_time_order()
     return out
+
+
+def _gather(events: list[tuple[str, float, str, int, float]], builders: dict) -> None:
+    """One file's events into each node's samples (`_SnapshotBuilder.add`, inlined)."""
+    # Lines of one sample come in varying order; sort each file by time.
+    events.sort(key=operator.itemgetter(0, 1))
+    builder, current = None, None
+    # Events of one node and time go to one sample: the sample's start is decided once.
+    for (node, ts), same in itertools.groupby(events, key=operator.itemgetter(0, 1)):
+        if builder is None or node != current:
+            builder = builders.get(node) or builders.setdefault(node, _SnapshotBuilder())
+            current = node
+        start = builder._start
+        if start is None:
+            builder._start = ts
+        elif ts - start > SNAPSHOT_SPREAD or start - ts > SNAPSHOT_SPREAD:
+            builder.flush()
+            builder._start = ts
+        by_kind = builder._by_kind
+        for _, _, kind, index, value in same:
+            if kind == "memory":
+                builder._memory = value
+            else:
+                by_kind[kind][index] = value
 
 
 def _where(path: str, i: int, numbers: list[int] | None) -> str:

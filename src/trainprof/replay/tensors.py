@@ -12,9 +12,12 @@ step is read when folded, its series go straight into promtool's expanding notat
 chunks, each its own promtool run with a warm-up before it (`trainprof.replay.chunks`). What
 grows with the steps is 16 bytes a save (its step and wall time).
 
-    >>> result = replay_trial("debug-output/", config)      # doctest: +SKIP
-    >>> result.rules["LossNotDecreasing"].first_fired_step   # doctest: +SKIP
-    12
+    >>> from trainprof.rules.config import load_config
+    >>> config = load_config({"rules": [{"rule": "LossNotDecreasing",
+    ...                                  "parameters": {"num_steps": "4", "mode": "TRAIN"}}]})
+    >>> trial = "tests/data/smdebug-trials/LossNotDecreasing/fire-train-plateau"  # flat from 12
+    >>> replay_trial(trial, config).rules["LossNotDecreasing"].first_fired_step
+    16
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from trainprof.contract.names import JOB_LABEL
 from trainprof.engines.promtool import RuleRun, run_rules, series_text
 from trainprof.replay import chunks, smdebug
 from trainprof.replay.series_store import SeriesStore
+from trainprof.rules.job_alerts import affected_selector, units_found
 from trainprof.training.health.state import HealthState
 
 # Synthetic time between two saved steps: one scrape and one rule evaluation per saved step.
@@ -53,6 +57,9 @@ class StepVerdict:
     evaluated: bool = True  # False: the trial holds nothing this rule reads
     datapoints: int | None = None  # saved steps at which the rule had its input
     reason: str = ""  # why it decided nothing (no_data)
+    # What its alert found (collections, ranks, ...), first and last at a save's wall time,
+    # and the training steps of those saves.
+    affected: list[tuple[AffectedUnit, int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def fired(self) -> bool:
@@ -83,7 +90,8 @@ class TrialReplay:
     training_job: str
 
     def as_json(self) -> dict:
-        """Replay's JSON contract plus `first_fired_step` (and each alert's `step`)."""
+        """Replay's JSON contract plus `first_fired_step` (and each alert's `step`, each
+        affected unit's `first_step` and `last_step`)."""
         return {
             "rules": {
                 name: {
@@ -96,6 +104,10 @@ class TrialReplay:
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at), "step": a.step}
                         for a in v.alerts
+                    ],
+                    "affected": [
+                        {**u.as_json(), "first_step": first, "last_step": last}
+                        for u, first, last in v.affected
                     ],
                 }
                 for name, v in self.rules.items()
@@ -355,6 +367,7 @@ def evaluate_saves(
     presence = _presence(compiled)
     times = _Every(count, STEP_SECONDS)
     queries = {name: (expr, times) for name, (expr, _) in presence.items()}
+    queries["alerts.affected"] = (affected_selector([]), times)
     plan, need, _ = chunks.plan(
         groups, queries, instants, STEP_SECONDS, STEP_SECONDS, chunk_instants, per_overlap=instants
     )
@@ -382,7 +395,7 @@ def evaluate_saves(
             _evaluate(store, groups, instants, queries, Path(tmp), promtool, verdicts.take)
     finally:
         store.close()
-    for name in queries:
+    for name in presence:
         present = verdicts.present.get(name, 0)
         verdicts.rules[name].datapoints = present
         if not present:
@@ -391,6 +404,13 @@ def evaluate_saves(
                 f"none of the {len(saved)} saved steps holds what {name} reads "
                 f"({', '.join(presence[name][1])})"
             )
+    # What each alert found, at each save's wall time.
+    step_at = verdicts.step_at
+    for name, units in units_found(verdicts.found, compiled.affected, config.job_labels).items():
+        if name in verdicts.rules:
+            verdicts.rules[name].affected = [
+                (u, step_at[u.first_at], step_at[u.last_at]) for u in units
+            ]
     return TrialReplay("", verdicts.rules, saved.steps, list(compiled.warnings), "")
 
 
@@ -417,16 +437,25 @@ class _Every(Sequence[float]):
 class _Verdicts:
     """Each rule's alerts, from promtool's runs taken one at a time in time order: an alert
     fires at a save when it is firing there and was not at the save before. `present`:
-    at how many saves each presence query had a series."""
+    at how many saves each presence query had a series; `found`: what the alerts found, by
+    the wall time of the save (only the saves where they found something)."""
 
     def __init__(self, config: Any, saved: Saved):
         self.rules = {i.spec.name: StepVerdict() for i in config.rules}
         self.saved = saved
         self.present: dict[str, int] = {}
+        self.found: dict[float, list] = {}
+        self.step_at: dict[float, int] = {}
         self._last: tuple[float, set[tuple]] = (0.0, set())
 
     def take(self, run: RuleRun) -> None:
         saves = len(self.saved)
+        for t, got in run.queries.pop("alerts.affected", {}).items():
+            index = round(t / STEP_SECONDS) - 1
+            if got and 0 <= index < saves:
+                wall_time = self.saved.wall_times[index]
+                self.found[wall_time] = got
+                self.step_at[wall_time] = self.saved.steps[index]
         for name, by_time in run.queries.items():
             self.present[name] = self.present.get(name, 0) + sum(
                 1 for t, samples in by_time.items() if samples and t <= saves * STEP_SECONDS
@@ -462,7 +491,7 @@ def _evaluate(
     """promtool's runs over the store, each handed to `each` in time order."""
     if isinstance(store, chunks.ChunkedStore):
         chunks.run_chunked(
-            store, groups, STEP_SECONDS, STEP_SECONDS, tmp, promtool, queries, False, each
+            store, groups, STEP_SECONDS, STEP_SECONDS, tmp, promtool, queries, False, each=each
         )
         return
     end = (instants - 1) * STEP_SECONDS

@@ -74,6 +74,9 @@ class Timeline:
     rank_starts: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
     # Each rank's phase totals over time (a trainprof recording; SageMaker output has none).
     phases: list[PhaseTotals] = dataclasses.field(default_factory=list)
+    # When a rank's process stopped serving metrics, where its recording says so (its end
+    # record): its series end there, as Prometheus marks a gone target's series stale.
+    rank_ends: dict[tuple[str, int], float] = dataclasses.field(default_factory=dict)
 
     @property
     def first(self) -> float:
@@ -91,7 +94,25 @@ class Timeline:
             [s[-1].timestamp for s in self.hosts.values() if s]
             + [s.end for s in self.steps]
             + [p.t for p in self.phases]
+            + list(self.rank_ends.values())
         )
+
+    def first_rank_end(self, scrape_interval: float) -> float | None:
+        """Seconds after `start` of the last scrape that saw the first rank to end, or None
+        when no rank's recording says it ended."""
+        if not self.rank_ends:
+            return None
+        first = min(self.rank_ends.values())
+        return math.ceil((first - self.start) / scrape_interval - 1e-9) * scrape_interval
+
+    def training_end(self, scrape_interval: float) -> float | None:
+        """Seconds after `start` of the last scrape that saw a training process, when every
+        rank's recording says when it ended; else None (they ran to the end)."""
+        ranks = set(self.ranks) | {(s.node, s.rank) for s in self.steps}
+        if not ranks or not ranks <= set(self.rank_ends):
+            return None
+        last = max(self.rank_ends[r] for r in ranks)
+        return math.ceil((last - self.start) / scrape_interval - 1e-9) * scrape_interval
 
     @property
     def start(self) -> float:
@@ -166,6 +187,7 @@ def scrape(
         )
         times = getattr(samples, "times", None) or [s.timestamp for s in samples]
         i = 0
+        writer, seen = None, None
         for k in range(count):
             instant = t0 + k * scrape_interval
             before = i
@@ -175,7 +197,13 @@ def scrape(
             bar.advance(i - before)
             if acc.samples == 0:
                 continue  # the exporter was not up yet
-            _put(store, k, samples_of(acc.families()), None, shifted, t0)
+            # The series of a scrape are named once per shape (SampleAccumulator.row).
+            shape, values = acc.row()
+            if shape != seen:
+                rows = list(samples_of(acc.families()))
+                writer = store.writer([store.id_of(n, labels) for n, labels, _ in rows], writer)
+                seen = shape
+            writer.put(k, values)  # type: ignore[union-attr]  # made for the first shape
     gpus = {}
     if exporters is not None:
         exporters.scrape(
@@ -192,15 +220,6 @@ def instants(timeline: Timeline, scrape_interval: float) -> int:
     if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
         raise ValueError("the timeline holds no samples and no steps")
     return int(math.ceil((timeline.last - timeline.start) / scrape_interval)) + 1
-
-
-def _put(store: SeriesStore, k: int, samples, target, shifted: frozenset, t0: float) -> None:
-    for name, labels, value in samples:
-        if target:
-            labels = {**labels, **target}
-        if name in shifted:
-            value -= t0
-        store.put(store.id_of(name, labels), k, value)
 
 
 def _scrape_ranks(
@@ -237,8 +256,16 @@ def _scrape_ranks(
         steps.sort(key=lambda s: s.end)
         phases = sorted(phases_by_rank.get((node, rank), []), key=lambda p: p.t)
         observed: dict[str, float] = {}
+        # Scraped up to the first scrape at or after its end (it served what it did to
+        # the last), then stale, as Prometheus marks a gone target's series.
+        end = timeline.rank_ends.get((node, rank))
+        last = count - 1
+        if end is not None:
+            last = min(last, math.ceil((end - t0) / scrape_interval - 1e-9))
+        served: set[int] = set()
         i = j = 0
-        for k in range(count):
+        writer, seen, moved = None, None, []
+        for k in range(last + 1):
             instant = t0 + k * scrape_interval
             before = i + j
             while i < len(steps) and steps[i].end <= instant + 1e-9:
@@ -248,7 +275,22 @@ def _scrape_ranks(
                 observed = observe_phase_totals(state, observed, phases[j].seconds)
                 j += 1
             bar.advance(i + j - before)
-            _put(store, k, samples_of(state.families()), target, shifted, t0)
+            shape, values = state.row()
+            if shape != seen:
+                rows = list(samples_of(state.families()))
+                ids = [store.id_of(n, {**labels, **target}) for n, labels, _ in rows]
+                writer = store.writer(ids, writer)
+                served.update(ids)
+                seen, moved = shape, [x for x, (n, _, _) in enumerate(rows) if n in shifted]
+            for x in moved:
+                values[x] -= t0
+            writer.put(k, values)  # type: ignore[union-attr]  # made for the first shape
+        bar.advance(len(steps) - i + len(phases) - j)
+        if writer is not None:
+            writer.close()
+        if last + 1 < count:
+            for series in sorted(served):
+                store.stale(series, last + 1)
 
 
 def observe_phase_totals(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_source_argument, duration
 from trainprof.engines.prometheus_api import add_access_arguments
+from trainprof.trace.cli import add_window_argument
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -72,8 +73,9 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     report.add_argument(
         "--rules",
         metavar="FILE",
-        help="rule configuration the job was watched with (default: "
-        "ProfilerReport with SageMaker's defaults)",
+        help="rule configuration the job was watched with (default: with --prometheus, the "
+        "trainprof rules it evaluates, from its /api/v1/rules; otherwise ProfilerReport with "
+        "SageMaker's defaults)",
     )
     report.add_argument(
         "--scrape-interval",
@@ -100,6 +102,7 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         help="PyTorch profiler (Kineto) traces, one per rank (.json or .json.gz): adds the "
         "GPU kernels section; alone, the report has only that section",
     )
+    add_window_argument(report)
     report.add_argument(
         "-o", "--output", required=True, metavar="FILE", help="HTML file to write, or - for stdout"
     )
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is None and args.prometheus is None and not args.trace:
         print("error: give --prometheus URL, --replay SOURCE or --trace TRACE...", file=sys.stderr)
         return EXIT_BAD_INPUT
-    kernels, trace_errors = _kernel_section(args.trace)
+    kernels, trace_errors = _kernel_section(args.trace, args.include_last_step)
     for error in trace_errors:
         print(f"error: {error} (skipped)", file=sys.stderr)
     if args.trace and kernels is None:
@@ -175,7 +178,7 @@ def _write(args: argparse.Namespace, text: str, what: str, code: int) -> int:
     return code
 
 
-def _kernel_section(paths: list[str]):
+def _kernel_section(paths: list[str], include_last_step: bool = False):
     """The GPU kernels section from the readable traces (None if none), and the errors."""
     if not paths:
         return None, []
@@ -187,7 +190,8 @@ def _kernel_section(paths: list[str]):
     if not traces:
         return None, errors
     notes = [f"Skipped unreadable trace: {e}." for e in errors]
-    return kernel_section(summarize_all(traces)["ranks"], notes), errors
+    summary = summarize_all(traces, include_last_step=include_last_step)
+    return kernel_section(summary["ranks"], notes), errors
 
 
 def _trace_only_report(args: argparse.Namespace, kernels):
@@ -236,4 +240,5 @@ def _from_prometheus(args: argparse.Namespace, access: Access) -> Collected:
         access=access,
         run=args.job_run,
         timeout=args.prometheus_timeout,
+        loaded=args.rules is None,
     )

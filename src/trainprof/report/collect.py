@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterator
 
+from trainprof.contract.metrics import TRAINING_START_TIMESTAMP_SECONDS
 from trainprof.contract.names import JOB_LABEL
 from trainprof.dashboards.queries import presence, presence_names
 from trainprof.engines.prometheus_api import (
@@ -23,10 +24,11 @@ from trainprof.engines.prometheus_api import (
     PrometheusAPIError,
     Series,
 )
-from trainprof.replay import FiredAlert, Query, Verdict, query_step, replay
+from trainprof.replay import FiredAlert, Query, Verdict, query_step, reads_training, replay
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
+from trainprof.rules.job_alerts import AffectedUnit, affected_selector, units_found
 from trainprof.rules.promql import quote
 from trainprof.rules.status import RuleStatus, decide, status_queries
 
@@ -167,7 +169,7 @@ def from_trial(
         # datapoints: the saved steps at which the rule had its input (None: not counted)
         status = RuleStatus(v.status, datapoints=v.datapoints, reason=v.reason)
         alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
-        verdicts[name] = Verdict(alerts, status)
+        verdicts[name] = Verdict(alerts, status, [u for u, _, _ in v.affected])
     return Collected(
         training_job=result.training_job,
         source=f"replay of the tensor trial {source}",
@@ -222,11 +224,15 @@ def parse_time(text: str, now: float) -> float:
 def _presence(job: str, namespace: str | None, source: tuple[str, ...]) -> list[str]:
     """Selectors of the series that say the job existed (one per metric name, so functions
     that drop the name cannot collide)."""
+    return [_selector(name, job, namespace) for name in presence_names(source)]
+
+
+def _selector(name: str, job: str, namespace: str | None) -> str:
     matchers = {JOB_LABEL: job}
     if namespace is not None:
         matchers["namespace"] = namespace
     inner = ", ".join(f"{k}={quote(v)}" for k, v in matchers.items())
-    return [f"{name}{{{inner}}}" for name in presence_names(source)]
+    return f"{name}{{{inner}}}"
 
 
 def _extreme(
@@ -270,15 +276,22 @@ def from_prometheus(
     access: Access | None = None,
     run: str | None = None,
     timeout: float = 60.0,
+    loaded: bool = False,
 ) -> Collected:
     """Query Prometheus for one job. Without `start`/`end`, the job's first and last
     samples within the last week (and before now). A job name used by several runs (a
     resubmitted job) is narrowed to one run: the latest, or `run` (its number or start).
-    `timeout`: seconds each request may take in all."""
+    `timeout`: seconds each request may take in all. `loaded`: judge the trainprof rules
+    Prometheus evaluates (`report.loaded`), with `config`'s other settings; `config`
+    itself when it evaluates none."""
     import time
 
     api = PrometheusAPI(url, timeout=timeout, access=access)
     now = now if now is not None else time.time()
+    notes: list[str] = []
+    rule_groups = None
+    if loaded:
+        config, rule_groups = _loaded_rules(api, config, notes)
     presence = _presence(training_job, namespace, config.source)
     asked_start, asked_end = start, end
     if end is None or start is None:
@@ -291,7 +304,6 @@ def from_prometheus(
             )
         start = start if start is not None else first
         end = end if end is not None else min(last + 15, now)
-    notes: list[str] = []
     if end > start:
         runs = find_runs(api, training_job, namespace, start, end)
         if len(runs) > 1 or (run is not None and runs):
@@ -322,19 +334,27 @@ def from_prometheus(
 
     compiled = compile_rules(config)
     queries = resolved(compiled, training_job, namespace, end - start, step)
+    # The training processes' series read at the end as they were last scraped: stale
+    # after the ranks ended while the exporters went on (replay.Query says the same).
+    ranks = _selector(TRAINING_START_TIMESTAMP_SECONDS, training_job, namespace)
+    training_end = _extreme(api, "max", [ranks], end - start, end) or end
     results: dict[str, Series] = {}
     for name, q in queries.items():
-        results[name] = (
-            api.range(q.expr, start, end, step) if q.over_time else api.instant(q.expr, end)
-        )
-    verdicts = _verdicts(api, compiled, training_job, namespace, start, end)
+        if q.over_time:
+            results[name] = api.range(q.expr, start, end, step)
+        else:
+            at = min(end, training_end) if reads_training(q.expr) else end
+            results[name] = api.instant(q.expr, at)
+    verdicts = _verdicts(api, compiled, training_job, namespace, start, end, rule_groups)
     builtins = grafana_builtins(end - start, step, config.scrape_interval)
     for name, (expr, over_time) in status_queries(
         compiled, training_job, namespace, builtins
     ).items():
         results[name] = api.range(expr, start, end, step) if over_time else api.instant(expr, end)
+    found = _affected(api, compiled, training_job, namespace, start, end)
     for name, verdict in verdicts.items():
         verdict.status = decide(compiled, name, verdict.fired, results)
+        verdict.affected = found.get(name, [])
     return Collected(
         training_job=training_job,
         source=f"Prometheus at {api.url}",
@@ -425,6 +445,30 @@ def _no_such_job(
     return message
 
 
+def _loaded_rules(
+    api: PrometheusAPI, config: RulesConfig, notes: list[str]
+) -> tuple[RulesConfig, list[dict] | None]:
+    """The configuration of the trainprof rules Prometheus evaluates, and their groups (for
+    the verdicts); `config` and None when it evaluates none or cannot say."""
+    from trainprof.report.loaded import as_compiled, loaded_config
+
+    fallback = "the report judges SageMaker's default ProfilerReport (--rules FILE names another)"
+    try:
+        groups = api.rule_groups()
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise TypeError("/api/v1/rules: no list of rule groups")
+    except (PrometheusAPIError, KeyError, TypeError) as e:
+        # A compatible API without rules (a bare TSDB, a ruler elsewhere): say so, go on.
+        notes.append(f"which rules Prometheus evaluates is unknown ({e}): {fallback}")
+        return config, None
+    found, said = loaded_config(groups, config)
+    notes += said
+    if found is None:
+        notes.append(f"Prometheus evaluates no trainprof rules: {fallback}")
+        return config, None
+    return found, as_compiled(groups)
+
+
 def _verdicts(
     api: PrometheusAPI,
     compiled: Compiled,
@@ -432,16 +476,18 @@ def _verdicts(
     namespace: str | None,
     start: float,
     end: float,
+    groups: list[dict] | None = None,
 ) -> dict[str, Verdict]:
     """Each rule's alerts with the evaluation at which each started firing, derived from the
     alert's own expression and `for:` over the range (stored ALERTS samples can be missing,
-    and are only seen to a query step)."""
+    and are only seen to a query step); `groups`: the rules as Prometheus evaluates them
+    (default: as compiled)."""
     from trainprof.contract.durations import parse_duration
 
     config = compiled.config
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
     slack: dict[str, float] = {i.spec.name: 0.0 for i in alerting(config)}
-    for group in compiled.groups:
+    for group in compiled.groups if groups is None else groups:
         step = max(parse_duration(group["interval"]), (end - start) / 10_000)
         for rule in group["rules"]:
             name = (rule.get("labels") or {}).get("rule")
@@ -478,6 +524,28 @@ def _verdicts(
     for verdict in verdicts.values():
         verdict.alerts.sort(key=lambda a: a.fired_at)
     return verdicts
+
+
+def _affected(
+    api: PrometheusAPI,
+    compiled: Compiled,
+    job: str,
+    namespace: str | None,
+    start: float,
+    end: float,
+) -> dict[str, list[AffectedUnit]]:
+    """Each rule's units its alerts found over the range (their `affected` recordings),
+    read at the fastest rule group's interval."""
+    matchers = [f"{JOB_LABEL}={quote(job)}"]
+    if namespace is not None:
+        matchers.append(f"namespace={quote(namespace)}")
+    fastest = min((i.evaluation_interval for i in alerting(compiled.config)), default=60.0)
+    step = max(fastest, (end - start) / 10_000)
+    by_time: dict[float, list[tuple[dict[str, str], float]]] = {}
+    for labels, points in api.range(affected_selector(matchers), start, end, step):
+        for t, value in points:
+            by_time.setdefault(t, []).append((labels, value))
+    return units_found(by_time, compiled.affected, compiled.config.job_labels)
 
 
 def _alerts_series(

@@ -16,6 +16,7 @@ from trainprof.report import format as fmt
 from trainprof.report import svg
 from trainprof.report.build import Chart, Section, Table
 from trainprof.trace.classify import short_name
+from trainprof.trace.window import describe
 
 TOP = 15
 HISTOGRAM_BINS = 10
@@ -69,6 +70,16 @@ def _sum(ranks: dict[str, dict[str, Any]], key: str) -> dict[str, float]:
     return dict(out)
 
 
+def _windows(ranks: dict[str, dict[str, Any]]) -> str:
+    """Which part of the traces the section covers (`trainprof.trace.window`)."""
+    said = {rank: describe(s["window"]) for rank, s in ranks.items() if "window" in s}
+    if len(set(said.values())) <= 1:
+        return next(iter(said.values()), "the whole trace")
+    return "; ".join(
+        f"rank {r}: {text}" for r, text in sorted(said.items(), key=lambda kv: int(kv[0]))
+    )
+
+
 def kernel_section(ranks: dict[str, dict[str, Any]], notes: list[str] | None = None) -> Section:
     """`ranks`: rank -> `trainprof.trace.summarize` output."""
     section = Section(
@@ -89,6 +100,7 @@ def kernel_section(ranks: dict[str, dict[str, Any]], notes: list[str] | None = N
     cpu = sum(s["cpu_gpu_overlap"]["cpu_busy_seconds"] for s in ranks.values())
     both = sum(s["cpu_gpu_overlap"]["both_busy_seconds"] for s in ranks.values())
     section.facts += [
+        ("Window", _windows(ranks)),
         ("Ranks", str(len(ranks))),
         ("GPU", ", ".join(gpus) or "-"),
         ("GPU active time", f"{fmt.duration(span - idle)} of {fmt.duration(span)}"),

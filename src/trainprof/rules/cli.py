@@ -1,6 +1,7 @@
 """`trainprof rules`: compile, validate and list the profiler rules.
 
 trainprof rules compile [-c rules.yaml] -o out/ [--format rules|prometheusrule]
+                        [--tier all|shard|global]
 trainprof rules validate [-c rules.yaml]
 trainprof rules list
 """
@@ -65,6 +66,14 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="extra PrometheusRule label, e.g. release=kube-prometheus-stack (repeatable)",
     )
+    compile_.add_argument(
+        "--tier",
+        choices=("all", "shard", "global"),
+        default="all",
+        help="all: every group, for one Prometheus; shard: node_exporter's per-core "
+        "reduction, for Prometheus servers sharded by node; global: the rest, for the server "
+        "that federates the shards' per-node recordings (docs/sources.md) (default: all)",
+    )
     compile_.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
 
     validate = rule_commands.add_parser(
@@ -102,6 +111,19 @@ def run(args: argparse.Namespace) -> int:
         _print_resolved(config)
         return 0
 
+    if args.tier != "all":
+        import dataclasses
+
+        from trainprof.sources.tiers import tier
+
+        if args.format == "helm-values":
+            print("error: --tier takes --format rules or prometheusrule", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        try:
+            compiled = dataclasses.replace(compiled, groups=tier(compiled.groups, args.tier))
+        except ValueError as e:
+            print(f"error: --tier {args.tier}: {e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     source = "defaults" if args.config is None else os.path.basename(args.config)
     generator = f"trainprof rules compile from {source}"
     text = files.render(

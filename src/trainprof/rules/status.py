@@ -6,8 +6,10 @@ evaluate the same queries (`status_queries`) over their series, through promtool
 Prometheus, and `decide` turns the answers into a status and a measure, SageMaker's
 "datapoints analysed" and how close the rule came to its threshold:
 
-    >>> decide("CPUBottleneck", False, results).as_json()          # doctest: +SKIP
-    {'status': 'quiet', 'datapoints': 1508, 'measured': {'value': 0.47, 'peak': 0.61,
+    >>> from trainprof.replay import replay
+    >>> result = replay("tests/data/real-sagemaker/trimcrae-8xtt-redock", None)
+    >>> result.rules["CPUBottleneck"].status.as_json()  # doctest: +NORMALIZE_WHITESPACE
+    {'status': 'quiet', 'datapoints': 1422, 'measured': {'value': 0.4641, 'peak': 0.7403,
      'threshold': 0.5, 'fires': 'above', 'parameter': 'threshold = 50%', 'unit': 'percentunit'}}
 """
 
@@ -105,14 +107,24 @@ def status_queries(
     training_job: str,
     namespace: str | None,
     builtins: dict[str, str],
+    lookback: float | None = None,
 ) -> dict[str, tuple[str, bool]]:
-    """name -> (PromQL, over the range?) of everything `decide` needs."""
+    """name -> (PromQL, over the range?) of everything `decide` needs. The steps, ranks
+    and samples count every series seen in the `lookback` seconds before the end (default:
+    the whole range): a rank or exporter that ended before the end still counts."""
     values = one_job(training_job, namespace)
     matchers = [f"training_job={quote(training_job)}"]
     if namespace is not None:
         matchers.append(f"namespace={quote(namespace)}")
     sel = "{" + ", ".join(matchers) + "}"
-    samples = f"sum(trainprof_samples_total{sel})"
+    span = parse_duration(builtins.get("__range", "1h"))
+    piece = SAFE_SCRAPES * compiled.config.scrape_interval
+    back = span if lookback is None else min(lookback, span)
+
+    def seen(selector: str) -> str:
+        return latest(selector, back, piece) if back > 0 else selector
+
+    samples = f"sum({seen(f'{contract.SAMPLES_TOTAL}{sel}')})"
     gpus = f"trainprof_gpu_utilization_sampled_ratio_count{sel}"
     gauges = gauges_for(compiled.config.source)
     host = gauges.get(contract.CPU_UTILIZATION_SAMPLED_RATIO)
@@ -121,8 +133,6 @@ def status_queries(
     if host or gpu:
         # A source adapter's datapoints are its scrapes of each node, counted per job at
         # each scrape; in pieces, as promtool refuses a range of more than 10,000 samples.
-        span = parse_duration(builtins.get("__range", "1h"))
-        piece = SAFE_SCRAPES * compiled.config.scrape_interval
         for k in range(max(1, math.ceil(span / piece))):
             length = format_duration(min(piece, span - k * piece))
             offset = f" offset {format_duration(k * piece)}" if k else ""
@@ -130,10 +140,14 @@ def status_queries(
             out[f"status.samples.{k}" if k else "status.samples"] = (counted, False)
     if gpu:
         gpus = f"{gpu}{sel}"
+    # Ranks and exporters that ended before the range did (their series stale there) count.
     out |= {
-        "status.steps": (f"sum(trainprof_training_steps_total{sel})", False),
-        "status.ranks": (f"count(trainprof_training_start_timestamp_seconds{sel})", False),
-        "status.gpus_per_node": (f"max(count by (node) ({gpus}))", False),
+        "status.steps": (f"sum({seen(f'{contract.TRAINING_STEPS_TOTAL}{sel}')})", False),
+        "status.ranks": (
+            f"count({seen(f'{contract.TRAINING_START_TIMESTAMP_SECONDS}{sel}')})",
+            False,
+        ),
+        "status.gpus_per_node": (f"max(count by (node) ({seen(gpus)}))", False),
     }
     for instance in compiled.alerting:
         for i, signal in enumerate(_signals(compiled, instance.spec.name)):
@@ -144,6 +158,23 @@ def status_queries(
             out[name] = (expr, False)
             out[name + ".peak"] = (expr, True)
     return out
+
+
+def latest(selector: str, span: float, piece: float) -> str:
+    """Each series' latest value in the `span` seconds before the evaluation, also of the
+    series that ended (went stale) before it: `last_over_time` over pieces of at most
+    `piece` seconds (promtool refuses a range of more than 10,000 samples), the most recent
+    piece holding the series winning.
+
+    >>> latest('up{job="a"}', 7200, 3600)
+    'last_over_time(up{job="a"}[1h]) or last_over_time(up{job="a"}[1h] offset 1h)'
+    """
+    parts = []
+    for k in range(max(1, math.ceil(span / piece))):
+        length = format_duration(max(1.0, min(piece, span - k * piece)))
+        offset = f" offset {format_duration(k * piece)}" if k else ""
+        parts.append(f"last_over_time({selector}[{length}]{offset})")
+    return " or ".join(parts)
 
 
 Results = dict[str, list[tuple[dict[str, str], list[tuple[float, float]]]]]

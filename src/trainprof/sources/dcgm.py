@@ -24,7 +24,10 @@ exporter's own pod: it never joins a training job, which is what matters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainprof.contract.names import JOB_LABEL
+from trainprof.rules.promql import Matcher, selector
 from trainprof.sources.labels import coalesce
 from trainprof.sources.options import SourceOptions
 
@@ -66,6 +69,13 @@ UTILIZATION = "(DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_PROF_GR_ENGINE_ACTIVE)"
 USED, FREE, RESERVED = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED"
 # NVML's total includes the driver's reservation, which dcgm reports apart.
 FB_TOTAL = f"({USED} + {FREE} + ({RESERVED} or {USED} * 0))"
+# Each device's framebuffer, recorded with the inventory (every few minutes): the job maps
+# read the largest of its last two recordings, so a lookback never falls between them.
+MEMORY_TOTAL = "gpu:trainprof_gpu_memory_total:bytes"
+MEMORY_TOTAL_RANGE = "10m"
+# The per-job gauges the rules read (trainprof.sources.gauges).
+UTILIZATION_GAUGE = "gpu_job:trainprof_gpu_utilization:ratio"
+MEMORY_GAUGE = "gpu_job:trainprof_gpu_memory_used:ratio"
 
 
 def fold(metric: str, options: SourceOptions) -> str:
@@ -124,8 +134,7 @@ def map_recordings(options: SourceOptions) -> list[dict[str, str]]:
     map, which costs a fraction of the fold:
 
     >>> [r["record"] for r in map_recordings(SourceOptions())]
-    ['gpu:trainprof_dcgm_labels:info', 'gpu:trainprof_gpu_device:info', \
-'gpu:trainprof_gpu_memory_total:bytes']
+    ['gpu:trainprof_dcgm_labels:info', 'gpu:trainprof_gpu_device:info']
     """
     served = f"{USED} or DCGM_FI_DEV_GPU_UTIL or DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     return [
@@ -139,15 +148,21 @@ def map_recordings(options: SourceOptions) -> list[dict[str, str]]:
             "record": "gpu:trainprof_gpu_device:info",
             "expr": f"group by ({', '.join(DEVICE_LABELS)}) ({LABELS_MAP})",
         },
-        {"record": "gpu:trainprof_gpu_memory_total:bytes", "expr": device(f"{FB_TOTAL} * {MIB}")},
     ]
 
 
 def inventory_recordings() -> list[dict[str, str]]:
     """Every device's utilization, memory, profiling activities and power in trainprof's
     labels, for dashboards, queries and the alerts naming a field a device does not serve
-    (no rule reads them: `inventory_group`, every few minutes)."""
+    (no rule reads them: `inventory_group`, every few minutes); and each device's
+    framebuffer size, which never changes, for the job maps.
+
+    >>> [r["record"] for r in inventory_recordings()][:3]
+    ['gpu:trainprof_gpu_memory_total:bytes', 'gpu:trainprof_gpu_utilization:ratio', \
+'gpu:trainprof_gpu_memory_used:bytes']
+    """
     rules = [
+        {"record": MEMORY_TOTAL, "expr": device(f"{FB_TOTAL} * {MIB}")},
         {
             # GPU_UTIL is not served for MIG instances nor by some products' DCGM: fall back
             # per device (`or` matches a device's fields, which carry the same labels) to the
@@ -158,7 +173,7 @@ def inventory_recordings() -> list[dict[str, str]]:
         {"record": "gpu:trainprof_gpu_memory_used:bytes", "expr": device(f"{USED} * {MIB}")},
         {
             "record": "gpu:trainprof_gpu_memory_used:ratio",
-            "expr": "gpu:trainprof_gpu_memory_used:bytes / gpu:trainprof_gpu_memory_total:bytes",
+            "expr": f"gpu:trainprof_gpu_memory_used:bytes / {MEMORY_TOTAL}",
         },
     ]
     rules += [
@@ -223,37 +238,71 @@ def job_recordings(options: SourceOptions) -> list[dict[str, str]]:
     )
     rules.append(
         {
-            # The device's total, recorded above, on the map's labels: a join of one series
-            # per device, where summing the three FB fields again would take three.
+            # The device's total, from the inventory, on the map's labels: a join of one
+            # series per device, where summing the three FB fields again would take three.
             "record": FB_TOTAL_MAP,
             "expr": f"{JOB_MAP}\n* on (uuid, mig_instance) group_left ()\n"
-            f"(max by (uuid, mig_instance) (gpu:trainprof_gpu_memory_total:bytes) / {MIB})",
+            f"(max by (uuid, mig_instance) (max_over_time({MEMORY_TOTAL}[{MEMORY_TOTAL_RANGE}]))"
+            f" / {MIB})",
+        }
+    )
+    labels = ("node", "uuid", *options.job_labels)
+    by = ("node", "gpu", "uuid", *options.job_labels)
+    rules.append(
+        {
+            # For dashboards, the report and OverallSystemUsage: framebuffer use changes
+            # slowly; the rules read dcgm-exporter's own samples (`from_samples`).
+            "record": MEMORY_GAUGE,
+            "expr": joined(USED, "/", FB_TOTAL_MAP, labels, by),
         }
     )
     return rules
 
 
 def scrape_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """Each job GPU's utilization and memory, at every scrape: dcgm-exporter's own series
-    joined to the maps `job_recordings` keeps, so no label is rewritten per scrape.
+    """Each job GPU's utilization, at every scrape: dcgm-exporter's own series joined to the
+    map `job_recordings` keeps, so no label is rewritten per scrape. The bottleneck rules
+    compare it with the host at each scrape, and LowGPUUtilization and BatchSize read it.
 
-    >>> print(scrape_recordings(SourceOptions())[1]["expr"])
+    >>> print(scrape_recordings(SourceOptions())[0]["expr"])
     max by (node, gpu, uuid, namespace, training_job) (
-      DCGM_FI_DEV_FB_USED
-      / ignoring (node, uuid, model, mig_instance, mig_profile, namespace, pod, container, \
+      (DCGM_FI_DEV_GPU_UTIL / 100 or DCGM_FI_PROF_GR_ENGINE_ACTIVE)
+      * ignoring (node, uuid, model, mig_instance, mig_profile, namespace, pod, container, \
 training_job)
-      group_left (node, uuid, namespace, training_job) gpu_job:trainprof_dcgm_fb_total:mebibytes
+      group_left (node, uuid, namespace, training_job) gpu_job:trainprof_dcgm_labels:info
     )
     """
     labels = ("node", "uuid", *options.job_labels)
     by = ("node", "gpu", "uuid", *options.job_labels)
-    return [
-        {
-            "record": "gpu_job:trainprof_gpu_utilization:ratio",
-            "expr": joined(UTILIZATION, "*", JOB_MAP, labels, by),
-        },
-        {
-            "record": "gpu_job:trainprof_gpu_memory_used:ratio",
-            "expr": joined(USED, "/", FB_TOTAL_MAP, labels, by),
-        },
-    ]
+    return [{"record": UTILIZATION_GAUGE, "expr": joined(UTILIZATION, "*", JOB_MAP, labels, by)}]
+
+
+def from_samples(
+    gauge: str,
+    over_time: Callable[[str], str],
+    job_labels: tuple[str, ...],
+    matchers: tuple[Matcher, ...] = (),
+) -> str | None:
+    """A rule's `over_time` of the per-job `gauge` (`over_time(selector)`: a function of a
+    series' samples over a range that scales with them, as `quantile_over_time`,
+    `avg_over_time` or the difference of two), taken on dcgm-exporter's own samples and joined
+    to the job map once, at the rule's evaluation; None where the rules read the gauge as
+    recorded at each scrape.
+
+    Framebuffer use: the rules read every scrape of `DCGM_FI_DEV_FB_USED`, divided by the
+    device's size at the end (a constant), where the gauge is recorded once a minute.
+
+    >>> print(from_samples(MEMORY_GAUGE, lambda s: f"avg_over_time({s}[5m])", ("job",)))
+    max by (node, gpu, uuid, job) (
+      (avg_over_time(DCGM_FI_DEV_FB_USED[5m]))
+      / ignoring (node, uuid, model, mig_instance, mig_profile, namespace, pod, container, job)
+      group_left (node, uuid, job) gpu_job:trainprof_dcgm_fb_total:mebibytes
+    )
+    >>> from_samples(UTILIZATION_GAUGE, lambda s: s, ("job",)) is None
+    True
+    """
+    if gauge != MEMORY_GAUGE:
+        return None
+    labels = ("node", "uuid", *job_labels)
+    by = ("node", "gpu", "uuid", *job_labels)
+    return joined(f"({over_time(USED)})", "/", selector(FB_TOTAL_MAP, matchers), labels, by)

@@ -7,17 +7,27 @@ what `GAUGES` maps each of trainprof's sampled histograms to:
 
 >>> GAUGES["trainprof_gpu_utilization_sampled_ratio"]
 'gpu_job:trainprof_gpu_utilization:ratio'
+
+All are recorded at every scrape but dcgm's framebuffer gauges, recorded once a minute with
+the job maps (`dcgm.job_recordings`) for dashboards, the report and OverallSystemUsage: the
+rules read dcgm-exporter's own framebuffer samples instead (`from_samples`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainprof.contract import metrics as contract
+from trainprof.rules.promql import Matcher, selector
+from trainprof.sources import dcgm
+from trainprof.sources.node_exporter import BUSIEST_CORE as NODE_BUSIEST_CORE
+from trainprof.sources.node_exporter import NODE_CPU
 from trainprof.sources.options import SourceOptions
 
 # trainprof's sampled histogram -> (the source serving it, its per-job gauge)
 GPU_GAUGES = {
-    contract.GPU_UTILIZATION_SAMPLED_RATIO: "gpu_job:trainprof_gpu_utilization:ratio",
-    contract.GPU_MEMORY_USED_SAMPLED_RATIO: "gpu_job:trainprof_gpu_memory_used:ratio",
+    contract.GPU_UTILIZATION_SAMPLED_RATIO: dcgm.UTILIZATION_GAUGE,
+    contract.GPU_MEMORY_USED_SAMPLED_RATIO: dcgm.MEMORY_GAUGE,
     # SageMaker's node-level GPU series: the mean over the node's GPUs at each sample.
     contract.NODE_GPU_UTILIZATION_SAMPLED_RATIO: "node_job:trainprof_gpu_utilization:ratio",
     contract.NODE_GPU_MEMORY_USED_SAMPLED_RATIO: "node_job:trainprof_gpu_memory_used:ratio",
@@ -71,22 +81,40 @@ def node_scrapes(sources: tuple[str, ...], options: SourceOptions) -> dict[str, 
     }
 
 
-def gpu_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """SageMaker's node-level GPU series from dcgm's per-job GPU gauges
-    (`dcgm.scrape_recordings`): the mean over the node's GPUs at each scrape."""
+def gpu_recordings(options: SourceOptions, metric: str) -> dict[str, str]:
+    """SageMaker's node-level GPU series from dcgm's per-job GPU gauges: the mean over the
+    node's GPUs (`metric`: utilization, at each scrape; memory_used, once a minute)."""
     jl = ", ".join(options.job_labels)
-    return [
-        {
-            "record": f"node_job:trainprof_gpu_{metric}:ratio",
-            "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
-        }
-        for metric in ("utilization", "memory_used")
-    ]
+    return {
+        "record": f"node_job:trainprof_gpu_{metric}:ratio",
+        "expr": f"avg by (node, {jl}) (gpu_job:trainprof_gpu_{metric}:ratio)",
+    }
+
+
+# The gauge whose samples count a GPU's scrapes, for a gauge recorded less often.
+SCRAPES_OF = {GPU_GAUGES[contract.GPU_MEMORY_USED_SAMPLED_RATIO]: dcgm.UTILIZATION_GAUGE}
+
+
+def from_samples(
+    gauge: str,
+    over_time: Callable[[str], str],
+    job_labels: tuple[str, ...],
+    matchers: tuple[Matcher, ...] = (),
+) -> str:
+    """`over_time` of the per-job `gauge` for a rule: on the source's own samples where the
+    gauge is not recorded at every scrape (`dcgm.from_samples`), else on the gauge.
+
+    >>> from_samples(GAUGES["trainprof_cpu_utilization_sampled_ratio"],
+    ...              lambda s: f"avg_over_time({s}[1m])", ("job",))
+    'avg_over_time(node_job:trainprof_cpu_utilization:ratio[1m])'
+    """
+    raw = dcgm.from_samples(gauge, over_time, job_labels, matchers)
+    return raw if raw is not None else over_time(selector(gauge, matchers))
 
 
 def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
-    """node_exporter's host ratios per job on the node (after `node:trainprof_node_job:info`),
-    which carries the job labels."""
+    """node_exporter's per-node figures (`node_exporter.recordings`) per job on the node
+    (after `node:trainprof_node_job:info`), which carries the job labels."""
 
     def per_job(record: str, host: str) -> dict[str, str]:
         return {
@@ -95,17 +123,11 @@ def host_recordings(options: SourceOptions) -> list[dict[str, str]]:
         }
 
     return [
-        per_job(
-            HOST_GAUGES[contract.CPU_UTILIZATION_SAMPLED_RATIO],
-            "node:trainprof_cpu_utilization:ratio",
-        ),
-        per_job(
-            HOST_GAUGES[contract.CPU_IOWAIT_SAMPLED_RATIO],
-            "avg by (node) (cpu:trainprof_cpu_iowait:ratio)",
-        ),
+        per_job(HOST_GAUGES[contract.CPU_UTILIZATION_SAMPLED_RATIO], NODE_CPU["utilization"]),
+        per_job(HOST_GAUGES[contract.CPU_IOWAIT_SAMPLED_RATIO], NODE_CPU["iowait"]),
         per_job(
             HOST_GAUGES[contract.MEMORY_USED_SAMPLED_RATIO], "node:trainprof_memory_used:ratio"
         ),
-        per_job(BUSIEST_CORE["cpu"], "max by (node) (cpu:trainprof_cpu_utilization:ratio)"),
-        per_job(BUSIEST_CORE["iowait"], "max by (node) (cpu:trainprof_cpu_iowait:ratio)"),
+        per_job(BUSIEST_CORE["cpu"], NODE_BUSIEST_CORE["utilization"]),
+        per_job(BUSIEST_CORE["iowait"], NODE_BUSIEST_CORE["iowait"]),
     ]

@@ -55,7 +55,28 @@ def cpu_seconds(mode: str, options: SourceOptions) -> str:
     return f"max by (node, cpu) ({rates})"
 
 
+# Per node, from its cores: the mean share and the busiest core's, what the rules read. Every
+# recording here is per core or per node, with no job label: a Prometheus that scrapes a
+# share of the nodes can record them (trainprof.sources.tiers).
+NODE_CPU = {
+    "utilization": "node:trainprof_cpu_utilization:ratio",
+    "iowait": "node:trainprof_cpu_iowait:ratio",
+}
+BUSIEST_CORE = {
+    "utilization": "node:trainprof_cpu_core_utilization:max",
+    "iowait": "node:trainprof_cpu_core_iowait:max",
+}
+
+
 def recordings(options: SourceOptions) -> list[dict[str, str]]:
+    """Per core, then per node: the shares, memory, disk and network figures and I/O
+    pressure, each under `node` (and `cpu`).
+
+    >>> [r["record"] for r in recordings(SourceOptions())][:6]
+    ['cpu:trainprof_cpu_iowait:ratio', 'cpu:trainprof_cpu_utilization:ratio', \
+'node:trainprof_cpu_utilization:ratio', 'node:trainprof_cpu_iowait:ratio', \
+'node:trainprof_cpu_core_utilization:max', 'node:trainprof_cpu_core_iowait:max']
+    """
     w = format_duration(3 * options.scrape_interval)
     n = lambda metric: on_node(metric, options)  # noqa: E731 - a local shorthand
     total = n("node_memory_MemTotal_bytes")
@@ -80,8 +101,17 @@ def recordings(options: SourceOptions) -> list[dict[str, str]]:
             "expr": f"clamp(1 - {idle} - cpu:trainprof_cpu_iowait:ratio, 0, 1)",
         },
         {
-            "record": "node:trainprof_cpu_utilization:ratio",
+            "record": NODE_CPU["utilization"],
             "expr": "avg by (node) (cpu:trainprof_cpu_utilization:ratio)",
+        },
+        {"record": NODE_CPU["iowait"], "expr": "avg by (node) (cpu:trainprof_cpu_iowait:ratio)"},
+        {
+            "record": BUSIEST_CORE["utilization"],
+            "expr": "max by (node) (cpu:trainprof_cpu_utilization:ratio)",
+        },
+        {
+            "record": BUSIEST_CORE["iowait"],
+            "expr": "max by (node) (cpu:trainprof_cpu_iowait:ratio)",
         },
         {
             "record": "node:trainprof_memory_used:bytes",

@@ -1,7 +1,8 @@
-"""`trainprof trace summarize TRACE... [--json FILE|-] [--top N]`.
+"""`trainprof trace summarize TRACE... [--json FILE|-] [--top N] [--include-last-step]`.
 
 Each TRACE is one rank's Kineto trace (.json or .json.gz). A file that cannot be read is
 reported on stderr and skipped; the others are still summarized, and the exit code is 2.
+The last profiler step is left out unless `--include-last-step` (`trainprof.trace.window`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,17 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     summarize.add_argument(
         "--top", type=int, default=15, metavar="N", help="kernels to list (default: 15)"
     )
+    add_window_argument(summarize)
     return trace
+
+
+def add_window_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--include-last-step",
+        action="store_true",
+        help="summarize the last profiler step too (default: left out, as Holistic Trace "
+        "Analysis does, because the profiler usually stops in the middle of it)",
+    )
 
 
 def load_traces(paths: list[str]) -> tuple[list, list[str]]:
@@ -72,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
     if not traces:
         return EXIT_BAD_INPUT
-    summary = summarize_all(traces, args.top)
+    summary = summarize_all(traces, args.top, args.include_last_step)
     if args.json:
         failed = write_json(args.json, summary)
         if failed:
@@ -89,12 +100,15 @@ def _ms(seconds: float) -> str:
 
 
 def render_text(rank: str, path: str, s: dict[str, Any]) -> str:
+    from trainprof.trace.window import describe
+
     span, idle = s["span_seconds"], s["idle_seconds"]
     busy = span - idle
     share = f" ({100 * busy / span:.1f} %)" if span else ""
     lines = [f"rank {rank}  {path}  {s['gpu'].get('name', 'unknown GPU')}"]
+    lines.append(f"  window: {describe(s['window'])}")
     if not span:
-        lines.append("  no GPU activity in this trace (kernels, memcpy, memset)")
+        lines.append("  no GPU activity in this window (kernels, memcpy, memset)")
     lines.append(f"  span {_ms(span)}, GPU busy {_ms(busy)}{share}, idle {_ms(idle)}")
     for title, key in (
         ("busy by class", "gpu_time_seconds"),

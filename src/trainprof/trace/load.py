@@ -1,7 +1,7 @@
 """Read one Kineto trace (what `torch.profiler` writes: Chrome trace JSON, often gzip) into
 the few event kinds the summary needs, with times in integer nanoseconds.
 
-    >>> t = read_trace("a100-alexnet.pt.trace.json.gz")
+    >>> t = read_trace("tests/data/real-gpu-traces/a100-alexnet.pt.trace.json.gz")
     >>> t.rank, len(t.device), t.device[0].kind, t.device[0].name
     (0, 98, 'memcpy', 'Memcpy HtoD (Pageable -> Device)')
 

@@ -63,7 +63,8 @@ class KernelSeries:
 
     def add_window(self, trace: Trace, steps: int, overhead: float) -> dict:
         """Fold one window's trace in; returns its summary."""
-        s = summarize(trace, top=len(trace.device) or 1)
+        # A window stops the profiler at a step boundary: its last step is whole.
+        s = summarize(trace, top=len(trace.device) or 1, include_last_step=True)
         has_gpu = bool(trace.device)
         cpu_ops: dict[str, int] = defaultdict(int)
         for op in trace.cpu_ops:

@@ -1,10 +1,17 @@
 """One rank's kernel-level summary: the JSON contract of `trainprof trace summarize`.
 
-    >>> s = summarize(read_trace("a100-alexnet.pt.trace.json.gz"))
+    >>> from trainprof.trace.load import read_trace
+    >>> s = summarize(read_trace("tests/data/real-gpu-traces/a100-alexnet.pt.trace.json.gz"))
     >>> s["span_seconds"], s["idle_seconds"], s["gpu_time_seconds"]
     (12.920244, 12.854103, {'compute': 0.01063, 'memory': 0.055511})
+    >>> nccl = read_trace("tests/data/real-gpu-traces/a100-nccl-training.pt.trace.json.gz")
+    >>> summarize(nccl)["span_seconds"], summarize(nccl, include_last_step=True)["span_seconds"]
+    (0.435587562, 0.660551006)
 
 Definitions (all from device timestamps; a class or key with no time is left out):
+- window: the part of the trace summarized (`trace.window`): as Holistic Trace Analysis
+  by default, the GPU work launched before the last profiler step began; everything below
+  is of that window;
 - span: first GPU activity (kernel, memcpy, memset) start to the last one's end;
 - idle: span minus the union of all GPU activity;
 - gpu_time_seconds: the busy time split by which classes run at that instant (compute =
@@ -36,6 +43,7 @@ from trainprof.trace.intervals import (
     merged,
 )
 from trainprof.trace.load import Trace
+from trainprof.trace.window import windowed
 
 NS = 1e-9
 DEFAULT_TOP = 15
@@ -69,9 +77,14 @@ def overlap_class_names(mask: int) -> str:
     return "+".join(c for i, c in enumerate(classify.OVERLAP_CLASSES) if mask & (1 << i))
 
 
-def summarize(trace: Trace, top: int = DEFAULT_TOP) -> dict[str, Any]:
+def summarize(
+    trace: Trace, top: int = DEFAULT_TOP, include_last_step: bool = False
+) -> dict[str, Any]:
+    """The summary of `trace` within its window (`trace.window`: by default HTA's, the last
+    profiler step left out; `include_last_step` keeps it); `top` kernels listed."""
+    trace, window = windowed(trace, include_last_step)
     events = trace.device
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"window": window}
     if not events:
         out.update(span_seconds=0.0, idle_seconds=0.0, gpu_time_seconds={}, top_kernels=[])
         out.update(precision_seconds={}, activity_seconds={}, launch_latency_seconds={"count": 0})
@@ -246,6 +259,13 @@ def _cpu_gpu_overlap(trace: Trace) -> dict[str, float]:
     }
 
 
-def summarize_all(traces: Iterable[Trace], top: int = DEFAULT_TOP) -> dict[str, Any]:
+def summarize_all(
+    traces: Iterable[Trace], top: int = DEFAULT_TOP, include_last_step: bool = False
+) -> dict[str, Any]:
     """{"ranks": {"<rank>": summary}} for traces of distinct ranks."""
-    return {"ranks": {str(t.rank): summarize(t, top) for t in sorted(traces, key=lambda t: t.rank)}}
+    return {
+        "ranks": {
+            str(t.rank): summarize(t, top, include_last_step)
+            for t in sorted(traces, key=lambda t: t.rank)
+        }
+    }

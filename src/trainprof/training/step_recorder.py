@@ -36,8 +36,8 @@ def rank_path(path: str, rank: int, world_size: int | None) -> str:
 class StepRecorder:
     """Writes (mode, start, end) steps appended to `log` as step records, with the rank's
     phase totals, every `every` seconds and at `close()` (also at exit and on SIGTERM: see
-    `recording.close_at_exit`). A process killed with `kill -9` loses at most the last
-    `every` seconds."""
+    `recording.close_at_exit`), which ends the file with an end record. A process killed
+    with `kill -9` loses at most the last `every` seconds, and has no end record."""
 
     def __init__(
         self,
@@ -96,6 +96,7 @@ class StepRecorder:
                 )
 
     def close(self) -> None:
+        """Write what is left and an end record (when this rank stopped), then close."""
         if self._out.closed:
             return
         self._stop.set()
@@ -103,6 +104,8 @@ class StepRecorder:
             self._thread.join(5)
         self.flush()
         with self._lock:
+            if not self._failed:
+                self._out.write(recording.end_record(self.node, self.rank, self._clock()))
             try:
                 self._out.close()
             except OSError:

@@ -194,6 +194,14 @@ def _scraped_bottleneck(
         gpus = selector(GPU_GAUGES[contract.GPU_UTILIZATION_SAMPLED_RATIO], b.matchers)
     else:
         gpus = b.sel(contract.GPU_UTILIZATION_RATIO)
+    # Each node's least busy GPU of the job at each scrape: one recording both rules read.
+    least = Recording(
+        "node",
+        contract.GPU_UTILIZATION_RATIO,
+        "min",
+        f"min by (node, {jl}) ({gpus})",
+        every_scrape=True,
+    )
     base = counter.removesuffix("_total")
     scraped = Recording(
         "node",
@@ -202,7 +210,7 @@ def _scraped_bottleneck(
         (
             f"(max by (node, {jl}) ({busiest}) > bool {grid[busy_label]})\n"
             f"* on (node, {jl})\n"
-            f"(min by (node, {jl}) ({gpus}) < bool {grid['gpu_below']})"
+            f"({least.record} < bool {grid['gpu_below']})"
         ),
         grid,
         every_scrape=True,
@@ -249,7 +257,7 @@ def _scraped_bottleneck(
             f"{p.gpu_threshold:g}% busy (the rule fires above {p.threshold:g}%)."
         ),
     )
-    return RuleOutput((scraped, hits, nodes, recording), (alert,))
+    return RuleOutput((least, scraped, hits, nodes, recording), (alert,))
 
 
 def _warn_off_grid(
