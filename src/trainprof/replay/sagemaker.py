@@ -41,6 +41,11 @@ _GPU = re.compile(r"^gpu(\d+)$")
 # SageMaker wrote the metric groups of one sample microseconds apart; events this close
 # together belong to one sample (the original rules clustered within 20 ms too).
 SNAPSHOT_SPREAD = 0.02
+# Larger files are skipped unread: a minute of system metrics from a 192-core, 8-GPU host
+# sampled every 100 ms (the most SageMaker offers) is about 30 MB; smdebug rotates its
+# framework traces long before this size.
+MAX_SYSTEM_FILE_BYTES = 128 << 20
+MAX_TRACE_FILE_BYTES = 256 << 20
 # Dimensions SageMaker wrote that no profiler rule reads (disk and network throughput).
 _UNUSED_TYPES = {"i/o", "network"}
 
@@ -128,6 +133,13 @@ def _read_text(path: str, damage: Damage) -> tuple[str, str] | None:
     """(text, digest) of a file, or None when it cannot be read (reported)."""
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_SYSTEM_FILE_BYTES:
+                damage.skip(
+                    "files larger than a minute of SageMaker's system metrics",
+                    f"{path} ({size:,} bytes; at most {MAX_SYSTEM_FILE_BYTES:,})",
+                )
+                return None
             data = f.read()
     except OSError as e:
         damage.skip("files unreadable", f"{path} ({e.strerror or e})")
@@ -353,11 +365,17 @@ def read_steps(found: ProfilerOutput, damage: Damage | None = None) -> list[Step
 def _trace(path: str) -> list[dict]:
     try:
         with open(path, encoding="utf-8") as stream:
-            text = stream.read()
+            size = os.fstat(stream.fileno()).st_size
+            text = stream.read() if size <= MAX_TRACE_FILE_BYTES else ""
     except OSError as e:
         raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
     except (UnicodeDecodeError, ValueError):
         raise SourceError(f"{path}: not a text file") from None
+    if size > MAX_TRACE_FILE_BYTES:
+        raise SourceError(
+            f"{path}: {size:,} bytes, larger than smdebug writes a trace "
+            f"(at most {MAX_TRACE_FILE_BYTES:,}); skipped unread"
+        )
     try:
         data = json.loads(text)
     except RecursionError:

@@ -28,6 +28,7 @@ A series that ended (its process gone) gets a staleness marker, as Prometheus wr
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import tempfile
 from array import array
@@ -46,6 +47,13 @@ TOKEN_OVERHEAD = 57
 
 
 def _num(v: float) -> str:
+    """A value as promtool reads it (a tensor's reductions may be NaN or infinite).
+
+    >>> _num(2.0), _num(0.25), _num(float("nan")), _num(float("-inf"))
+    ('2', '0.25', 'NaN', '-Inf')
+    """
+    if not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Inf" if v > 0 else "-Inf")
     return repr(float(v)) if v != int(v) else str(int(v))
 
 
@@ -137,7 +145,10 @@ class SeriesStore:
             run.start, run.last = value, value
             return
         d = value - run.last
-        if run.step is None:
+        if not math.isfinite(d):  # promtool expands no runs of NaN or Inf
+            self._bytes += run.close()
+            run.start = value
+        elif run.step is None:
             run.step, run.n = d, 1
         elif d == run.step:
             run.n += 1

@@ -157,9 +157,13 @@ def from_trial(
         result = replay_trial(source, config, training_job=training_job, promtool=promtool)
     except smdebug.TrialError as e:
         raise ReportError(str(e)) from e
-    times = [e.wall_time for events in trial.steps.values() for e in events]
-    start = min(times, default=0.0)
-    end = max([*times, trial.end_time or start])
+    # the trial's steps are read one at a time: its first and last wall times, not a list
+    first, last = float("inf"), float("-inf")
+    for events in trial.steps.values():
+        for saved in events:
+            first, last = min(first, saved.wall_time), max(last, saved.wall_time)
+    start = first if first != float("inf") else 0.0
+    end = max(last, trial.end_time or start)
     verdicts = {}
     for name, v in result.rules.items():
         # datapoints: the saved steps at which the rule had its input (None: not counted)
