@@ -37,7 +37,7 @@ from trainprof.contract.names import JOB_LABEL
 from trainprof.engines.promtool import RuleRun, run_rules, series_text
 from trainprof.replay import chunks, smdebug
 from trainprof.replay.series_store import SeriesStore
-from trainprof.rules.job_alerts import affected_selector, units_found
+from trainprof.rules.job_alerts import AffectedUnit, affected_selector, units_found
 from trainprof.training.health.state import HealthState
 
 # Synthetic time between two saved steps: one scrape and one rule evaluation per saved step.
