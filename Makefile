@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: help setup tools demo test test-fast check generate clean image image-lock docker-image release chart-package version
+.PHONY: help setup tools demo test test-fast check generate clean image image-lock docker-image release chart-package version gpu-check
 
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager (KEEP=1: keep them running)"
@@ -16,6 +16,7 @@ help:
 	@echo "make image     build the exporter's OCI image into build/image/ (Debian's python3 + the wheel; needs root)"
 	@echo "make release   the wheel, sdist, image and packaged chart (trainprof-VERSION.tgz + index.yaml) in build/release/"
 	@echo "make check     fail on a lint or format finding in the Python files, a type finding in src/, a drifted generated artifact, an invalid rule file or a helm lint finding"
+	@echo "make gpu-check on an NVIDIA GPU: the exporter against nvidia-smi, the training overheads, a kernel trace against HTA (GPU_PY=python with torch+CUDA)"
 
 # torch is named in the same pip command as the extras so nothing they pull in can replace
 # it: 2.13.0 is the CPU wheel on this machine's disk; an unpinned torch is a multi-GB CUDA build.
@@ -30,6 +31,13 @@ setup: $(VENV)/.installed tools
 
 tools:
 	@scripts/install-tools.sh
+
+# The venv's torch is the CPU wheel: on a GPU machine point GPU_PY at a Python whose torch has
+# CUDA and which has trainprof installed (pip install -e '.[all]').
+GPU_PY ?= $(PY)
+
+gpu-check: $(VENV)/.installed
+	$(GPU_PY) benchmarks/gpu_check.py
 
 # KEEP=1 leaves the demo's Prometheus, Alertmanager and exporter running until Ctrl-C.
 demo: setup

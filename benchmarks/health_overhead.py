@@ -1,23 +1,25 @@
 """Per-step cost of `trainprof.torch.watch` on a small CNN and a small transformer (CPU).
 
-    .venv/bin/python benchmarks/health_overhead.py [--steps 100] [--repeat 5]
+    .venv/bin/python benchmarks/health_overhead.py [--steps 100] [--rounds 7] [--markdown]
+        [--models cnn transformer mlp]
 
 For each model, the same training loop (forward, loss, backward, SGD step, log_loss,
 log_predictions) runs uninstrumented and watched with save_interval 1, 10 and 100, every
 collection on (gradients, weights, biases, relu_output, ...) and UnchangedTensor's copies kept.
-Variants are interleaved (each of --repeat rounds runs every variant once) and the best round
-of each is reported in milliseconds per step, with the overhead against the uninstrumented
-loop. One torch thread, so the rows of one run compare on a shared machine.
-Not a test: timings depend on the machine.
+Variants are interleaved (each of --rounds rounds runs every variant once, --steps steps,
+timed on this thread's CPU time with one torch thread, so other processes on a shared
+machine do not count) and each is reported as the median ms per step with min and max,
+and its overhead against the uninstrumented loop as the median of the per-round ratios
+(min and max). Not a test: timings depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import torch
+from _interleave import Spread, caption, ratios, rounds
 
 import trainprof
 import trainprof.torch as tt
@@ -77,43 +79,68 @@ def run(build, steps: int, save_interval: int | None) -> float:
 
     for _ in range(5):
         one_step()
-    start = time.perf_counter()
+    start = time.thread_time()
     for _ in range(steps):
         one_step()
-    elapsed = time.perf_counter() - start
+    elapsed = time.thread_time() - start
     if watcher is not None:
         watcher.close()
     trainprof.stop()
     return elapsed / steps * 1e3
 
 
+MODELS = {
+    "mlp": ("tiny MLP (2 Linear, 1 ReLU; batch 2)", tiny_mlp, 20),
+    "cnn": ("small CNN (2 conv, 2 ReLU, 1 Linear; batch 32 x 3 x 32 x 32)", small_cnn, 1),
+    "transformer": (
+        "small transformer (2 encoder layers, d 64; batch 16 x 64 tokens)",
+        small_transformer,
+        1,
+    ),
+}
+INTERVALS = (None, 100, 10, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--markdown", action="store_true", help="a table for the README")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, 1 thread")
-    print(f"{'model':<18}{'variant':<20}{'ms/step':>10}{'overhead':>10}")
-    intervals = (None, 100, 10, 1)
-    models = (
-        ("tiny MLP", tiny_mlp),
-        ("small CNN", small_cnn),
-        ("small transformer", small_transformer),
+    what = (
+        f"health_overhead.py: ms of CPU per training step, torch {torch.__version__}, 1 thread, "
+        f"{args.rounds} interleaved rounds of {args.steps} steps"
     )
-    for name, build in models:
-        # Interleaved: each round runs every variant once, so a busy neighbour slows all
-        # variants of a round alike; the best round of each variant is reported.
-        best = dict.fromkeys(intervals, float("inf"))
-        steps = args.steps * 20 if build is tiny_mlp else args.steps
-        for _ in range(args.repeat):
-            for interval in intervals:
-                best[interval] = min(best[interval], run(build, steps, interval))
-        base = best[None]
-        for interval in intervals:
-            label = "uninstrumented" if interval is None else f"save_interval={interval}"
-            overhead = "" if interval is None else f"{(best[interval] / base - 1) * 100:+.1f}%"
-            print(f"{name:<18}{label:<20}{best[interval]:>10.3f}{overhead:>10}", flush=True)
+    print(caption(what) + ("\n" if args.markdown else ""))
+    if args.markdown:
+        print("| model | uninstrumented | save_interval=100 | save_interval=10 | save_interval=1 |")
+        print("|---|---|---|---|---|")
+    else:
+        print(f"{'model':<18}{'variant':<20}{'ms/step (min-max)':>26}{'x uninstrumented':>24}")
+    for key in args.models:
+        label, build, scale = MODELS[key]
+        steps = args.steps * scale
+
+        def variant(interval, build=build, steps=steps):
+            return lambda: run(build, steps, interval)
+
+        results = rounds([(str(i), variant(i)) for i in INTERVALS], args.rounds)
+        cells = []
+        for interval in INTERVALS:
+            ms = Spread(results[str(interval)])
+            if interval is None:
+                cells.append((f"{ms.cell('{:.3f}')}", "uninstrumented", ""))
+                continue
+            ratio = ratios(results, str(interval), "None")
+            cells.append((ms.cell("{:.3f}"), f"save_interval={interval}", ratio.cell("{:.3f}")))
+        if args.markdown:
+            row = [cells[0][0]] + [f"{ms}, x{ratio}" for ms, _, ratio in cells[1:]]
+            print(f"| {label} | " + " | ".join(row) + " |", flush=True)
+        else:
+            for ms, name, ratio in cells:
+                print(f"{key:<18}{name:<20}{ms:>26}{ratio:>24}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Seconds of replay per job-hour at 1 s and 15 s scrapes, for 1, 2 and 4 hour jobs.
 
     python benchmarks/replay_scale.py [--hours 1 2 4] [--scrape 1s 15s] [--keep DIR]
-        [--source dcgm,node_exporter [--collect 30s]] [--chunk-instants N]
+        [--source dcgm,node_exporter [--collect 30s]] [--chunk-instants N] [--rounds 3]
+        [--markdown]
 
 The job is replay_4h.py's (2 nodes x 8 GPUs x 16 cores, SageMaker layout, 0.5 s samples).
 Each replay runs in its own process, so its peak RSS is its own; CPU seconds (replay's
@@ -10,6 +11,13 @@ Linear replay shows as a constant seconds-per-job-hour down each column; peak RS
 the replay process's and the largest of its promtool runs' (a long job is evaluated in
 chunks of --chunk-instants scrapes, trainprof.replay.chunks; 0: in one promtool run, as
 before chunking). The chunks column says how many promtool runs the replay made.
+
+"x promtool" is (replay's CPU + promtool's) / promtool's: what replay costs against promtool
+alone evaluating the very files replay wrote (its runs are replay's only child processes).
+"x real time" is the job's length over replay's wall time, and over the CPU time of replay
+and promtool together (the figure a shared machine does not inflate). With --rounds, every
+configuration runs once per round, interleaved; each cell is the median (min-max) of the
+rounds.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+from _interleave import Spread, caption
 
 from trainprof.replay.chunks import CHUNK_INSTANTS
 from trainprof.replay.synthetic import write_system
@@ -82,43 +92,69 @@ def main() -> None:
         default=CHUNK_INSTANTS,
         help="scrapes per promtool run (0: the whole job in one run)",
     )
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--markdown", action="store_true", help="a table for the README")
     args = parser.parse_args()
     base = args.keep or tempfile.mkdtemp(prefix="replay-scale-")
-    print(
-        "| job | scrape | wall s | s per job-hour | CPU s (replay + promtool) | "
-        "CPU s per job-hour | peak RSS replay / promtool | chunks | JSON sha256 |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    configs = [(hours, scrape) for hours in args.hours for scrape in args.scrape]
     for hours in args.hours:
         out = os.path.join(base, f"{hours:g}h")
         if not os.path.isdir(out):
             job(out, hours)
-        for scrape in args.scrape:
-            run = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    CHILD,
-                    out,
-                    scrape,
-                    args.source,
-                    args.collect,
-                    str(args.chunk_instants),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if run.returncode != 0:
-                sys.exit(f"replay of {out} at {scrape} failed:\n{run.stderr[-3000:]}")
-            r = json.loads(run.stdout.strip().splitlines()[-1])
-            cpu = r["cpu"] + r["promtool_cpu"]
-            print(
-                f"| {hours:g} h | {scrape} | {r['wall']:.1f} | {r['wall'] / hours:.1f} | "
-                f"{r['cpu']:.1f} + {r['promtool_cpu']:.1f} | {cpu / hours:.1f} | "
-                f"{r['rss_mb']:.0f} / {r['promtool_rss_mb']:.0f} MB | {r['chunks']} | "
-                f"{r['verdicts']} |",
-                flush=True,
-            )
+    runs: dict[tuple, list[dict]] = {c: [] for c in configs}
+    for _ in range(args.rounds):
+        for hours, scrape in configs:
+            runs[(hours, scrape)].append(replay_once(args, base, hours, scrape))
+    what = (
+        f"replay_scale.py: 2 nodes x 8 GPUs x 16 cores, 0.5 s samples, source "
+        f"{args.source or 'trainprof'}, {args.rounds} interleaved round(s)"
+    )
+    print(caption(what) + ("\n" if args.markdown else ""))
+    print(
+        "| job | scrape | wall s | x real time (wall / CPU) | CPU s replay + promtool | "
+        "x promtool | peak RSS replay / promtool | chunks | JSON sha256 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for hours, scrape in configs:
+        rs = runs[(hours, scrape)]
+        wall = Spread(r["wall"] for r in rs)
+        real = Spread(hours * 3600 / r["wall"] for r in rs)
+        per_cpu = Spread(hours * 3600 / (r["cpu"] + r["promtool_cpu"]) for r in rs)
+        cpu = Spread(r["cpu"] for r in rs)
+        promtool = Spread(r["promtool_cpu"] for r in rs)
+        ratio = Spread((r["cpu"] + r["promtool_cpu"]) / r["promtool_cpu"] for r in rs)
+        rss = Spread(r["rss_mb"] for r in rs)
+        prss = Spread(r["promtool_rss_mb"] for r in rs)
+        shas = sorted({r["verdicts"] for r in rs})
+        print(
+            f"| {hours:g} h | {scrape} | {wall.cell('{:.1f}')} | {real.cell('{:.0f}')} / "
+            f"{per_cpu.cell('{:.0f}')} | "
+            f"{cpu.median:.1f} + {promtool.median:.1f} | {ratio.cell('{:.2f}')} | "
+            f"{rss.median:.0f} / {prss.median:.0f} MB | {rs[0]['chunks']} | "
+            f"{', '.join(shas)} |",
+            flush=True,
+        )
+
+
+def replay_once(args: argparse.Namespace, base: str, hours: float, scrape: str) -> dict:
+    out = os.path.join(base, f"{hours:g}h")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            out,
+            scrape,
+            args.source,
+            args.collect,
+            str(args.chunk_instants),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        sys.exit(f"replay of {out} at {scrape} failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -15,8 +15,17 @@ Case keys:
             {cycle: [...]} (one value per sample, repeating)
     labels: override the exporter's identity labels; null leaves one out (a DaemonSet's job)
     exporter_reads_config: the exporters count the config's thresholds (--rules.config)
-    series: raw promtool input series (training metrics)
-    expect: [{at, alertname?, alerts: [labels...]}]   labels shorthand: host, gpu, peer_gpu
+    series: raw promtool input series (training metrics): `values` in promtool's notation,
+            or a list of [value, duration] runs, each value scraped for that long
+    holds: [{from, to, alertname?, alerts}]: the alerts fire at every evaluation from..to
+            (an alert held through noise fires once and never resolves in between)
+    held: true when other expectations rely on that hold (vmalert's replay cannot hold)
+    expect: [{at, alertname?, alerts: [labels...], affected?: [labels...]}]
+            alerts are one per job (and reason): their labels default to the case's job
+            (namespace ml, training_job bert or the case's `training_job`; null leaves one
+            out); `affected` lists the units the alert's `affected` recording holds then
+            (trainprof.rules.job_alerts), each with its `reason`.
+            labels shorthand: host (its exporter's labels), gpu, peer_gpu
     values: [{at, expr, samples: [{labels..., value}]}]
 """
 
@@ -156,11 +165,11 @@ def expand_labels(case: dict, spec: dict) -> dict[str, str]:
     return labels
 
 
-@functools.lru_cache(maxsize=1)
-def _default_groups() -> list[dict]:
-    return yaml.load(
-        DEFAULT_RULES.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    )["groups"]
+@functools.lru_cache(maxsize=4)
+def _groups_in(path: Path) -> list[dict]:
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))[
+        "groups"
+    ]
 
 
 def rule_groups(case: dict) -> list[dict]:
@@ -172,12 +181,97 @@ def rule_groups(case: dict) -> list[dict]:
         )
         groups = compile_rules(config).groups
     else:
-        groups = _default_groups()
+        # keyed by the path: the chart's tests point DEFAULT_RULES at its PrometheusRule
+        groups = _groups_in(DEFAULT_RULES)
     groups = copy.deepcopy(groups)
     for group in groups:
         for rule in group["rules"]:
             rule.pop("annotations", None)
     return groups
+
+
+def runs(values: str | list, scrape: float) -> str:
+    """promtool notation of `values`: already notation, or [value, duration] runs.
+
+    >>> runs([[0.5, "1m"], [1, "30s"]], 15)
+    '0.5x3 1x1'
+    """
+    if isinstance(values, str):
+        return values
+    out = []
+    for value, duration in values:
+        n = round(parse_duration(duration) / scrape)
+        out.append(encode([float(value)] * n))  # YAML reads 1e-9 as a string
+    return " ".join(out)
+
+
+def held(case: dict) -> list[dict]:
+    """The expectations of `holds`: the alerts at every evaluation from..to."""
+    step = parse_duration(case.get("evaluation_interval", "1m"))
+    out = []
+    for h in case.get("holds", []):
+        t, end = parse_duration(h["from"]), parse_duration(h["to"])
+        while t <= end + 1e-9:
+            e = {"at": format_duration(t), "alerts": h["alerts"]}
+            if "alertname" in h:
+                e["alertname"] = h["alertname"]
+            out.append(e)
+            t += step
+    return out
+
+
+def job_alert_labels(case: dict, spec: dict) -> dict[str, str]:
+    """An expected alert's labels: the case's job unless the spec names (or nulls) them."""
+    labels = {"namespace": "ml", "training_job": case.get("training_job", "bert")}
+    if "host" in spec:
+        labels = {}
+    labels.update(expand_labels(case, {k: v for k, v in spec.items() if v is not None}))
+    for key, value in spec.items():
+        if value is None:
+            labels.pop(key, None)
+    return labels
+
+
+def _affected_test(groups: list[dict], case: dict, e: dict, alertname: str) -> dict:
+    """A promql_expr_test that the alert's `affected` recording holds exactly e's units."""
+    records = sorted(
+        {
+            rule["record"]
+            for group in groups
+            for rule in group["rules"]
+            if "record" in rule
+            and rule["record"].endswith(":affected")
+            and _alert_of(groups, rule) == alertname
+        }
+    )
+    if not records:
+        raise KeyError(f"no affected recording for {alertname} in the rules under test")
+    static = _static_labels(groups, alertname)
+    static.pop("trainprof_rule_version", None)
+    matcher = "|".join(re.escape(r) for r in records)
+    samples = []
+    for unit in e["affected"]:
+        labels = {**static, **expand_labels(case, unit)}
+        text = "{" + ", ".join(f'{k}="{x}"' for k, x in sorted(labels.items())) + "}"
+        samples.append({"labels": text, "value": 1})
+    return {
+        "expr": f'{{__name__=~"{matcher}"}} * 0 + 1',
+        "eval_time": e["at"],
+        "exp_samples": samples,
+    }
+
+
+def _alert_of(groups: list[dict], recording: dict) -> str | None:
+    """The alert of the group that reads `recording` (by its record name and labels)."""
+    for group in groups:
+        if recording not in group["rules"]:
+            continue
+        for rule in group["rules"]:
+            if "alert" in rule and recording["record"] in rule["expr"]:
+                labels = rule.get("labels", {})
+                if all(labels.get(k) == v for k, v in recording.get("labels", {}).items()):
+                    return rule["alert"]
+    return None
 
 
 _rule_files: dict[str, str] = {}  # the committed rules are the same text for most cases
@@ -210,9 +304,13 @@ def promtool_files(case: dict, workdir: Path) -> Path:
         if isinstance(case.get("config"), dict)
         else "0.5s"
     )
-    series = scraped_series(case, datapoint) + list(case.get("series", []))
+    scrape = parse_duration(case.get("scrape_interval", "15s"))
+    series = scraped_series(case, datapoint) + [
+        {**s, "values": runs(s["values"], scrape)} for s in case.get("series", [])
+    ]
     alert_tests = []
-    for e in case.get("expect", []):
+    expr_tests = []
+    for e in [*case.get("expect", []), *held(case)]:
         alertname = e.get("alertname", f"Training{case['rule']}")
         static = _static_labels(groups, alertname)
         alert_tests.append(
@@ -220,11 +318,12 @@ def promtool_files(case: dict, workdir: Path) -> Path:
                 "eval_time": e["at"],
                 "alertname": alertname,
                 "exp_alerts": [
-                    {"exp_labels": {**static, **expand_labels(case, a)}} for a in e["alerts"]
+                    {"exp_labels": {**static, **job_alert_labels(case, a)}} for a in e["alerts"]
                 ],
             }
         )
-    expr_tests = []
+        if "affected" in e:
+            expr_tests.append(_affected_test(groups, case, e, alertname))
     for v in case.get("values", []):
         samples = []
         for s in v["samples"]:

@@ -245,22 +245,25 @@ def test_the_notification_names_where_what_and_what_to_do(amtool, root, tmp_path
     payload = json.loads((root / "tests" / "fixtures" / "webhook-v4-idle.json").read_text())
     outlier = json.loads(json.dumps(payload["alerts"][0]))
     outlier["labels"].update(
-        alertname="TrainingStepOutlier", rule="StepOutlier", rank="3", mode="train"
+        alertname="TrainingSlowRank", rule="SlowRank", node="n3", rank="3", mode="train"
     )
-    del outlier["labels"]["gpu"], outlier["labels"]["reason"]
+    del outlier["labels"]["reason"]
     payload["alerts"].append(outlier)
     data = tmp_path / "data.json"
     data.write_text(json.dumps(payload))
 
     title = render(amtool, root, data, '{{ template "trainprof.title" . }}')
     assert title.strip() == (
-        "[FIRING:2] warning job idle (team-a): TrainingLowGPUUtilization TrainingStepOutlier"
+        "[FIRING:2] warning job idle (team-a): TrainingLowGPUUtilization TrainingSlowRank"
     )
     text = render(amtool, root, data, '{{ template "trainprof.text" . }}')
     low_gpu = payload["alerts"][0]
-    assert "Where: job idle in team-a, node n3, GPU 0\n" in text
+    # one alert for the job: the GPUs it found are in its description
+    assert "Where: job idle in team-a\n" in text
+    assert "Found: Job idle: 1 of 1 GPUs were underutilized" in text
+    assert f"Found: {low_gpu['annotations']['description']}\n" in text
+    # a custom rule's alert may still name a unit
     assert "Where: job idle in team-a, node n3, rank 3, mode train\n" in text
-    assert f"Measured: {low_gpu['annotations']['description']}\n" in text
     assert f"Recommendation: {low_gpu['annotations']['recommendation']}\n" in text
     assert f"Dashboard: {low_gpu['annotations']['dashboard_url']}\n" in text
     assert f"Runbook: {low_gpu['annotations']['runbook_url']}" in text

@@ -24,8 +24,10 @@ first, as the default group_wait of the ticket route arranges in production.
 
 from __future__ import annotations
 
+import os
 import time
 import urllib.parse
+from pathlib import Path
 
 from trainprof.actions.audit import history
 from trainprof.actions.config import load_actions_config
@@ -232,6 +234,22 @@ def _decisions(audit_path) -> set[tuple[str, str, str]]:
     }
 
 
+def _capture(deliveries) -> None:
+    """With TRAINPROF_CAPTURE_WEBHOOKS=DIR, keep the first page for the starved job and the
+    first ticket for the idle one as Alertmanager sent them: tests/fixtures/webhook-v4-*.json
+    are these bodies."""
+    folder = os.environ.get("TRAINPROF_CAPTURE_WEBHOOKS")
+    if not folder:
+        return
+    for path, job, name in (("/page", "starved", "starved"), ("/notify", "idle", "idle")):
+        body = next(
+            d.body
+            for d in deliveries
+            if d.path == path and d.json()["groupLabels"].get("training_job") == job
+        )
+        Path(folder, f"webhook-v4-{name}.json").write_bytes(body)
+
+
 def test_alerts_reach_their_receivers_grouped_per_job_and_inhibited_ones_do_not(
     prometheus_bin, alertmanager_bin, tmp_path
 ):
@@ -275,6 +293,7 @@ def test_alerts_reach_their_receivers_grouped_per_job_and_inhibited_ones_do_not(
         )
 
         received = _received(deliveries)
+        _capture(deliveries)
         first_page = {
             g: min(
                 d.at

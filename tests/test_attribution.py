@@ -12,11 +12,17 @@ from trainprof.rules.config import ConfigError, load_config
 
 
 def _alerts(groups) -> dict[str, list[str]]:
+    """Each alert's condition: the `affected` recording written for it in its group (one
+    per alert, in the alerts' order; the alert counts it per job)."""
     out: dict[str, list[str]] = {}
     for g in groups:
-        for r in g["rules"]:
-            if "alert" in r:
-                out.setdefault(r["alert"], []).append(r["expr"])
+        if g["name"] == "trainprof.state":
+            continue  # job states are no rule's verdict: not recorded
+        conditions = [r["expr"] for r in g["rules"] if r.get("record", "").endswith(":affected")]
+        alerts = [r["alert"] for r in g["rules"] if "alert" in r]
+        assert len(conditions) == len(alerts), g["name"]
+        for name, condition in zip(alerts, conditions):
+            out.setdefault(name, []).append(condition)
     return out
 
 

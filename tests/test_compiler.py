@@ -117,9 +117,13 @@ def test_a_recording_shared_by_two_rules_is_written_once_and_inlined_elsewhere()
     name = "gpu:trainprof_gpu_utilization_sampled_ratio:fraction_below70_rate4m10s"
     assert records.count(name) == 1
     batch = next(g for g in compiled.groups if g["name"] == "trainprof.BatchSize")
-    alert = next(r for r in batch["rules"] if "alert" in r)
-    assert name not in alert["expr"]
-    assert 'rate(trainprof_gpu_utilization_sampled_ratio_bucket{le="0.7"}[4m10s])' in alert["expr"]
+    # the alert's condition, recorded per GPU in the alert's own group
+    condition = next(r for r in batch["rules"] if r.get("record", "").endswith(":affected"))
+    assert name not in condition["expr"]
+    assert (
+        'rate(trainprof_gpu_utilization_sampled_ratio_bucket{le="0.7"}[4m10s])'
+        in (condition["expr"])
+    )
 
 
 def test_quantile_thresholds_on_bucket_bounds_read_one_bucket_others_interpolate():

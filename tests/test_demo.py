@@ -1,5 +1,6 @@
 """`make demo` runs end to end: real Prometheus and Alertmanager, the exporter, a training
-loop; the starved act pages CPUBottleneck and the alerts reach the webhook."""
+loop; the starved act pages CPUBottleneck and the alerts reach the webhook; no alert flaps,
+and the fixed act ends quiet or the demo says why each alert still fires."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, alertmanager_bin):
     """With --keep (make demo KEEP=1) the stack stays up at the end, until Ctrl-C."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trainprof.demo", "--duration", "50", "--out", str(tmp_path)]
+        [sys.executable, "-m", "trainprof.demo", "--duration", "90", "--out", str(tmp_path)]
         + ["--keep"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -51,7 +52,19 @@ def test_the_demo_pages_on_the_starved_input_pipeline(tmp_path, prometheus_bin, 
             urllib.request.urlopen(f"{url}/-/ready", timeout=2)
     assert "FIRING   TrainingCPUBottleneck [critical]" in out, out
     assert "-> page    FIRING   TrainingCPUBottleneck (job demo)" in out, out
-    assert "FIRING   TrainingLowGPUUtilization [warning] gpu=0 reason=underutilized" in out, out
+    assert "FIRING   TrainingLowGPUUtilization [warning] reason=underutilized" in out, out
+    # one alert for the job, its description counting the GPUs
+    assert "Job demo: 1 of 1 GPUs were underutilized" in out, out
+    # No flapping: each alert (rule and reason) fires at most once in the whole demo.
+    fired = re.findall(r"FIRING   (\S+) \[\w+\](?: reason=(\S+))?", out)
+    assert fired and len(fired) == len(set(fired)), fired
+    # The fixed act ends quiet, or the demo says why each alert still fires.
+    end = out.split("act 2:")[1]
+    if "the fixed job ends quiet" not in end:
+        still = end.split("still firing at the end, and why:")[1]
+        lines = re.findall(r"^\[\d\d:\d\d\]   Training.*$", still, re.MULTILINE)
+        reasons = ("act 2 still checkpoints", "counts the slow steps", "act 2 began")
+        assert lines and all(any(r in line for r in reasons) for line in lines), still
     # While the job is CPU-bottlenecked (act 1), the underused GPU follows from the bottleneck:
     # Alertmanager inhibits it, so no notification names it.
     act1 = out.split("act 2:")[0]

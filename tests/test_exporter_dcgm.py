@@ -438,11 +438,14 @@ def test_rules_fire_on_a_real_prometheus_from_dcgm_exporter_readings(prometheus_
             with prometheus(prometheus_bin, tmp_path, config, {"rules.yaml": rules}) as base:
 
                 def firing():
+                    # one alert per rule; the GPU it found in its affected recording
                     result = query(base, 'ALERTS{alertstate="firing"}')["data"]["result"]
+                    found = query(base, "gpu:trainprof_rule_low_gpu_utilization:affected")
+                    uuids = {r["metric"].get("uuid") for r in found["data"]["result"]}
                     got = {
                         (
                             r["metric"]["alertname"],
-                            r["metric"].get("uuid"),
+                            ",".join(sorted(uuids)) if "reason" in r["metric"] else None,
                             r["metric"].get("reason"),
                         )
                         for r in result

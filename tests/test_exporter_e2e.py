@@ -62,10 +62,16 @@ EXPECTED = {  # (query, gpu) -> the range the value must fall in
     (P5, "1"): (0.45, 0.50),
     (CPU_RATIO, None): (0.70, 0.80),
 }
+# One alert per rule and reason; the GPU each found beside it (its affected recording).
 FIRING = {
-    ("TrainingLowGPUUtilization", "0", "fluctuating"),
-    ("TrainingLowGPUUtilization", "1", "underutilized"),
+    ("TrainingLowGPUUtilization", None, "fluctuating"),
+    ("TrainingLowGPUUtilization", None, "underutilized"),
     ("TrainingCPUBottleneck", None, None),
+}
+FOUND = {
+    ("LowGPUUtilization", "0", "fluctuating"),
+    ("LowGPUUtilization", "1", "underutilized"),
+    ("CPUBottleneck", None, None),
 }
 
 
@@ -94,6 +100,13 @@ def firing(base: str) -> set:
     return {
         (r["metric"]["alertname"], r["metric"].get("gpu"), r["metric"].get("reason"))
         for r in result
+    }
+
+
+def found(base: str) -> set:
+    result = query(base, '{__name__=~".+:trainprof_rule_.+:affected"}')["data"]["result"]
+    return {
+        (r["metric"]["rule"], r["metric"].get("gpu"), r["metric"].get("reason")) for r in result
     }
 
 
@@ -143,6 +156,7 @@ def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(
                     )
                 time.sleep(1)
             assert firing(fast) == firing(slow) == FIRING
+            assert found(fast) == found(slow) == FOUND
     finally:
         exporter.stop()
 
@@ -164,3 +178,9 @@ def test_rules_reach_the_same_values_at_1s_and_15s_scrape_intervals(
             for a in verdict.alerts
         }
         assert replayed == FIRING, f"replay at {scrape:g}s"
+        units = {
+            (name, u.labels.get("gpu"), u.labels.get("reason"))
+            for name, verdict in result.rules.items()
+            for u in verdict.affected
+        }
+        assert units >= FOUND, f"replay at {scrape:g}s"

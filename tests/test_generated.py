@@ -29,9 +29,9 @@ def test_drift_is_detected(tmp_path, root):
 @pytest.mark.parametrize(
     "name, count",
     [
-        ("trainprof.rules.yaml", 56),
-        ("trainprof.prometheusrule.yaml", 56),
-        ("trainprof.sources.rules.yaml", 47),
+        ("trainprof.rules.yaml", 75),
+        ("trainprof.prometheusrule.yaml", 75),
+        ("trainprof.sources.rules.yaml", 53),
     ],
 )
 def test_promtool_accepts_the_generated_rules(name, count, root, promtool, tmp_path):

@@ -41,6 +41,12 @@ def test_replay_json_has_first_fired_step(promtool, tmp_path):
     assert loss["alerts"][0]["labels"]["training_job"] == "job-a"
     assert loss["first_fired_at"] == pytest.approx(1.7e9 + 12)  # the step's wall time
     assert loss["status"] == "fired" and loss["datapoints"] == 2  # evaluated at 12 and 16
+    # one alert for the job; the loss it found (rank and mode) beside it: from step 12 (0.30
+    # did not fall from step 0's 0.30), and at step 16, where that evaluation still stands
+    # (the process evaluates every num_steps, 10)
+    (unit,) = loss["affected"]
+    assert (unit["first_step"], unit["last_step"], unit["worst"]) == (12, 16, 0.3)
+    assert unit["labels"]["mode"] and "training_job" not in unit["labels"]
     vanishing = out["VanishingGradient"]
     assert "trainprof_tensor_mean_abs" in vanishing.pop("reason")  # what it would have read
     assert vanishing == {
@@ -50,6 +56,7 @@ def test_replay_json_has_first_fired_step(promtool, tmp_path):
         "first_fired_at": None,
         "first_fired_step": None,
         "alerts": [],
+        "affected": [],
     }
 
 

@@ -229,3 +229,23 @@ def test_every_health_series_is_in_the_contract_with_its_labels():
         for sample in family.samples:
             assert set(sample.labels) == set(identity) | set(m.labels), sample
     assert exported == health
+
+
+def test_the_spread_is_torch_quantile_to_the_last_bit():
+    """PoorWeightInitialization's p95 - p5 comes from topk's tails, not a sort: it must be
+    the value torch.quantile gives, ties, NaN and infinities included."""
+    import math
+    import random
+
+    from trainprof.training.health import reductions as r
+
+    rng = random.Random(4)
+    torch.manual_seed(4)
+    for n in [1, 2, 3, 20, 21, 101, 4097, 150_000] + [rng.randint(1, 20_000) for _ in range(200)]:
+        for x in (torch.randn(n), torch.randint(0, 3, (n,)).float(), torch.randn(n) * 1e-7):
+            if n > 5 and rng.random() < 0.2:
+                x[rng.randrange(n)] = rng.choice([math.nan, math.inf, -math.inf])
+            sample = x[:: -(-n // r.SPREAD_SAMPLE)] if n > r.SPREAD_SAMPLE else x
+            q = torch.quantile(sample, torch.tensor([0.05, 0.95]))
+            want, got = float(q[1] - q[0]), float(r.spread(x))
+            assert got == want or (math.isnan(got) and math.isnan(want)), (n, want, got)

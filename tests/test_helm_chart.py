@@ -329,32 +329,35 @@ def test_default_prometheusrule_is_the_catalog_compiled_for_a_daemonset(rendered
     chart_groups = by_name(rule["spec"]["groups"])
     assert chart_groups == by_name(compile_rules(chart.chart_config(default_config())).groups)
     # Against the committed rules/ (attribution by the exporter's labels), only the per-GPU
-    # alerts differ (joined to the GPU's job) and the health group gains the shared-GPU alert.
+    # alerts' conditions differ (joined to the GPU's job), their descriptions count the GPUs
+    # the job holds, and the health group gains the shared-GPU check.
     committed = by_name(
         yaml.safe_load((root / "rules" / "trainprof.rules.yaml").read_text())["groups"]
     )
     assert chart_groups.keys() == committed.keys()
-    joined = set()
+    joined, counted = set(), set()
+    shared = {"TrainprofGPUSharedByJobs", "gpu:trainprof_health_gpu_shared_by_jobs:affected"}
     for name, group in committed.items():
         mine = chart_groups[name]["rules"]
-        extra = [r for r in mine if r.get("alert") == "TrainprofGPUSharedByJobs"]
+        extra = [r for r in mine if shared & {r.get("alert"), r.get("record")}]
         mine = [r for r in mine if r not in extra]
         assert len(mine) == len(group["rules"]), name
         for theirs, ours in zip(group["rules"], mine):
-            if theirs != ours:
-                assert {k: v for k, v in ours.items() if k != "expr"} == {
-                    k: v for k, v in theirs.items() if k != "expr"
-                }
+            if theirs == ours:
+                continue
+            if "record" in ours:  # the condition, per GPU: joined to the GPU's job
+                assert ours["record"].endswith(":affected") and ours["record"] == theirs["record"]
                 assert "group_left (namespace, training_job)" in ours["expr"]
                 assert "trainprof_gpu_assignment_info" in ours["expr"]
-                joined.add(ours["alert"])
-        assert bool(extra) == (name == "trainprof.health"), name
-    assert joined == {
-        "TrainingLowGPUUtilization",
-        "TrainingBatchSize",
-        "TrainingGPUMemoryIncrease",
-        "TrainingLoadBalancing",
-    }
+                joined.add(ours["labels"]["rule"])
+                continue
+            # the alert counts the joined recording: only its description's total differs
+            assert {**ours, "annotations": {}} == {**theirs, "annotations": {}}
+            assert "trainprof_gpu_assignment_info" in ours["annotations"]["description"]
+            counted.add(ours["alert"])
+        assert len(extra) == (2 if name == "trainprof.health" else 0), name
+    assert joined == {"LowGPUUtilization", "BatchSize", "GPUMemoryIncrease", "LoadBalancing"}
+    assert counted == {f"Training{r}" for r in joined}
 
 
 # --- rules: switches and a user's configuration -------------------------------------------

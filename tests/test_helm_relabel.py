@@ -322,10 +322,18 @@ def test_the_compiled_rules_attribute_the_starved_gpu_to_its_job(kubernetes_like
     time.sleep(3)  # a few more evaluations: the unassigned GPU must still be quiet
     alerts = get_json(f"{base}/api/v1/alerts")["data"]["alerts"]
     low = [a["labels"] for a in alerts if a["labels"]["alertname"] == "TrainingLowGPUUtilization"]
-    assert [(a["uuid"], a["training_job"], a["namespace"], a["node"]) for a in low] == [
+    # one alert for the job; the GPU it found, attributed to the job, in its recording
+    assert [(a["training_job"], a["namespace"]) for a in low] == [("bert", "team-a")], low
+    found = [
+        r["metric"]
+        for r in get_json(
+            f"{base}/api/v1/query?query=gpu:trainprof_rule_low_gpu_utilization:affected"
+        )["data"]["result"]
+    ]
+    assert [(a["uuid"], a["training_job"], a["namespace"], a["node"]) for a in found] == [
         ("GPU-n1-0", "bert", "team-a", "gpu-node-1")
-    ], low
-    assert not [k for a in low for k in a if k.startswith("exported_")]
+    ], found
+    assert not [k for a in low + found for k in a if k.startswith("exported_")]
 
 
 def _gpu_queries(dashboard: dict) -> list[tuple[str, str]]:

@@ -75,7 +75,7 @@ def test_recorded_steps_and_host_samples_replay_together(tmp_path, promtool):
     result = replay(str(tmp_path), str(rules), scrape_interval=1, training_job="rec")
     assert result.steps == 160
     outlier = result.rules["StepOutlier"]
-    assert outlier.fired and outlier.alerts[0].labels["rank"] == "0"
+    assert outlier.fired and [u.labels["rank"] for u in outlier.affected] == ["0"]
     assert not result.rules["MaxInitializationTime"].fired
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from replay_contract import VERDICT_KEYS
+from replay_contract import UNIT_KEYS, VERDICT_KEYS
 from trainprof.contract import recording
 from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay import ReplayError, replay
@@ -40,8 +40,13 @@ def test_a_starved_gpu_fires_the_same_rules_at_1s_and_15s(tmp_path, scrape, prom
     fired = {name for name, v in result.rules.items() if v.fired}
     assert fired == {"CPUBottleneck", "LowGPUUtilization", "LoadBalancing", "BatchSize"}
     low = result.rules["LowGPUUtilization"]
-    assert [a.labels["gpu"] for a in low.alerts] == ["0"]
-    # pending at t0+1m, `for: 8m20s`, evaluated every minute: fires at t0 + 10m.
+    # one alert for the job, the GPU it found beside it
+    assert [a.labels["reason"] for a in low.alerts] == ["underutilized"]
+    assert "gpu" not in low.alerts[0].labels
+    assert [(u.labels["gpu"], u.labels["reason"]) for u in low.affected] == [("0", "underutilized")]
+    assert low.affected[0].worst == 1.0  # every sample at or below 70%
+    # found at t0+1m (pending), `for: 8m20s`, evaluated every minute: fires at t0 + 10m.
+    assert low.affected[0].first_at == T0 + 60
     assert low.first_fired_at == T0 + 600
     assert result.rules["CPUBottleneck"].alerts[0].labels["training_job"] == "job"
 
@@ -74,8 +79,9 @@ def test_two_nodes_pool_cpu_bottlenecks_and_report_gpus_per_node(tmp_path, promt
     result = replay(job(tmp_path, hosts), None, scrape_interval=15)
     assert result.nodes == 2 and result.gpus == 2
     assert len(result.rules["CPUBottleneck"].alerts) == 1
-    nodes = sorted(a.labels["node"] for a in result.rules["LowGPUUtilization"].alerts)
-    assert nodes == ["algo-1", "algo-2"]
+    low = result.rules["LowGPUUtilization"]
+    assert len(low.alerts) == 1  # one for the job, its GPUs listed beside it
+    assert sorted(u.labels["node"] for u in low.affected) == ["algo-1", "algo-2"]
 
 
 def test_json_output_is_exactly_the_contract(tmp_path, promtool):
@@ -106,7 +112,15 @@ def test_json_output_is_exactly_the_contract(tmp_path, promtool):
         for alert in verdict["alerts"]:
             assert set(alert) == {"labels", "fired_at"}
             assert isinstance(alert["fired_at"], (int, float))
+        for unit in verdict["affected"]:
+            assert set(unit) == UNIT_KEYS
+            assert unit["first_at"] <= unit["last_at"]
+        assert bool(verdict["alerts"]) <= bool(verdict["affected"])  # fired: units found
     assert doc["rules"]["LowGPUUtilization"]["first_fired_at"] == T0 + 600
+    # the GPU it found: GPU 0, every sample at or below 70% from t0+1m to the end
+    (unit,) = doc["rules"]["LowGPUUtilization"]["affected"]
+    assert unit["labels"]["gpu"] == "0" and unit["labels"]["reason"] == "underutilized"
+    assert (unit["first_at"], unit["worst"]) == (T0 + 60, 1)
     io = doc["rules"]["IOBottleneck"]
     assert (io["fired"], io["status"], io["alerts"]) == (False, "quiet", [])
     assert io["measured"]["threshold"] == 0.5 and io["measured"]["value"] < 0.5
@@ -219,11 +233,11 @@ def test_step_outliers_from_framework_traces_fire_per_rank(tmp_path, scrape, pro
     write_steps(out, "algo-1", 0, _steps(START + 60, 400, 0.5, slow=range(150, 400, 20)))
     write_steps(out, "algo-1", 1, _steps(START + 60, 400, 0.5, slow=range(150, 400, 40)))
     result = replay(source, None, scrape_interval=scrape)
-    alerts = result.rules["StepOutlier"].alerts
+    verdict = result.rules["StepOutlier"]
+    assert len(verdict.alerts) == 1
     # 13 outliers on rank 0 (> 10 fires), 7 on rank 1 (quiet).
-    assert [(a.labels["rank"], a.labels["mode"], a.labels["stddev"]) for a in alerts] == [
-        ("0", "train", "3")
-    ]
+    found = [(u.labels["rank"], u.labels["mode"], u.labels["stddev"]) for u in verdict.affected]
+    assert found == [("0", "train", "3")]
     assert result.steps == 800
     assert not result.rules["MaxInitializationTime"].fired
 

@@ -184,8 +184,8 @@ def test_chunked_replay_is_the_single_pass_byte_for_byte(long_job_runs):
     assert [(a.labels, a.fired_at) for a in chunked.health] == [
         (a.labels, a.fired_at) for a in single.health
     ]
-    fired = chunked.rules["LowGPUUtilization"].alerts
-    assert {a.labels["node"] for a in fired} == {"algo-1", "algo-2"}
+    found = chunked.rules["LowGPUUtilization"].affected
+    assert {u.labels["node"] for u in found} == {"algo-1", "algo-2"}
 
 
 def test_alerts_straddle_chunk_boundaries_and_fire_in_the_warm_up(long_job_runs):
@@ -317,3 +317,58 @@ def test_chunks_reproduce_promtool_exactly_and_one_evaluation_less_warm_up_does_
     # starts an alert's `for:` (or a range) too late somewhere in this job.
     _, one, short = _chunked_firing(sequences, count, 15.0, tmp_path)
     assert _edges(short.firing) != _edges(one.firing)
+
+
+def _rows_sequences(rng: random.Random, count: int, n: int) -> list[list[float]]:
+    """Series for a RowWriter: constants, counters stepping by 0.1 or 2, noisy gauges, runs
+    that change step, every kind switching now and then."""
+    rows = [[0.0] * n for _ in range(count)]
+    for i in range(n):
+        v, step = rng.choice([0.0, 0.3, 1e6]), rng.choice([0.1, 2.0, -0.25, 0.0])
+        for k in range(count):
+            kind = rng.random() if i % 5 else 1.0  # every fifth: a counter all along
+            if i % 7 == 0 or kind < 0.03:
+                v = rng.random()  # a noisy gauge, or a jump
+            elif kind < 0.04:
+                step = rng.choice([0.0, 0.1, 3.0])
+            else:
+                v += step
+            rows[k][i] = v
+    return rows
+
+
+def test_a_row_writer_puts_what_put_puts_in_one_pass_and_in_chunks():
+    rng = random.Random(7)
+    count, n = 700, 40
+    rows = _rows_sequences(rng, count, n)
+    skipped = {300, 301, 302}  # the target was down: a gap in every series
+    plan = Plan.of(count, scrape=1.0, evaluation=10.0, overlap=60.0, own=150)
+    outputs = []
+    for make in (
+        lambda: SeriesStore(count, budget=512),
+        lambda: ChunkedStore(plan, count, {"m": 60.0}, budget=512),
+    ):
+        by_put, by_row = make(), make()
+        for store, rowwise in ((by_put, False), (by_row, True)):
+            ids = [store.id_of("m" if i % 3 else "q", {"i": str(i)}) for i in range(n)]
+            writer = store.writer(ids) if rowwise else None
+            for k in range(count):
+                if k in skipped:
+                    continue
+                if k == 500 and rowwise:  # the target's series change: a new writer
+                    writer = store.writer(ids, writer)
+                if writer is not None:
+                    writer.put(k, list(rows[k]))
+                else:
+                    for series, value in zip(ids, rows[k]):
+                        store.put(series, k, value)
+        if isinstance(by_put, ChunkedStore):
+            got = [list(by_row.window_items(c)) for c in range(len(plan.windows))]
+            want = [list(by_put.window_items(c)) for c in range(len(plan.windows))]
+        else:
+            got, want = list(by_row.items()), list(by_put.items())
+        by_put.close()
+        by_row.close()
+        assert got == want
+        outputs.append(got)
+    assert all(outputs)

@@ -151,7 +151,7 @@ def test_a_truncated_gzip_recording_is_read_up_to_the_damage(tmp_path, promtool)
     (folder / "trainer.jsonl.gz").write_bytes(whole[: len(whole) // 2])
     result = replay(str(folder), None, scrape_interval=15)
     assert result.nodes == 2  # the intact recording and what the damaged one held
-    assert {a.labels["node"] for a in result.rules["LowGPUUtilization"].alerts} == {
+    assert {u.labels["node"] for u in result.rules["LowGPUUtilization"].affected} == {
         "algo-1",
         "algo-2",
     }

@@ -114,7 +114,8 @@ def test_a_long_job_replays_the_same_alerts_at_1s_and_15s(tmp_path, promtool):
     for interval in (1.0, 15.0):
         result = replay(str(tmp_path / "p"), None, scrape_interval=interval)
         verdicts[interval] = {
-            name: [(a.labels.get("gpu"), a.fired_at) for a in v.alerts]
+            name: [(a.labels.get("reason"), a.fired_at) for a in v.alerts]
+            + [(u.labels.get("gpu"), u.first_at) for u in v.affected]
             for name, v in result.rules.items()
         }
     assert verdicts[1.0]["LowGPUUtilization"] == verdicts[15.0]["LowGPUUtilization"]

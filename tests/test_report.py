@@ -147,6 +147,10 @@ def test_the_report_shows_every_section_and_each_rule_that_fired(replayed, chrom
     for rule, v in verdicts.items():
         if rule in dom.rule_rows:
             assert dom.rule_rows[rule][3] == str(len(v["alerts"])), rule
+    # One alert per job and reason; the GPUs each found are listed in its rule's detail.
+    for rule in fired:
+        found = verdicts[rule]["affected"]
+        assert found and f"Found ({len(found)})" in dom.text, rule
     assert set(dom.rule_rows) == {
         r for r in verdicts if r not in ("OverallSystemUsage", "OverallFrameworkMetrics")
     }

@@ -181,6 +181,10 @@ def test_first_fired_times_come_from_the_rule_expressions(live_job):
                 checked += 1
     assert checked
     assert collected.verdicts["StepOutlier"].status.status in ("fired", "quiet")
+    # one alert for the job; the GPUs it found read back from its affected recording
+    low = collected.verdicts["LowGPUUtilization"]
+    assert {a.labels.get("gpu") for a in low.alerts} == {None}
+    assert low.affected and all("gpu" in u.labels for u in low.affected)
 
 
 def test_disk_and_network_totals_from_prometheus(live_job):

@@ -15,12 +15,27 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scenario import load_cases, promtool_files
 
 CASES = load_cases()
 BATCHES = pytest.StashKey[dict]()
 BLOCK = re.compile(r"^Unit Testing: +(\S+)\n(.*?)(?=^Unit Testing: |\Z)", re.MULTILINE | re.DOTALL)
+# What an alert may carry: the job, the rule's own labels, and the thresholds a bottleneck
+# rule was compiled for. No GPU, node, rank or other unit: one alert per job and rule.
+JOB_AND_RULE = {
+    "namespace",
+    "training_job",
+    "rule",
+    "severity",
+    "trainprof_rule_version",
+    "reason",
+    "affects",
+    "cpu_above",
+    "iowait_above",
+    "gpu_below",
+}
 
 
 def scenario_file(case_id: str) -> str:
@@ -46,6 +61,7 @@ def _batch(request, promtool: str, tmp_path_factory, scenario: str) -> tuple[Pat
             (workdir / str(i)).mkdir()
             test_file = promtool_files(cases[case_id], workdir / str(i))
             files[str(test_file.relative_to(workdir))] = case_id
+            (workdir / str(i) / "case").write_text(case_id)
         result = subprocess.run(
             [promtool, "test", "rules", *files],
             cwd=workdir,
@@ -65,6 +81,10 @@ def _batch(request, promtool: str, tmp_path_factory, scenario: str) -> tuple[Pat
 )
 def test_scenario(case_id, promtool, tmp_path_factory, request):
     workdir, blocks, report = _batch(request, promtool, tmp_path_factory, scenario_file(case_id))
+    # promtool compares the alerts exactly: expecting only these labels pins what fires
+    for check in _expected_alerts(workdir, case_id):
+        for alert in check.get("exp_alerts", []):
+            assert set(alert["exp_labels"]) <= JOB_AND_RULE, alert
     assert case_id in blocks, (
         f"promtool's report (files in {workdir}) has no {case_id!r}:\n{report}"
     )
@@ -73,6 +93,14 @@ def test_scenario(case_id, promtool, tmp_path_factory, request):
             f"promtool test rules failed for {case_id!r} (files in {workdir}):\n{blocks[case_id]}",
             pytrace=False,
         )
+
+
+def _expected_alerts(workdir: Path, case_id: str) -> list[dict]:
+    for case in workdir.glob("*/case"):
+        if case.read_text() == case_id:
+            test = yaml.safe_load((case.parent / "test.yaml").read_text())["tests"][0]
+            return test.get("alert_rule_test", [])
+    return []
 
 
 def test_each_case_has_a_name_of_its_own_in_its_file():

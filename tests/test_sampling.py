@@ -172,3 +172,73 @@ def test_exposition_passes_promtool_check_metrics(promtool):
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True)
     assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
     assert b'training_job="we\\"ird\\njob"' in text
+
+
+def test_a_row_holds_the_values_of_the_families_and_a_shape_names_them():
+    """Replay takes each scrape's values from row() and names them once per shape from
+    families(): the two must agree at every step, whatever comes and goes."""
+    import random
+
+    from trainprof.contract.sampling import samples_of
+
+    rng = random.Random(5)
+    acc = SampleAccumulator(0.5, {"node": "n1"}, BottleneckGrid.default().including([(0.5, 0.2)]))
+    names_of: dict = {}
+    for t in range(400):
+        n_gpus = rng.choice([0, 2, 3, 3, 3])  # GPUs appear, vanish and come back
+        gpus = []
+        for i in range(n_gpus):
+            maybe = lambda: rng.choice([None, rng.random(), rng.random()])  # noqa: E731
+            gpus.append(
+                GpuSample(
+                    i,
+                    f"GPU-{i}" if t % 50 else f"GPU-{i}-new",
+                    utilization=maybe(),
+                    memory_used_bytes=rng.choice([None, 4e9]),
+                    memory_total_bytes=8e9,
+                    power_watts=maybe(),
+                    energy_joules=rng.choice([None, float(t)]),
+                    sm_active=maybe(),
+                    name="H100",
+                    driver_version="550",
+                )
+            )
+        cores = [rng.random() for _ in range(rng.choice([0, 4, 4]))]
+        acc.observe(
+            HostSample(
+                t * 0.5,
+                cpu_utilization=cores,
+                cpu_iowait=[rng.random() / 10 for _ in cores] if t % 3 else [],
+                memory_used_bytes=rng.choice([None, 2e9]),
+                memory_total_bytes=rng.choice([None, 8e9]),
+                memory_used_ratio=rng.choice([None, 0.25]),
+                gpus=gpus,
+                disk={"sda": (t * 10.0, t * 2.0)} if t % 4 else {},
+                network={"eth0": (t * 5.0, 1.0)} if t % 5 else {},
+            )
+        )
+        shape, values = acc.row()
+        rows = list(samples_of(acc.families()))
+        assert values == [v for _, _, v in rows], t
+        names = [(n, sorted(labels.items())) for n, labels, _ in rows]
+        assert names_of.setdefault(shape, names) == names, t
+    assert len(names_of) > 10  # the shapes did change
+
+
+def test_served_quantiles_are_histogram_quantile_of_the_buckets():
+    import itertools
+    import random
+
+    from trainprof.contract import metrics
+    from trainprof.contract.quantiles import histogram_quantile
+    from trainprof.contract.sampling import Histogram
+
+    rng = random.Random(9)
+    for _ in range(3000):
+        h = Histogram(metrics.UTILIZATION_BUCKETS)
+        for _ in range(rng.randint(0, 40)):
+            h.observe(rng.choice([rng.random(), 0.0, 1.0, 0.05, 1.3 * rng.random(), -0.1]))
+        buckets = list(zip(h.bounds, itertools.accumulate(h.counts))) + [(math.inf, h.count)]
+        for q in (0.0, 0.25, 0.5, 0.95, 0.99, 1.0):
+            want, got = histogram_quantile(q, buckets), h.quantile(q)
+            assert got == want or (math.isnan(got) and math.isnan(want)), (q, h.counts)

@@ -139,12 +139,12 @@ def test_trainprof_reads_what_smdebugs_reader_reads(name):
     CHECKSUM_MAGIC_BYTES): every record is read, with its worker, mode and mode step."""
     root = SMDEBUG_TRIALS / name
     trial = smdebug.read_trial(root)
-    assert trial.problems == [] and trial.ended
     read = sorted(
         (e.step, e.worker, e.name, e.mode, e.mode_step, e.value.shape)
         for events in trial.steps.values()
         for e in events
     )
+    assert trial.problems == [] and trial.ended  # each step's damage is said as it is read
     assert read == _smdebug_reading(root)
     values = json.loads((root / "smdebug-read.json").read_text())["tensors"]
     first = next(t for t in values if t["name"].startswith("gradient/") or "Loss" in t["name"])
@@ -169,6 +169,7 @@ def test_a_damaged_footer_or_length_is_still_skipped_and_reported(tmp_path):
     damaged[3] ^= 0x10  # the first record's length
     other.write_bytes(bytes(damaged))
     trial = smdebug.read_trial(root)
+    list(trial.steps)  # the steps are read as they are asked for, their damage said then
     assert any(
         "000000000003_worker_0" in p and "data checksum mismatch" in p for p in trial.problems
     )

@@ -143,8 +143,28 @@ def _run(tmp_path, promtool, rules: list[dict], source: str, series: list, check
                     "exp_alerts": [_expected_alert(compiled, *e) for e in fired],
                 }
             )
-    _promtool(tmp_path, promtool, groups, series, alert_rule_test=tests)
+    # The GPU-level alerts found GPU 0, and only it (their affected recordings).
+    found = [
+        {
+            "expr": f"count by (rule, node, gpu, uuid) ({FOUND})",
+            "eval_time": eval_time,
+            "exp_samples": [
+                {
+                    "labels": f'{{rule="{e[0].removeprefix("Training")}", node="{HOST}", '
+                    f'gpu="0", uuid="{UUIDS[0]}"}}',
+                    "value": 1,
+                }
+                for e in sorted({e[:2] for e in expected if e[1] == "gpu"})
+            ],
+        }
+        for eval_time, expected in checks.items()
+        if any(e[1] == "gpu" for e in expected)
+    ]
+    _promtool(tmp_path, promtool, groups, series, alert_rule_test=tests, promql_expr_test=found)
     return compiled
+
+
+FOUND = '{__name__=~"gpu:trainprof_rule_.+:affected"}'  # what the GPU-level alerts found
 
 
 def _expected_alert(compiled, alertname: str, level: str, extra: dict | None = None) -> dict:
@@ -156,9 +176,7 @@ def _expected_alert(compiled, alertname: str, level: str, extra: dict | None = N
         **JOB,
         **(extra or {}),
     }
-    if level == "gpu":
-        return {"exp_labels": {**labels, "node": HOST, "gpu": "0", "uuid": UUIDS[0]}}
-    return {"exp_labels": labels}
+    return {"exp_labels": labels}  # one per job: a GPU's labels are in what it found
 
 
 def _per_gpu(a: list[float], b: list[float]) -> dict[str, list[float]]:

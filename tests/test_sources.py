@@ -294,6 +294,7 @@ def _expected() -> list[dict]:
 
 
 def _missing(input_series: str, scope: str, **labels: str) -> dict:
+    """The alert naming a missing input, for the cluster or (with their labels) a job."""
     return {
         "exp_labels": {
             "alertname": "TrainprofRuleInputMissing",
@@ -305,6 +306,27 @@ def _missing(input_series: str, scope: str, **labels: str) -> dict:
             "scope": scope,
             **labels,
         }
+    }
+
+
+MISSING = '{__name__=~".+:trainprof_health_rule_input_missing:affected"}'
+
+
+def _missing_unit(input_series: str, scope: str, **labels: str) -> dict:
+    """A GPU or node the job-level alert counts, as its recording holds it."""
+    return {
+        "labels": _labels(
+            "",
+            {
+                "rule": "TrainprofHealth",
+                "severity": "warning",
+                "affects": "sources",
+                "input": input_series,
+                "scope": scope,
+                **labels,
+            },
+        ),
+        "value": 1,
     }
 
 
@@ -337,37 +359,51 @@ def _promtool_test(tmp_path, promtool, input_series, expr_tests, alert_tests=())
 def test_dcgm_and_node_exporter_series_normalise_in_every_label_variant(tmp_path, promtool):
     series = _dcgm_series() + _node_series() + _jobs_series()
     device = _device("GPU-bare")
+    # One alert per job (a device no job holds: one without job labels); the GPUs and
+    # nodes each counts in its recording.
     alerts = [
         {
             "eval_time": "10m",
             "alertname": "TrainprofRuleInputMissing",
             "exp_alerts": [
+                _missing("DCGM_FI_DEV_FB_USED", "gpu", namespace="team-a", training_job="j1"),
+                _missing("DCGM_FI_DEV_GPU_UTIL", "gpu", namespace=device["namespace"]),
+                _missing("node_cpu_seconds_total", "node", namespace="default", training_job="j2"),
                 _missing(
-                    "DCGM_FI_DEV_FB_USED",
-                    "gpu",
-                    uuid="GPU-absent",
-                    namespace="team-a",
-                    training_job="j1",
-                ),
-                _missing("DCGM_FI_DEV_GPU_UTIL", "gpu", **device),
-                _missing(
-                    "node_cpu_seconds_total",
-                    "node",
-                    node="mig-host",
-                    namespace="default",
-                    training_job="j2",
-                ),
-                _missing(
-                    "node_memory_MemAvailable_bytes",
-                    "node",
-                    node="mig-host",
-                    namespace="default",
-                    training_job="j2",
+                    "node_memory_MemAvailable_bytes", "node", namespace="default", training_job="j2"
                 ),
             ],
         }
     ]
-    result = _promtool_test(tmp_path, promtool, series, _expected(), alerts)
+    found = {
+        "expr": f"{MISSING} * 0 + 1",
+        "eval_time": "10m",
+        "exp_samples": [
+            _missing_unit(
+                "DCGM_FI_DEV_FB_USED",
+                "gpu",
+                uuid="GPU-absent",
+                namespace="team-a",
+                training_job="j1",
+            ),
+            _missing_unit("DCGM_FI_DEV_GPU_UTIL", "gpu", **device),
+            _missing_unit(
+                "node_cpu_seconds_total",
+                "node",
+                node="mig-host",
+                namespace="default",
+                training_job="j2",
+            ),
+            _missing_unit(
+                "node_memory_MemAvailable_bytes",
+                "node",
+                node="mig-host",
+                namespace="default",
+                training_job="j2",
+            ),
+        ],
+    }
+    result = _promtool_test(tmp_path, promtool, series, [*_expected(), found], alerts)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -428,19 +464,14 @@ def test_a_gpu_two_jobs_share_is_left_out_and_named_while_the_others_keep_their_
     own = {"node": HOST, "gpu": "1", "uuid": "GPU-own", "namespace": "ns", "training_job": "a"}
     shared = [
         {
-            **_missing(
-                "DCGM_FI_DEV_GPU_UTIL",
-                "shared_gpu",
-                uuid="GPU-shared",
-                namespace="ns",
-                training_job=job,
-            ),
+            **_missing("DCGM_FI_DEV_GPU_UTIL", "shared_gpu", namespace="ns", training_job=job),
             "exp_annotations": {
-                "summary": "A GPU works for more than one job: its dcgm-exporter series are "
+                "summary": "GPUs work for more than one job: their dcgm-exporter series are "
                 "left out.",
-                "description": f"GPU GPU-shared works for job {job} and at least one other: "
-                "dcgm-exporter's series of a shared GPU cannot be told apart by job, so it is "
-                "left out of every job's GPU rules while it is shared.",
+                "description": f"Job {job}: 1 GPUs work for this job and at least one other: "
+                "dcgm-exporter's series of a shared GPU cannot be told apart by job, so they "
+                "are left out of every job's GPU rules while they are shared. Among them: "
+                "GPU-shared.",
             },
         }
         for job in ("a", "b")

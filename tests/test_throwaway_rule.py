@@ -122,15 +122,20 @@ def _config(threshold: float = 60):
 def test_the_compiled_rules_hold_its_group_and_its_health_check(throwaway):
     compiled = compile_rules(_config(60))
     group = next(g for g in compiled.groups if g["name"] == "trainprof.HostMemoryHigh")
-    record, alert = group["rules"]
+    record, affected, alert = group["rules"]
     assert record["record"] == "node:trainprof_memory_used_sampled_ratio:mean_rate1m"
+    # its condition, recorded per unit, which the one alert per job reads
+    assert affected["record"] == "training_job:trainprof_rule_host_memory_high:affected"
+    assert affected["expr"] == f"{record['record']} > 0.6"
     assert alert["alert"] == "TrainingHostMemoryHigh"
-    assert alert["expr"] == f"{record['record']} > 0.6"
+    assert alert["expr"].startswith(affected["record"])
     assert alert["labels"]["rule"] == "HostMemoryHigh"
     assert alert["annotations"]["runbook_url"].endswith("#hostmemoryhigh")
     health = next(g for g in compiled.groups if g["name"] == "trainprof.health")
     assert {"alert": "TrainprofHostMemoryUnsampled", "affects": "HostMemoryHigh"} in [
-        {"alert": r["alert"], "affects": r["labels"]["affects"]} for r in health["rules"]
+        {"alert": r["alert"], "affects": r["labels"]["affects"]}
+        for r in health["rules"]
+        if "alert" in r
     ]
     assert (
         compiled.recording(_MEMORY, level="node", rule="HostMemoryHigh").record

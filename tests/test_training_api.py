@@ -179,7 +179,7 @@ def test_failures_inside_instrumentation_are_counted_never_raised(clock, monkeyp
         raise ZeroDivisionError("bug in trainprof")
 
     monkeypatch.setattr(s._state, "observe_step", broken)
-    monkeypatch.setattr(s._state, "observe_phase", broken)
+    monkeypatch.setattr(s._state, "phase_label", broken)
     monkeypatch.setattr(s._state, "add_samples", broken)
     with caplog.at_level(logging.WARNING, logger="trainprof"):
         for _ in range(3):
@@ -220,7 +220,7 @@ def test_a_frame_exited_out_of_order_does_not_break_later_ones(clock):
     with trainprof.step():
         clock.advance(1.0)
     assert trainprof.current().value("trainprof_training_steps_total") == 1
-    assert trainprof.current()._tls.top is None
+    assert trainprof.current()._hot.own().top is None
 
 
 def test_cuda_sync_hook_runs_around_every_block_and_charges_the_gpu_time(clock):
@@ -249,7 +249,7 @@ def test_a_failing_sync_hook_is_counted_and_timing_goes_on(clock):
         clock.advance(1.0)
     s = trainprof.current()
     assert s.value("trainprof_instrumentation_errors_total") == 4
-    assert s._tls.top is None
+    assert s._hot.own().top is None
 
 
 def test_cuda_sync_true_without_cuda_logs_and_times_without_it(caplog):
@@ -526,3 +526,46 @@ def test_nan_or_infinite_samples_and_tokens_do_not_poison_the_counters():
     assert s.value("trainprof_training_tokens_total") == 200
     assert s.value("trainprof_training_steps_total", mode="train") == 5
     assert s.value("trainprof_instrumentation_errors_total") >= 6
+
+
+def test_a_phase_nested_in_itself_counts_each_block(clock):
+    trainprof.start(serve=False)
+    with trainprof.step():
+        with trainprof.phase("forward"):
+            clock.advance(1.0)
+            with trainprof.phase("forward"):  # the same name, inside: a block of its own
+                clock.advance(2.0)
+            clock.advance(4.0)
+    assert phase_seconds("forward") == 7.0
+    assert phase_seconds("other") == 0.0
+
+
+def test_a_thread_that_ended_keeps_its_time_and_is_let_go(clock):
+    trainprof.start(serve=False)
+    s = trainprof.current()
+
+    def loader() -> None:
+        for _ in range(3):
+            with trainprof.phase("dataloader"):
+                clock.advance(0.5)
+
+    for _ in range(20):
+        thread = threading.Thread(target=loader)
+        thread.start()
+        thread.join()
+    assert phase_seconds("dataloader") == 30.0
+    assert phase_seconds("dataloader") == 30.0  # once moved into the state, still counted
+    assert s._hot.threads == []  # nothing is held for the threads that ended
+
+
+def test_names_made_from_step_numbers_keep_memory_bounded(clock):
+    trainprof.start(serve=False)
+    s = trainprof.current()
+    for i in range(500):
+        with trainprof.step():
+            with trainprof.phase(f"batch-{i}"):
+                clock.advance(1.0)
+    own = s._hot.own()
+    assert len(own.frames) <= 64 and len(own.accounts) <= 32
+    assert phase_seconds("other") == 500.0 - 16  # 16 user names admitted, the rest "other"
+    assert phase_seconds("batch-0") == 1.0

@@ -65,11 +65,14 @@ scrape_configs:
     with prometheus(prometheus_bin, tmp_path, config, {}) as base:
         wait_for(base, 'trainprof_training_steps_total{training_job="e2e"}')
 
-        (alert,) = results(base, rule_expr(root, "TrainingStepOutlier"))
+        # The alerts' conditions, as their `affected` recordings write them (one series
+        # per rank and mode; the alert counts them per job).
+        (alert,) = results(base, rule_expr(root, "rank_mode:trainprof_rule_step_outlier:affected"))
         assert alert["metric"]["training_job"] == "e2e" and alert["metric"]["mode"] == "train"
         assert float(alert["value"][1]) >= SPIKES
 
-        assert results(base, rule_expr(root, "TrainingMaxInitializationTime")) == []
+        initializing = "training_job:trainprof_rule_max_initialization_time:affected"
+        assert results(base, rule_expr(root, initializing)) == []
 
         shares = results(base, rule_expr(root, "rank_phase:trainprof_training_phase_seconds:ratio"))
         by_phase = {r["metric"]["phase"]: float(r["value"][1]) for r in shares}

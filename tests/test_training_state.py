@@ -247,3 +247,32 @@ def test_bounded_label_values_keep_long_values_distinct():
     a, b = bounded_label_value("p" * 300 + "a"), bounded_label_value("p" * 300 + "b")
     assert a != b and len(a) == len(b) == 128
     assert bounded_label_value("short") == "short"
+
+
+def test_a_row_holds_the_values_of_the_families_and_a_shape_names_them():
+    """As SampleAccumulator.row: replay's ranks take their values from here."""
+    import random
+
+    from trainprof.contract.sampling import samples_of
+
+    rng = random.Random(11)
+    state = TrainingState({"rank": "0", "node": "n"}, stddevs=[2.5], start_time=1000.0)
+    names_of: dict = {}
+    t = 1010.0
+    for i in range(300):
+        mode = rng.choice(["train"] * 8 + ["eval", "predict"])
+        state.observe_step(mode, t, t + rng.choice([0.1, 0.1, 0.12, 3.0]))
+        t += 0.2
+        state.observe_phase(rng.choice(["forward", "backward", f"user{i % 20}"]), 0.05)
+        if i == 100:
+            state.set_dataloader_workers(4)
+        if i == 150:
+            state.set_gpus([("0", "GPU-a")])
+        if i % 9 == 0:
+            state.add_samples(32)
+        shape, values = state.row()
+        rows = list(samples_of(state.families()))
+        assert values == [v for _, _, v in rows], i
+        names = [(n, sorted(labels.items())) for n, labels, _ in rows]
+        assert names_of.setdefault(shape, names) == names, i
+    assert len(names_of) > 5

@@ -160,8 +160,19 @@ def _firing_at(alerts, at: float, alertname: str, interval: float) -> list[dict[
 
 # VictoriaMetrics keeps no NaN sample (NaN is its staleness marker): a NaN loss is invisible
 # there (docs/sources.md). strict: the case must keep failing, or the docs are wrong.
+# A firing alert is held through noise by reading its own ALERTS (trainprof.rules.job_alerts).
+# vmalert's replay evaluates an alert over the whole range in one query, before any of its
+# ALERTS exist, so it cannot hold: the cases whose expectations rely on the hold fail here;
+# a live vmalert holds (tests/test_vmalert_hold_live.py). strict: they must keep failing.
+_NO_HOLD_IN_REPLAY = "vmalert's replay mode cannot read an alert's own ALERTS: no hold"
 _ENGINE_DIFFERENCES = {
     "ExplodingTensor: a NaN loss fires": "VictoriaMetrics drops NaN samples",
+    # The alert counts the affected recording; in replay vmalert writes no staleness marker
+    # when a recorded unit ends, and VictoriaMetrics' lookbehind still returns the unit
+    # recorded one evaluation earlier: the resolution comes one evaluation late.
+    "LossNotDecreasing: one lucky evaluation neither resolves nor re-fires it; three in a "
+    "row resolve it": "a recorded unit read back one evaluation after it ended (no staleness "
+    "marker in vmalert's replay)",
 }
 # The regression rules learn a job's runs in recordings that read their own last value.
 # This harness replays one rule at a time over the whole span (so that a recording is
@@ -187,6 +198,8 @@ def _params():
         marks = []
         if ident in _ENGINE_DIFFERENCES:
             marks.append(pytest.mark.xfail(strict=True, reason=_ENGINE_DIFFERENCES[ident]))
+        elif case.get("holds") or case.get("held"):
+            marks.append(pytest.mark.xfail(strict=True, reason=_NO_HOLD_IN_REPLAY))
         yield pytest.param(case, id=ident, marks=marks)
 
 

@@ -23,6 +23,8 @@ EXTRA = {
     "grafanalib": "all",
     "attr": "all",
     "numpy": "all",
+    "re2": "all",
+    "google_crc32c": "all",
     "torch": "torch",
     "lightning": "lightning",
     "transformers": "huggingface",

@@ -207,6 +207,68 @@ def _cell(matchers) -> str:
     return ", ".join(f"`{m}`" for m in matchers).replace("|", "\\|")
 
 
+def _one_per_job_lines(alerts: list[dict]) -> list[str]:
+    """What an alert instance is, how it holds through noise, and how to migrate."""
+    held = {
+        a["alert"]: a["expr"].split("[")[-1].split("]")[0]
+        for a in alerts
+        if "ALERTS{" in a["expr"] and a["labels"].get("rule") == "LowGPUUtilization"
+    }
+    low_hold = held.get("TrainingLowGPUUtilization", "8m20s")
+    return [
+        "## One alert per job and rule\n",
+        "Each rule raises one alert per training job (its `job_labels`, by default "
+        "`namespace` and `training_job`) and, where a rule has several, per `reason` "
+        "(LowGPUUtilization `underutilized` / `fluctuating`, Dataloader `too_few` / "
+        "`too_many`): not one per GPU, node, rank, collection or pair of GPUs. Its labels are "
+        "the job's, `rule`, `severity`, `trainprof_rule_version`, `reason` and the "
+        "configured actions (`action`, `notify`), and stay the same while it fires; its "
+        "value is how many units are affected, and its description says of how many and "
+        "names the worst three, for example:\n",
+        "> Job bert: 2 of 16 GPUs were underutilized over the last 4m10s: their 95th "
+        "percentile utilization was below 70%. Worst (share of samples at or below 70%): "
+        "node-3 GPU 2 at 100%, node-1 GPU 5 at 97.5%.\n",
+        "The description is read when the alert is evaluated, with the `query` template "
+        "function (Prometheus, Thanos Ruler, Mimir and vmalert all have it), from the "
+        "rule's recording of what it found: `<level>:trainprof_rule_<rule>:affected` "
+        "(for example `gpu:trainprof_rule_low_gpu_utilization:affected`), one series per "
+        "unit with its labels (`node`, `gpu`, `rank`, ...), `rule`, `severity` and `reason`, "
+        "valued by the unit's measure. The job dashboard's rule rows, `trainprof report` and "
+        "`trainprof replay --json` (`affected`) list those units; health checks record "
+        "theirs as `<level>:trainprof_health_<check>:affected`.\n",
+        "### No flapping: the hold\n",
+        "A firing alert keeps firing while its condition held at some evaluation within its "
+        f"hold: the rule's patience (LowGPUUtilization's `for: {low_hold}` with SageMaker's "
+        "defaults; a warm-up patience counts the same), at least five evaluations of its "
+        "group. Noise shorter than that neither resolves it nor fires it again; a real "
+        "recovery resolves it one hold later. StepOutlier (a count since the job started) "
+        "and MaxInitializationTime (over once a step is taken) cannot flap and are not "
+        "held. The hold is written in the expression: the alert reads its own "
+        '`ALERTS{alertstate="firing"}` and its recording over the hold, since '
+        "`keep_firing_for` (Prometheus 2.42 has it) is refused by vmalert 1.79 "
+        "(`unknown fields in rule: keep_firing_for`). vmalert needs `-remoteWrite.url` (it "
+        "writes `ALERTS` there) and reads them back through `-datasource.url`; its replay "
+        "mode (`-replay.timeFrom`) evaluates a rule over the whole range at once and cannot "
+        "hold. `trainprof replay` applies the hold itself, with the same result "
+        "(tests/test_replay_hold.py).\n",
+        "### Migrating silences and routes\n",
+        "- Silences and routes that matched a unit's label (`gpu`, `node`, `uuid`, "
+        "`peer_gpu`, `rank`, `mode`, `collection`, `instance`, `collector`, `token`, "
+        "`tensor`) match nothing now: match the job (`namespace`, `training_job`), `rule` "
+        "and `reason` instead. To silence one GPU's verdicts, silence the job's alert, or "
+        "change what the rule reads (a `job_selector`, or the GPU's exporter).\n"
+        "- `group_by` on a unit label is no longer needed: one notification per job and "
+        "rule is what the alert is. Routes by `severity`, `rule`, `action` and `notify` are "
+        "unchanged.\n"
+        "- Inhibitions `equal` on the job labels keep working; one that named a unit label "
+        "on both sides must drop it.\n"
+        "- An alert's value is the number of units affected, not the unit's measure "
+        "(which is the `affected` recording's value).\n"
+        "- The StopTraining receiver reads `namespace` and `training_job` (or its "
+        "`kubernetes.name_label`, which must be one of the rules' `job_labels`), as before.\n",
+    ]
+
+
 def alerting_md() -> str:
     tree, inhibit = _parts()
     silenced_by: dict[str, list[str]] = {}
@@ -235,12 +297,14 @@ def alerting_md() -> str:
         "| `alerting/alertmanager.example.yml` | a whole configuration around them, with "
         "placeholder PagerDuty / Slack / webhook receivers |",
         "| `alerting/templates/trainprof.tmpl` | notification templates (hand-written): job, "
-        "node, rank, GPU, measured value, recommendation, dashboard and runbook links |",
+        "what the rule found (how many GPUs, nodes or ranks, the worst named), "
+        "recommendation, dashboard and runbook links |",
         "| `alerting/trainprof.alertmanagerconfig.yaml` | the same for prometheus-operator "
         "(`AlertmanagerConfig`, one per training namespace) |",
         f"| `alerting/route-tests.yaml` | {n_cases} label sets with the receivers they must "
         "reach, for `amtool config routes test` |",
         "| `alerting/actions/` | the StopTraining receiver's RBAC and an example configuration |\n",
+        *_one_per_job_lines(alerts),
         "## Receivers\n",
         "| severity | receiver | meaning |",
         "|---|---|---|",
@@ -280,11 +344,9 @@ def alerting_md() -> str:
         )
     out += [
         "",
-        "`equal` holds the job labels only: CPUBottleneck, IOBottleneck and "
-        "MaxInitializationTime are verdicts about a whole job (the bottleneck ratio pools "
-        "every node, as SageMaker's did), so they carry no `node` or `gpu`, and Alertmanager "
-        "treats a label missing on one side as unequal. A bottlenecked job therefore "
-        "silences LowGPUUtilization and BatchSize on every GPU of the job.\n",
+        "`equal` holds the job labels only: every trainprof alert is one per job (and "
+        "reason), without `node`, `gpu` or `rank`, so a bottlenecked job silences its "
+        "LowGPUUtilization and BatchSize alerts, whichever GPUs they counted.\n",
         "### What an inhibition cannot do\n",
         "Alertmanager only holds back notifications it has not sent yet. The tickets wait "
         f"{routing.DEFAULT_TIMING[routing.NOTIFY].group_wait} (`group_wait`) so that the "

@@ -8,6 +8,8 @@ rename moves the rules, the routing, the dashboards and the docs together.
     ('TrainingCPUBottleneck', 'trainprof.CPUBottleneck')
     >>> record_name("gpu", "trainprof_gpu_utilization_sampled_ratio", "p95_rate4m10s")
     'gpu:trainprof_gpu_utilization_sampled_ratio:p95_rate4m10s'
+    >>> rule_metric("LowGPUUtilization"), rule_metric("NLPSequenceRatio")
+    ('trainprof_rule_low_gpu_utilization', 'trainprof_rule_nlp_sequence_ratio')
     >>> record_name("gpu", "Util", "p95")
     Traceback (most recent call last):
     ...
@@ -59,6 +61,11 @@ VERSION_LABEL = "trainprof_rule_version"
 RECORDED_INITIALIZATION = "trainprof_training_initialization_seconds"
 RECORDED_PHASE = "trainprof_training_phase_seconds"
 
+# A rule's recording of what its alert found, one series per unit it concerns (GPU, node,
+# rank, ...): `<level>:trainprof_rule_<rule>:affected` (rule_metric, AFFECTED).
+RULE_METRIC_PREFIX = "trainprof_rule_"
+AFFECTED = "affected"
+
 RECORD_NAME = re.compile(r"^[a-z][a-z0-9_]*:[a-z][a-z0-9_]*:[a-z][a-z0-9_]*$")
 _PART = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -70,6 +77,12 @@ def record_name(level: str, metric: str, operation: str) -> str:
         if not _PART.match(part):
             raise ValueError(f"recording part {part!r} is not lower_snake_case")
     return f"{level}:{metric}:{operation}"
+
+
+def rule_metric(rule: str) -> str:
+    """The metric part of a rule's `affected` recording: its name in snake case."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", rule).lower()
+    return RULE_METRIC_PREFIX + re.sub(r"[^a-z0-9]+", "_", snake).strip("_")
 
 
 # --- dashboards -------------------------------------------------------------------------------

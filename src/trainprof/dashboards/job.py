@@ -19,6 +19,7 @@ from trainprof.dashboards.panels import target
 from trainprof.dashboards.queries import JOB_VARIABLES, RANGE, RATE_INTERVAL, Scope, presence
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RuleInstance, RulesConfig
+from trainprof.rules.job_alerts import Affected
 
 UID = JOB_DASHBOARD.uid
 TITLE = JOB_DASHBOARD.title  # the alerts' dashboard_url names its slug
@@ -427,7 +428,37 @@ def rule_row(scope: Scope, compiled: Compiled, instance: RuleInstance) -> ui.Row
                 f"{t.fires} it.",
             )
         )
+    found = [a for a in compiled.affected_of(spec.name) if a.units is not None]
+    if found:
+        panels.append(
+            ui.table(
+                "Found in the range",
+                [
+                    target(_found(scope, a), instant=True, fmt="table", ref=f"found{i}")
+                    for i, a in enumerate(found)
+                ],
+                w=24,
+                h=5,
+                transformations=[
+                    {"id": "merge", "options": {}},
+                    ui.organize(
+                        {"Value": "Worst"}, hide=("Time", "__name__", "rule", "severity", "job")
+                    ),
+                ],
+                description="What the rule's alert counted: the units its condition held "
+                "for in the dashboard's range, each with its worst value. The alert itself is "
+                "one per job and reason.",
+            )
+        )
     return ui.row(f"{spec.name}: {spec.summary}", panels, collapsed=True)
+
+
+def _found(scope: Scope, affected: Affected) -> str:
+    """An alert's `affected` series over the range, each at its worst."""
+    units = affected.units
+    over = "max_over_time" if units is None or units.worst == "highest" else "min_over_time"
+    own = {"severity": affected.severity, **affected.labels}
+    return f"{over}({scope.sel(affected.record, **own)}[{RANGE}])"
 
 
 # --- the dashboard ---------------------------------------------------------------------------

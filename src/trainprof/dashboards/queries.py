@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from trainprof.contract import metrics as contract
-from trainprof.contract.names import JOB_LABEL, JOB_LABELS
+from trainprof.contract.names import AFFECTED, JOB_LABEL, JOB_LABELS
 from trainprof.rules.config import RulesConfig, default_config  # noqa: F401 (doctest)
 from trainprof.rules.model import RECORD_NAME
 from trainprof.rules.promql import Matcher, selector
@@ -77,6 +77,13 @@ def series_labels(
     job = frozenset(job_labels) | {JOB_LABEL}
     if name in ALERT_SERIES:
         return job
+    if RECORD_NAME.match(name) and name.endswith(":" + AFFECTED):
+        # What an alert found (trainprof.rules.job_alerts): always its job's, whatever the
+        # exporter serves (the alert counts it per job), and its unit's labels.
+        level = name.split(":", 1)[0].split("_")[0]
+        return job | {"gpu": {"node", "gpu"}, "node": {"node"}, "rank": {"node", "rank"}}.get(
+            level, set()
+        )
     if RECORD_NAME.match(name):
         level = name.split(":", 1)[0]
         for prefix, extra in (

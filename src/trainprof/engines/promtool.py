@@ -97,16 +97,20 @@ def write_alerts_test(
     queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
     group_order: Sequence[str] = (),
     alerts_from: float | None = None,
+    active: bool = False,
 ) -> int:
     """Write a promtool test reporting the firing alerts at every evaluation up to `end`,
     and the result of each of `queries` (name -> (PromQL, evaluation times)); return the
     number of evaluations. `group_order`: the groups' evaluation order at each time
     (promtool's is random otherwise, which matters once a group reads another's
     recordings); `alerts_from`: the first evaluation to report alerts at (default: the
-    first). Written by hand, not through PyYAML: a replay holds
-    millions of values and the YAML emitter would take minutes."""
+    first; with `active`, from 0); `active`: report pending alerts too (with their
+    `alertstate`). Written by hand, not through PyYAML: a replay holds millions of values
+    and the YAML emitter would take minutes."""
     times = []
-    t = evaluation_interval if alerts_from is None else alerts_from
+    # The rule manager evaluates at 0 too: an active alert's state starts there.
+    first = 0.0 if active else evaluation_interval
+    t = first if alerts_from is None else alerts_from
     while t <= end + 1e-9:
         times.append(t)
         t += evaluation_interval
@@ -122,10 +126,10 @@ def write_alerts_test(
             text = values if isinstance(values, str) else encode(values)
             f.write(f"  - series: {json.dumps(key)}\n    values: {json.dumps(text)}\n")
         f.write("  promql_expr_test:\n")
+        alerts = "'ALERTS'" if active else "'ALERTS{alertstate=\"firing\"}'"
         for t in times:
             f.write(
-                "  - expr: 'ALERTS{alertstate=\"firing\"}'\n"
-                f"    eval_time: {format_duration(t)}\n    exp_samples: []\n"
+                f"  - expr: {alerts}\n    eval_time: {format_duration(t)}\n    exp_samples: []\n"
             )
         for name, (expr, query_times) in (queries or {}).items():
             if not _QUERY_NAME.match(name):
@@ -139,7 +143,7 @@ def write_alerts_test(
     return len(times)
 
 
-_TIME = re.compile(r'^\s*expr: "ALERTS\{alertstate=\\"firing\\"\}", time: (\S+),\s*$')
+_TIME = re.compile(r'^\s*expr: "ALERTS(?:\{alertstate=\\"firing\\"\})?", time: (\S+),\s*$')
 _ANY_TIME = re.compile(r'^\s*expr: ".*", time: (\S+),\s*$')
 _QUERY_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 # The label replay's extra queries are tagged with, so their results can be told apart.
@@ -284,10 +288,12 @@ def run_rules(
     queries: Mapping[str, tuple[str, Sequence[float]]] | None = None,
     ordered: bool = False,
     alerts_from: float | None = None,
+    active: bool = False,
 ) -> RuleRun:
     """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
     evaluation times)) over the same series and rules; `ordered`: groups evaluated in the
-    order given at each time, as chained groups need."""
+    order given at each time, as chained groups need; `active`: `firing` holds the pending
+    alerts too (their condition holds), each with its `alertstate`."""
     from trainprof.generation.render import to_yaml
 
     promtool = promtool or shutil.which("promtool")
@@ -305,6 +311,7 @@ def run_rules(
         queries,
         group_order=[g["name"] for g in groups] if ordered else (),
         alerts_from=alerts_from,
+        active=active,
     )
     # promtool's report grows with the evaluations (every firing alert at each one): it goes
     # to a file and is read line by line, not held whole in memory.

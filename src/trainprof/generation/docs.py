@@ -258,7 +258,11 @@ range of N x `datapoint_interval` and `patience: N` the alert's `for:`, as for t
 rules; `actions` work as above. A custom rule is compiled, routed, drawn in the job
 dashboard (the left side of a top-level `> {parameter}` comparison, against that
 parameter), reported and replayed like a built-in rule. Its expression is used as written:
-it is not narrowed by the configuration's `selector`.
+it is not narrowed by the configuration's `selector`, and its alert is one per series it
+gives (aggregate it by the job labels, `max by (namespace, training_job) (...)`, for one per
+job like the catalog's); its condition is recorded as
+`training_job:trainprof_rule_<name>:affected` and a firing alert holds through noise as the
+catalog's do (docs/alerting.md).
 
 A value is never pasted into the expression as it comes, defaults and overrides alike:
 inside a quoted string (a label value) any text, escaped as that string's content; in the

@@ -1,4 +1,5 @@
-"""Alerts evaluated at their own group's interval, when promtool evaluates every group faster.
+"""Alerts evaluated at their own group's interval, when promtool evaluates every group faster,
+and held through noise as the compiled rules hold them.
 
 promtool's unit tests evaluate every group at one `evaluation_interval`. Rules compiled for
 dcgm-exporter or node_exporter start with a `trainprof.sources` group evaluated every scrape
@@ -16,6 +17,17 @@ Prometheus' rule manager does (a condition that stops holding resets the alert).
     >>> firing = slow.firing(active, end=300)
     >>> min(t for t, alerts in firing.items() if alerts)
     180
+
+A compiled alert holds while it fired at its group's previous evaluation and its condition
+held at some evaluation within its hold (trainprof.rules.job_alerts): it reads its own
+ALERTS for that, which would make a chunk's state depend on the whole job before it. So
+replay evaluates the alerts without their hold and `AlertStates` applies it, with `for:`,
+to every alert from its condition at each evaluation, as the rule manager does:
+
+    >>> states = AlertStates(groups, evaluation=60, holds={("Low", ()): 120})
+    >>> cond = {t: [{"alertname": "Low"}] for t in (60, 120, 180, 300, 540)}
+    >>> sorted(t for t, alerts in states.firing(cond, end=660).items() if alerts)
+    [180, 240, 300, 360, 420]
 """
 
 from __future__ import annotations
@@ -27,25 +39,36 @@ from trainprof.contract.durations import parse_duration
 Labels = dict[str, str]
 
 
-class SlowAlerts:
-    """The alerting rules of groups evaluated less often than every `evaluation` seconds."""
+class AlertStates:
+    """Every alerting rule's firing alerts, replayed from their conditions: at the rule's own
+    group interval (`only_slower`: only the groups slower than `evaluation`), with `for:` and
+    its hold (`holds`: (alertname, static labels) -> seconds; none by default)."""
 
-    def __init__(self, groups: Iterable[Mapping], evaluation: float):
+    def __init__(
+        self,
+        groups: Iterable[Mapping],
+        evaluation: float,
+        holds: Mapping[tuple[str, tuple], float] | None = None,
+        only_slower: bool = False,
+    ):
         self.evaluation = evaluation
-        # (alertname, static labels, interval, for) of each slower alerting rule
-        self.rules: list[tuple[str, dict[str, str], float, float]] = []
+        # (alertname, static labels, interval, for, hold) of each alerting rule replayed
+        self.rules: list[tuple[str, dict[str, str], float, float, float]] = []
+        holds = holds or {}
         for group in groups:
             interval = parse_duration(group.get("interval", "1m"))
-            if interval <= evaluation + 1e-9:
+            if only_slower and interval <= evaluation + 1e-9:
                 continue
             for rule in group["rules"]:
                 if "alert" in rule:
+                    static = dict(rule.get("labels", {}))
                     self.rules.append(
                         (
                             rule["alert"],
-                            dict(rule.get("labels", {})),
+                            static,
                             interval,
                             parse_duration(rule.get("for", "0s")),
+                            _hold_of(holds, rule["alert"], static),
                         )
                     )
 
@@ -64,49 +87,73 @@ class SlowAlerts:
         out = []
         for k in range(1, steps + 1):
             t = round(k * self.evaluation, 6)
-            if any(_on_grid(t, interval) for _, _, interval, _ in self.rules):
+            if any(_on_grid(t, interval) for _, _, interval, _, _ in self.rules):
                 out.append(t)
         return out
 
     def rule_of(self, labels: Mapping[str, str]) -> tuple[float, float] | None:
-        """(interval, for) of the slower rule an alert's labels belong to, else None."""
-        for name, static, interval, hold in self.rules:
+        """(interval, for) of the replayed rule an alert's labels belong to, else None."""
+        found = self._rule(labels)
+        return None if found is None else found[:2]
+
+    def _rule(self, labels: Mapping[str, str]) -> tuple[float, float, float] | None:
+        for name, static, interval, wait, hold in self.rules:
             if labels.get("alertname") == name and all(
                 labels.get(k) == v for k, v in static.items()
             ):
-                return interval, hold
+                return interval, wait, hold
         return None
 
     def firing(self, active: Mapping[float, list[Labels]], end: float) -> dict[float, list[Labels]]:
-        """{evaluation time: firing alerts of the slower rules}, from each time's active
-        alerts; a firing alert stays listed until its group's next evaluation."""
-        states: dict[tuple, tuple[float, float, float | None]] = {}  # key -> interval, for, since
+        """{evaluation time: firing alerts of the replayed rules}, from each time's active
+        alerts (those whose condition holds, pending or firing); a firing alert stays listed
+        until its group's next evaluation."""
+        rules: dict[tuple, tuple[float, float, float]] = {}  # key -> interval, for, hold
         for t in sorted(active):
             for labels in active[t]:
                 key = _key(labels)
-                if key not in states:
-                    found = self.rule_of(labels)
+                if key not in rules:
+                    found = self._rule(labels)
                     if found is not None:
-                        states[key] = (*found, None)
+                        rules[key] = found
+        since: dict[tuple, float | None] = dict.fromkeys(rules)  # when it became active
+        last: dict[tuple, float | None] = dict.fromkeys(rules)  # its condition's last time
+        now: dict[tuple, bool] = {}
         out: dict[float, list[Labels]] = {}
         steps = int(round(end / self.evaluation))
-        now: dict[tuple, bool] = {}
-        for k in range(1, steps + 1):
+        for k in range(0 if 0 in active else 1, steps + 1):
             t = round(k * self.evaluation, 6)
             present = {_key(lb) for lb in active.get(t, [])}
-            for key, (interval, hold, since) in states.items():
+            for key, (interval, wait, hold) in rules.items():
                 if not _on_grid(t, interval):
                     continue  # the group is not evaluated now: the alert keeps its state
                 if key in present:
-                    since = t if since is None else since
-                    now[key] = t - since >= hold - 1e-9
+                    last[key] = t
+                seen = last[key]
+                held = now.get(key, False) and seen is not None and t - seen <= hold + 1e-6
+                if key in present or held:
+                    since[key] = t if since[key] is None else since[key]
+                    now[key] = t - since[key] >= wait - 1e-9  # type: ignore[operator]
                 else:
-                    since, now[key] = None, False
-                states[key] = (interval, hold, since)
+                    since[key], now[key] = None, False
             out[t] = [
                 {**dict(key), "alertstate": "firing"} for key, firing in now.items() if firing
             ]
         return out
+
+
+def SlowAlerts(groups: Iterable[Mapping], evaluation: float) -> AlertStates:  # noqa: N802
+    """The alerting rules of groups evaluated less often than every `evaluation` seconds."""
+    return AlertStates(groups, evaluation, only_slower=True)
+
+
+def _hold_of(holds: Mapping[tuple[str, tuple], float], alert: str, static: dict) -> float:
+    """The hold of the alert rule named `alert` with `static` labels: the entry whose
+    labels it carries."""
+    for (name, labels), seconds in holds.items():
+        if name == alert and all(static.get(k) == v for k, v in labels):
+            return seconds
+    return 0.0
 
 
 def _key(labels: Mapping[str, str]) -> tuple:

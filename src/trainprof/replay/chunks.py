@@ -30,11 +30,13 @@ the whole job) is evaluated in one pass, as before: `ReplayResult.one_pass` says
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
+import itertools
 import math
 import re
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from trainprof.engines.promtool import RuleRun, run_rules
@@ -75,12 +77,21 @@ class Plan:
     scrape: float
 
     @classmethod
-    def of(cls, count: int, scrape: float, evaluation: float, overlap: float, own: int) -> Plan:
+    def of(
+        cls,
+        count: int,
+        scrape: float,
+        evaluation: float,
+        overlap: float,
+        own: int,
+        per_overlap: int = OWN_PER_OVERLAP,
+    ) -> Plan:
         """Windows over instants 0..count-1, each own part `own` instants (a multiple of
-        the evaluation) and a warm-up of `overlap` seconds rounded up to evaluations."""
+        the evaluation; at most `per_overlap` warm-ups) and a warm-up of `overlap` seconds
+        rounded up to evaluations."""
         per_eval = max(1, round(evaluation / scrape))
         warm = math.ceil(overlap / evaluation - 1e-9) * per_eval
-        own = max(warm, min(own, OWN_PER_OVERLAP * warm), per_eval)
+        own = max(warm, min(own, per_overlap * warm), per_eval)
         last = count - 1
         # As many chunks as that takes, all of a length (on the evaluation grid).
         pieces = max(1, math.ceil(last / (own * STRETCH)))
@@ -100,9 +111,11 @@ def plan(
     scrape: float,
     evaluation: float,
     chunk_instants: int = CHUNK_INSTANTS,
+    per_overlap: int = OWN_PER_OVERLAP,
 ) -> tuple[Plan | None, dict[str | None, float], str]:
     """The chunks to replay `count` instants in (None: one pass, as before), each input
-    metric's warm-up, and why one pass when it is. `chunk_instants` 0: one pass."""
+    metric's warm-up, and why one pass when it is. `chunk_instants` 0: one pass;
+    `per_overlap`: a chunk's own part is at most that many warm-ups."""
     if chunk_instants <= 0:
         return None, {}, "chunks turned off"
     exprs = [r["expr"] for g in groups for r in g["rules"]] + [e for e, _ in queries.values()]
@@ -119,7 +132,7 @@ def plan(
     overlap = max(need.values(), default=0.0)
     if not math.isfinite(overlap):
         return None, need, "an expression reads further back than replay can bound"
-    chunked = Plan.of(count, scrape, evaluation, overlap, chunk_instants)
+    chunked = Plan.of(count, scrape, evaluation, overlap, chunk_instants, per_overlap)
     if len(chunked.windows) < 2:
         if overlap < (count - 1) * scrape:
             return None, need, "short enough for one chunk"
@@ -247,7 +260,9 @@ class ChunkedStore(SeriesStore):
                 self._emit(series, run, following - 1)
             else:
                 d = value - run.last
-                if run.step is None:
+                if not math.isfinite(d):  # promtool expands no runs of NaN or Inf
+                    self._emit(series, run, following - 1)
+                elif run.step is None:
                     run.step, run.n = d, 1
                     run.acc += d
                 elif d == run.step:
@@ -261,6 +276,17 @@ class ChunkedStore(SeriesStore):
         run.next = k + 1
         if k >= run.cut:
             self._cut_at(series, run, k)
+
+    def _catch_up(self, run: _Run, instants: int, last: float, following: int) -> None:
+        # promtool's expansion adds the step again and again: so does `acc`, at C speed.
+        chunk_run: _ChunkRun = run  # type: ignore[assignment]
+        step: float = run.step  # type: ignore[assignment]  # a run going on has its step
+        added = itertools.accumulate(itertools.repeat(step, instants), initial=chunk_run.acc)
+        chunk_run.acc = collections.deque(added, maxlen=1)[0]
+        super()._catch_up(run, instants, last, following)
+
+    def _cut(self, run: _Run) -> int | float:
+        return run.cut  # type: ignore[attr-defined]
 
     def _cut_at(self, series: int, run: _ChunkRun, k: int) -> None:
         if run.n:
@@ -321,6 +347,7 @@ class ChunkedStore(SeriesStore):
 
     def window_items(self, c: int) -> Iterator[tuple[str, str]]:
         """Chunk c's series (those with a value in it) in promtool's notation."""
+        self.sync()
         if not self._closed:
             for series, run in enumerate(self._runs):
                 if run.start is not None:
@@ -356,8 +383,12 @@ def run_chunked(
     promtool: str | None,
     queries: Mapping[str, tuple[str, Sequence[float]]],
     ordered: bool,
+    active: bool = False,
+    each: Callable[[RuleRun], None] | None = None,
 ) -> RuleRun:
-    """What `run_rules` over the whole job reports, from one promtool run per chunk."""
+    """What `run_rules` over the whole job reports, from one promtool run per chunk; with
+    `each`, each chunk's part (in the job's time, in time order) is handed to it instead of
+    kept, and what is returned is empty."""
     plan = store.plan
     firing: dict[float, list[dict[str, str]]] = {}
     answers: dict[str, dict[float, list]] = {}
@@ -385,12 +416,18 @@ def run_chunked(
             promtool,
             queries=local_queries,
             ordered=ordered,
-            alerts_from=max(own_from - start, 0.0) + evaluation,
+            alerts_from=None if c == 0 else max(own_from - start, 0.0) + evaluation,
+            active=active,
         )
-        for t, alerts in run.firing.items():
-            firing[t + start] = alerts
-        for name, by_time in run.queries.items():
-            answered = answers.setdefault(name, {})
-            for t, samples in by_time.items():
-                answered[t + start] = samples
+        own_firing = {t + start: alerts for t, alerts in run.firing.items()}
+        own_answers = {
+            name: {t + start: samples for t, samples in by_time.items()}
+            for name, by_time in run.queries.items()
+        }
+        if each is not None:
+            each(RuleRun(own_firing, own_answers))
+            continue
+        firing.update(own_firing)
+        for name, by_time in own_answers.items():
+            answers.setdefault(name, {}).update(by_time)
     return RuleRun(firing, answers)

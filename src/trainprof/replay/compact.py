@@ -31,7 +31,9 @@ _HEADER = struct.Struct("<IIId")  # cores (busy), cores (iowait), GPUs, memory r
 
 
 def _pack(values) -> bytes:
-    return array.array("d", (_NONE if v is None else v for v in values)).tobytes()
+    if not isinstance(values, list) or None in values:
+        values = [_NONE if v is None else v for v in values]
+    return array.array("d", values).tobytes()
 
 
 def _unpack(value: float) -> float | None:
@@ -58,25 +60,40 @@ class CompactSamples(Sequence[HostSample]):
         self._gpus: set[int] = set()
 
     def append(self, sample: HostSample) -> None:
-        indices = [g.index for g in sample.gpus]
-        self._gpus.update(indices)
-        memory = sample.memory_used_ratio
+        self.append_values(
+            sample.timestamp,
+            list(sample.cpu_utilization),
+            list(sample.cpu_iowait),
+            sample.memory_used_ratio,
+            [g.index for g in sample.gpus],
+            [g.utilization for g in sample.gpus],
+            [g.memory_used_ratio for g in sample.gpus],
+        )
+
+    def append_values(
+        self,
+        timestamp: float,
+        cpu: list[float],
+        iowait: list[float],
+        memory: float | None,
+        gpus: list[int],
+        utilization: list[float | None],
+        memory_used: list[float | None],
+    ) -> None:
+        """`append` of the sample these fields make (GPU i: gpus[i], named "gpu<index>")
+        without building it."""
+        self._gpus.update(gpus)
         data = b"".join(
             (
-                _HEADER.pack(
-                    len(sample.cpu_utilization),
-                    len(sample.cpu_iowait),
-                    len(indices),
-                    _NONE if memory is None else memory,
-                ),
-                _pack(sample.cpu_utilization),
-                _pack(sample.cpu_iowait),
-                array.array("i", indices).tobytes(),
-                _pack(g.utilization for g in sample.gpus),
-                _pack(g.memory_used_ratio for g in sample.gpus),
+                _HEADER.pack(len(cpu), len(iowait), len(gpus), _NONE if memory is None else memory),
+                _pack(cpu),
+                _pack(iowait),
+                array.array("i", gpus).tobytes(),
+                _pack(utilization),
+                _pack(memory_used),
             )
         )
-        self._append_bytes(sample.timestamp, data)
+        self._append_bytes(timestamp, data)
 
     def _append_bytes(self, t: float, data: bytes) -> None:
         self.times.append(t)

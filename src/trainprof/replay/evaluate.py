@@ -8,11 +8,11 @@ import math
 import tempfile
 from pathlib import Path
 
-from trainprof.contract.names import HEALTH_RULE
+from trainprof.contract.names import HEALTH_RULE, JOB_LABEL
 from trainprof.contract.sampling import BottleneckGrid
 from trainprof.engines.promtool import run_rules
 from trainprof.replay import chunks
-from trainprof.replay.cadence import SlowAlerts
+from trainprof.replay.cadence import AlertStates
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.exporters import Exporters, check_sources, held_gpu_readings
 from trainprof.replay.load import load_timeline
@@ -29,13 +29,15 @@ from trainprof.replay.timeline import Timeline, instants, scrape
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig
 from trainprof.rules.files import read_config
+from trainprof.rules.job_alerts import affected_selector, holds, units_found, without_holds
+from trainprof.rules.promql import quote
 from trainprof.rules.status import NOT_APPLICABLE, RuleStatus, decide, status_queries
 from trainprof.sources.options import parse_sources
 
 # Scrape instants replay will evaluate at most: 11.6 days at a 1 s scrape.
 MAX_INSTANTS = 1_000_000
 STATUS_POINTS = 30
-ACTIVE = "alerts.active"  # the query of active alerts, for groups slower than the fastest
+AFFECTED = "alerts.affected"  # the query of what the alerts found, per unit
 
 
 def replay(
@@ -126,14 +128,18 @@ def replay(
                 for name, q in queries(compiled, timeline.training_job, end).items()
             }
         )
-    # Only with an adapter source: trainprof's own replay stays as it was.
-    slow = SlowAlerts(compiled.groups if exporters else [], evaluation)
-    if slow:
-        asked[ACTIVE] = ("ALERTS", slow.times(end))
+    # What each alert found, per unit, at every evaluation (its `affected` recording).
+    found_at = [k * evaluation for k in range(1, int(end // evaluation) + 1)]
+    asked[AFFECTED] = (affected_selector([f"{JOB_LABEL}={quote(timeline.training_job)}"]), found_at)
+    # promtool evaluates the alerts without their hold (it reads their own ALERTS, so a
+    # chunk's state would depend on the whole job before it) and reports every active
+    # alert; AlertStates then replays `for:` and the hold at each group's own interval.
+    groups = without_holds(compiled.groups, compiled.affected, config.job_labels)
+    states = AlertStates(compiled.groups, evaluation, holds(compiled.affected))
     # A long job goes through promtool in time chunks (trainprof.replay.chunks); a short
     # one, or one whose rules read back further than a chunk, in one pass.
     plan, need, one_pass = chunks.plan(
-        compiled.groups, asked, count, config.scrape_interval, evaluation, chunk_instants
+        groups, asked, count, config.scrape_interval, evaluation, chunk_instants
     )
     store = chunks.ChunkedStore(plan, count, need, spill_dir=workdir) if plan is not None else None
     scraped = scrape(
@@ -150,17 +156,18 @@ def replay(
         if store is not None:
             run = chunks.run_chunked(
                 store,
-                compiled.groups,
+                groups,
                 config.scrape_interval,
                 evaluation,
                 Path(tmp),
                 promtool,
                 asked,
                 ordered=exporters is not None,
+                active=True,
             )
         else:
             run = run_rules(
-                compiled.groups,
+                groups,
                 scraped.series,
                 config.scrape_interval,
                 evaluation,
@@ -170,18 +177,18 @@ def replay(
                 queries=asked,
                 # trainprof.sources' recordings are read by the later groups: first, always.
                 ordered=exporters is not None,
+                active=True,
             )
     scraped.series.close()
-    firing = run.firing
-    if slow:
-        # Alerts of groups slower than `evaluation` (the alert groups beside a 15 s
-        # trainprof.sources group) as their own interval evaluates them.
-        active = {t: [lb for lb, _ in got] for t, got in run.queries.pop(ACTIVE, {}).items()}
-        slow_firing = slow.firing(active, scraped.end)
-        firing = {
-            t: [lb for lb in firing.get(t, []) if slow.rule_of(lb) is None] + slow_firing.get(t, [])
-            for t in sorted(set(firing) | set(slow_firing))
-        }
+    # Each alert as its own group's interval evaluates it (the alert groups beside a 15 s
+    # trainprof.sources group evaluate every minute), with `for:` and its hold.
+    firing = states.firing(run.firing, scraped.end)
+    by_time = run.queries.pop(AFFECTED, {})
+    found = units_found(
+        {scraped.start + t: samples for t, samples in by_time.items()},
+        compiled.affected,
+        config.job_labels,
+    )
     answers = {
         name: _grouped(by_time)
         for name, by_time in run.queries.items()
@@ -200,6 +207,7 @@ def replay(
         elif rule in verdicts:
             verdicts[rule].alerts.append(alert)
     for name, verdict in verdicts.items():
+        verdict.affected = found.get(name, [])
         if compiled.config.rule(name) is None:
             # Left out by the compiler (LoadBalancing on dcgm: one value per scrape cannot
             # give a GPU's utilization distribution); its warning is among the notes.

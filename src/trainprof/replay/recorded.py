@@ -24,6 +24,15 @@ from trainprof.replay.damage import Damage, json_object, ratio, timestamp_ok
 from trainprof.replay.timeline import PhaseTotals, Step
 from trainprof.training.state import bounded_label_value, canonical_mode
 
+# No record is longer than this (a host of 192 cores and 8 GPUs writes about 5 KB a line).
+MAX_LINE = 1 << 20
+
+
+def _rest_of_line(stream) -> bool:
+    """Read on through an overlong line a piece at a time; False once it has ended."""
+    piece = stream.readline(MAX_LINE)
+    return bool(piece) and not piece.endswith("\n")
+
 
 def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, record) of every readable line of `path`."""
@@ -32,7 +41,10 @@ def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:
         with recording.open_recording(path) as stream:
             while True:
                 try:
-                    line = stream.readline()
+                    line = stream.readline(MAX_LINE + 1)
+                    long = len(line) > MAX_LINE and not line.endswith("\n")
+                    while long and _rest_of_line(stream):
+                        pass
                 except UnicodeDecodeError:
                     number += 1
                     damage.skip("not text", f"{path}:{number}")
@@ -40,6 +52,10 @@ def records(path: str, damage: Damage) -> Iterator[tuple[int, dict[str, Any]]]:
                 if not line:
                     return
                 number += 1
+                if long:
+                    where = f"{path}:{number}"
+                    damage.skip(f"longer than {MAX_LINE >> 20} MiB (no record is)", where)
+                    continue
                 if not line.strip():
                     continue
                 record = json_object(line, f"{path}:{number}", damage, required="kind")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from trainprof.contract.metrics import TRAINING_SERIES
 from trainprof.rules.compiler import Compiled
 from trainprof.rules.config import RulesConfig
+from trainprof.rules.job_alerts import AffectedUnit
 from trainprof.rules.status import RuleStatus
 
 
@@ -25,9 +26,12 @@ class FiredAlert:
 
 @dataclasses.dataclass
 class Verdict:
+    # One per job and reason: each time it started firing.
     alerts: list[FiredAlert] = dataclasses.field(default_factory=list)
     # fired | quiet | no_data | not_applicable, with the datapoints and measure behind it.
     status: RuleStatus | None = None
+    # The units (GPUs, nodes, ranks, ...) its condition held for, pending or firing.
+    affected: list[AffectedUnit] = dataclasses.field(default_factory=list)
 
     @property
     def fired(self) -> bool:
@@ -104,7 +108,8 @@ class ReplayResult:
 
     def as_json(self) -> dict:
         """Exactly the documented contract: {"rules": {"<Rule>": {"fired", "status",
-        "datapoints", "measured", "first_fired_at", "alerts": [{"labels", "fired_at"}]}}}"""
+        "datapoints", "measured", "first_fired_at", "alerts": [{"labels", "fired_at"}],
+        "affected": [{"labels", "first_at", "last_at", "worst"}]}}}"""
         return {
             "rules": {
                 name: {
@@ -114,6 +119,7 @@ class ReplayResult:
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at)} for a in v.alerts
                     ],
+                    "affected": [u.as_json() for u in v.affected],
                 }
                 for name, v in self.rules.items()
             }

@@ -21,13 +21,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import itertools
 import json
 import operator
 import os
 import re
 from collections.abc import Sequence
 
-from trainprof.contract.sampling import GpuSample, HostSample
+from trainprof.contract.sampling import HostSample
 from trainprof.replay.compact import CompactSamples
 from trainprof.replay.damage import EARLIEST, LATEST, Damage, json_object, ratio, timestamp_ok
 from trainprof.replay.timeline import Step
@@ -42,6 +43,11 @@ _GPU = re.compile(r"^gpu(\d+)$")
 SNAPSHOT_SPREAD = 0.02
 # Where ProfilerReport wrote one JSON per rule: ProfilerReport/profiler-output/<this>/.
 REPORTS_DIR = "profiler-reports"
+# Larger files are skipped unread: a minute of system metrics from a 192-core, 8-GPU host
+# sampled every 100 ms (the most SageMaker offers) is about 30 MB; smdebug rotates its
+# framework traces long before this size.
+MAX_SYSTEM_FILE_BYTES = 128 << 20
+MAX_TRACE_FILE_BYTES = 256 << 20
 # Dimensions SageMaker wrote that no profiler rule reads (disk and network throughput).
 _UNUSED_TYPES = {"i/o", "network"}
 
@@ -154,6 +160,13 @@ def _read_text(path: str, damage: Damage) -> tuple[str, str] | None:
     """(text, digest) of a file, or None when it cannot be read (reported)."""
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_SYSTEM_FILE_BYTES:
+                damage.skip(
+                    "files larger than a minute of SageMaker's system metrics",
+                    f"{path} ({size:,} bytes; at most {MAX_SYSTEM_FILE_BYTES:,})",
+                )
+                return None
             data = f.read()
     except OSError as e:
         damage.skip("files unreadable", f"{path} ({e.strerror or e})")
@@ -217,20 +230,15 @@ class _SnapshotBuilder:
     def flush(self) -> None:
         if self._start is None:
             return
-        gpus = [
-            GpuSample(
-                i, f"gpu{i}", utilization=self._util.get(i), memory_used_ratio=self._mem.get(i)
-            )
-            for i in sorted(set(self._util) | set(self._mem))
-        ]
-        self.samples.append(
-            HostSample(
-                timestamp=self._start,
-                cpu_utilization=[self._cpu[i] for i in sorted(self._cpu)],
-                cpu_iowait=[self._iowait[i] for i in sorted(self._iowait)],
-                memory_used_ratio=self._memory,
-                gpus=gpus,
-            )
+        gpus = sorted(self._util.keys() | self._mem.keys())
+        self.samples.append_values(  # the HostSample these make, packed
+            self._start,
+            [self._cpu[i] for i in sorted(self._cpu)],
+            [self._iowait[i] for i in sorted(self._iowait)],
+            self._memory,
+            gpus,
+            list(map(self._util.get, gpus)),
+            list(map(self._mem.get, gpus)),
         )
         self._start, self._memory = None, None
         self._cpu, self._iowait, self._util, self._mem = {}, {}, {}, {}
@@ -289,28 +297,35 @@ def read_system(found: ProfilerOutput, damage: Damage | None = None) -> SystemSa
                     continue
                 value = clamped
             append((node if type(node) is str else str(node), ts, kind, index, value))
-        # Lines of one sample come in varying order; sort each file by time.
-        events.sort(key=operator.itemgetter(0, 1))
-        builder, current = None, None
-        for node, ts, kind, index, value in events:
-            if builder is None or node != current:
-                builder = builders.get(node) or builders.setdefault(node, _SnapshotBuilder())
-                current = node
-            # _SnapshotBuilder.add, inlined: this loop runs once per line SageMaker wrote.
-            start = builder._start
-            if start is None:
-                builder._start = ts
-            elif ts - start > SNAPSHOT_SPREAD or start - ts > SNAPSHOT_SPREAD:
-                builder.flush()
-                builder._start = ts
-            if kind == "memory":
-                builder._memory = value
-            else:
-                builder._by_kind[kind][index] = value
+        _gather(events, builders)
     for node, builder in builders.items():
         builder.flush()
         out.by_node[node] = builder.samples.in_time_order()
     return out
+
+
+def _gather(events: list[tuple[str, float, str, int, float]], builders: dict) -> None:
+    """One file's events into each node's samples (`_SnapshotBuilder.add`, inlined)."""
+    # Lines of one sample come in varying order; sort each file by time.
+    events.sort(key=operator.itemgetter(0, 1))
+    builder, current = None, None
+    # Events of one node and time go to one sample: the sample's start is decided once.
+    for (node, ts), same in itertools.groupby(events, key=operator.itemgetter(0, 1)):
+        if builder is None or node != current:
+            builder = builders.get(node) or builders.setdefault(node, _SnapshotBuilder())
+            current = node
+        start = builder._start
+        if start is None:
+            builder._start = ts
+        elif ts - start > SNAPSHOT_SPREAD or start - ts > SNAPSHOT_SPREAD:
+            builder.flush()
+            builder._start = ts
+        by_kind = builder._by_kind
+        for _, _, kind, index, value in same:
+            if kind == "memory":
+                builder._memory = value
+            else:
+                by_kind[kind][index] = value
 
 
 def _where(path: str, i: int, numbers: list[int] | None) -> str:
@@ -377,11 +392,17 @@ def read_steps(found: ProfilerOutput, damage: Damage | None = None) -> list[Step
 def _trace(path: str) -> list[dict]:
     try:
         with open(path, encoding="utf-8") as stream:
-            text = stream.read()
+            size = os.fstat(stream.fileno()).st_size
+            text = stream.read() if size <= MAX_TRACE_FILE_BYTES else ""
     except OSError as e:
         raise SourceError(f"{path}: cannot read: {e.strerror or e}") from None
     except (UnicodeDecodeError, ValueError):
         raise SourceError(f"{path}: not a text file") from None
+    if size > MAX_TRACE_FILE_BYTES:
+        raise SourceError(
+            f"{path}: {size:,} bytes, larger than smdebug writes a trace "
+            f"(at most {MAX_TRACE_FILE_BYTES:,}); skipped unread"
+        )
     try:
         data = json.loads(text)
     except RecursionError:

@@ -27,9 +27,12 @@ A series that ended (its process gone) gets a staleness marker, as Prometheus wr
 
 from __future__ import annotations
 
+import itertools
+import math
+import operator
 import tempfile
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Protocol
 
 from trainprof.engines.promtool import series_text
@@ -44,6 +47,13 @@ TOKEN_OVERHEAD = 57
 
 
 def _num(v: float) -> str:
+    """A value as promtool reads it (a tensor's reductions may be NaN or infinite).
+
+    >>> _num(2.0), _num(0.25), _num(float("nan")), _num(float("-inf"))
+    ('2', '0.25', 'NaN', '-Inf')
+    """
+    if not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Inf" if v > 0 else "-Inf")
     return repr(float(v)) if v != int(v) else str(int(v))
 
 
@@ -105,6 +115,7 @@ class SeriesStore:
         self._budget = budget
         self._spill_dir = spill_dir
         self._spill: IO[bytes] | None = None
+        self._writers: list[RowWriter] = []
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -134,7 +145,10 @@ class SeriesStore:
             run.start, run.last = value, value
             return
         d = value - run.last
-        if run.step is None:
+        if not math.isfinite(d):  # promtool expands no runs of NaN or Inf
+            self._bytes += run.close()
+            run.start = value
+        elif run.step is None:
             run.step, run.n = d, 1
         elif d == run.step:
             run.n += 1
@@ -155,6 +169,32 @@ class SeriesStore:
         run.tokens.append(STALE)
         self._bytes += len(STALE) + 1 + TOKEN_OVERHEAD
         run.next = k + 1
+
+    def writer(self, ids: Sequence[int], replacing: RowWriter | None = None) -> RowWriter:
+        """A `RowWriter` of series `ids` (one per scraped target), `replacing` the target's
+        previous one (its series change), which is brought up to date first."""
+        if replacing is not None:
+            replacing.sync()
+            self._writers.remove(replacing)
+        writer = RowWriter(self, ids)
+        self._writers.append(writer)
+        return writer
+
+    def sync(self) -> None:
+        """Bring every series the writers hold back up to date, before reading the runs."""
+        for writer in self._writers:
+            writer.sync()
+
+    def _catch_up(self, run: _Run, instants: int, last: float, following: int) -> None:
+        """`run`, which went on with its step for `instants` more instants up to `last`,
+        as `put` would have left it; `following`: the next instant expected."""
+        run.n += instants
+        run.last = last
+        run.next = following
+
+    def _cut(self, run: _Run) -> int | float:
+        """The next instant at which `run` must see `put` itself (chunked stores cut there)."""
+        return float("inf")
 
     def _spill_all(self) -> None:
         for run in self._runs:
@@ -185,6 +225,7 @@ class SeriesStore:
 
     def items(self) -> Iterator[tuple[str, str]]:
         """(series text, its values in expanding notation), one series at a time."""
+        self.sync()
         for text, run in zip(self._texts, self._runs):
             run.close()
             if run.next < self.count:
@@ -196,3 +237,76 @@ class SeriesStore:
         if self._spill is not None:
             self._spill.close()
             self._spill = None
+
+
+class RowWriter:
+    """Puts the values of a fixed list of series at consecutive instants (one target's
+    scrape), the same as `SeriesStore.put` of each value, at a fraction of its cost.
+
+    `put` finds, at C speed, the series whose step since the last instant differs from its
+    run's (`map` over the row); only those go through `SeriesStore.put`. The others go on
+    with their runs without being touched: their runs are brought up to date when they next
+    differ, at a chunk's cut, and when the store is read (`SeriesStore.sync`).
+    """
+
+    def __init__(self, store: SeriesStore, ids: Sequence[int]):
+        self.store = store
+        self.ids = list(ids)
+        self.k = -2  # the last instant put (-2: none)
+        self.prev: list = []  # the values put then
+        self.steps: list = []  # each run's step (None: not known yet)
+        self.synced: list[int] = []  # the instant each run was last brought up to date
+        self.cut: int | float = -1  # the next instant a run must see `put` itself
+
+    def put(self, k: int, values: list) -> None:
+        """The values of the series at instant `k`, in the order of `ids`."""
+        if len(values) != len(self.ids):
+            raise ValueError(f"{len(values)} values for {len(self.ids)} series")
+        if k != self.k + 1 or k >= self.cut:
+            self._put_each(k, values)
+            return
+        steps = self.steps
+        diffs = list(map(operator.sub, values, self.prev))
+        if diffs != steps:
+            store, ids, prev, synced = self.store, self.ids, self.prev, self.synced
+            runs = store._runs
+            for i in itertools.compress(itertools.count(), map(operator.ne, diffs, steps)):
+                run = runs[ids[i]]
+                behind = k - 1 - synced[i]
+                if behind:
+                    store._catch_up(run, behind, prev[i], k)
+                store.put(ids[i], k, values[i])
+                synced[i] = k
+                steps[i] = run.step
+        self.prev = values
+        self.k = k
+
+    def _put_each(self, k: int, values: list) -> None:
+        """Every value through `SeriesStore.put` (the first row, after a gap, at a cut)."""
+        self.sync()
+        store, runs = self.store, self.store._runs
+        for series, value in zip(self.ids, values):
+            store.put(series, k, value)
+        self.prev = values
+        self.steps = [runs[series].step for series in self.ids]
+        self.synced = [k] * len(self.ids)
+        self.k = k
+        self.cut = min((store._cut(runs[series]) for series in self.ids), default=float("inf"))
+
+    def close(self) -> None:
+        """The target's last row is put: its runs brought up to date, the writer let go (so
+        `SeriesStore.stale` and the like may follow)."""
+        self.sync()
+        if self in self.store._writers:
+            self.store._writers.remove(self)
+
+    def sync(self) -> None:
+        """Bring every run up to the last instant put."""
+        if not self.synced:
+            return
+        store, runs, k = self.store, self.store._runs, self.k
+        for i, series in enumerate(self.ids):
+            behind = k - self.synced[i]
+            if behind > 0:
+                store._catch_up(runs[series], behind, self.prev[i], k + 1)
+                self.synced[i] = k

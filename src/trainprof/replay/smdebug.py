@@ -8,24 +8,36 @@ A trial as smdebug wrote it:
       collections/000000000/worker_0_collections.json      collection -> tensor names, regexes
       training_job_end.ts                                  written when the job ended
 
-`read_trial` reads every event file (damaged records and files are skipped and listed in
-`Trial.problems`); `fold` feeds the saved tensors, step by step, through the same reductions
-(`trainprof.training.health.reductions`) and `HealthState` as `trainprof.torch.watch`, and returns
-one snapshot of the health series per saved step.
+`read_trial` finds the event files and reads each step's when it is asked for (damaged records
+and files are skipped and listed in `Trial.problems`), so a trial's memory is one step's
+tensors however many steps it saved; `fold` feeds the saved tensors, step by step, through the
+same reductions (`trainprof.training.health.reductions`) and `HealthState` as
+`trainprof.torch.watch`, and returns one snapshot of the health series per saved step.
+
+What a trial's files may hold is bounded where it is read: a collections file over
+`MAX_COLLECTIONS_BYTES` or nested past what `json` parses is skipped, each `include_regex` is
+matched by RE2 (linear time; `trainprof.replay.patterns`), a record's tensor is checked against
+its bytes before it is allocated (`trainprof.replay.tfrecord`), and a tensor the reductions
+cannot take (an empty predictions tensor beside its labels) is skipped; each is reported.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
-from collections.abc import Iterator
+import struct
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from trainprof import extras
 from trainprof.replay.damage import Damage
+from trainprof.replay.patterns import PatternError, PatternTimeout, compile_pattern
 from trainprof.replay.tfrecord import TensorEvent, decode_event, read_records
 from trainprof.training.health.state import HealthState
 from trainprof.training.health.trees import DamagedTrees, tree_depth, trees_from_columns
@@ -55,6 +67,12 @@ _NAME_RULES = (
 # the names smdebug's hooks give their own input collections.
 IMAGE_COLLECTIONS = ("input_image", "inputs")
 SEQUENCE_COLLECTIONS = ("input_sequence", "tokens")
+# A collections file larger than this is skipped unread (smdebug's list a model's tensor
+# names: a few MB for the largest models).
+MAX_COLLECTIONS_BYTES = 64 << 20
+# Errors a damaged record can raise while decoded (tfrecord raises DecodeError, a ValueError;
+# the others are what a message of the wrong shape can still give numpy).
+_DECODE_ERRORS = (ValueError, IndexError, KeyError, TypeError, struct.error, OverflowError)
 
 
 class TrialError(ValueError):
@@ -64,20 +82,41 @@ class TrialError(ValueError):
 @dataclasses.dataclass
 class Trial:
     root: Path
-    steps: dict[int, list[TensorEvent]]
+    steps: Mapping[int, list[TensorEvent]]
     collections: dict[str, set[str]]
-    regexes: dict[str, list[re.Pattern]]
+    regexes: dict[str, list[Any]]  # RE2 patterns (trainprof.replay.patterns)
     ended: bool
     problems: list[str]
     end_time: float | None = None  # Unix time the job ended (training_job_end.ts)
+    _collection: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
 
     def collection_of(self, name: str) -> str:
         """The collection a tensor belongs to (smdebug's collection files, else its name)."""
+        found = self._collection.get(name)
+        if found is None:
+            found = self._collection[name] = self._find_collection(name)
+        return found
+
+    def _matches(self, collection: str, pattern: Any, name: str) -> bool:
+        """Whether `pattern` matches `name`; a pattern out of time is left out, and said."""
+        try:
+            return pattern.search(name) is not None
+        except PatternTimeout as e:
+            self.regexes[collection].remove(pattern)
+            self.problems.append(
+                f"{self.root}: collection {collection!r}: include_regex {e}; left out from "
+                f"tensor {name[:80]!r} on"
+            )
+            return False
+
+    def _find_collection(self, name: str) -> str:
         for collection, names in self.collections.items():
             if name in names and collection not in ("all", "default"):
                 return collection
         for collection, patterns in self.regexes.items():
-            if collection not in ("all", "default") and any(p.search(name) for p in patterns):
+            if collection not in ("all", "default") and any(
+                self._matches(collection, p, name) for p in list(patterns)
+            ):
                 return collection
         for pattern, collection in _NAME_RULES:
             if pattern.search(name):
@@ -98,56 +137,219 @@ def read_trial(path: str | Path) -> Trial:
     if not events.is_dir():
         raise TrialError(f"{root}: no events/ folder (not a SageMaker Debugger trial)")
     problems: list[str] = []
-    steps: dict[int, list[TensorEvent]] = {}
-    files = sorted(p for p in events.rglob("*.tfevents") if p.is_file())
-    if not files:
+    steps = _Steps(events, problems)
+    if not steps.files:
         raise TrialError(f"{events}: no .tfevents files")
-    for file in files:
-        named = _EVENT_FILE.match(file.name)
-        if not named:
-            problems.append(f"{file}: not named <step>_<worker>.tfevents; skipped")
-            continue
-        for record in read_records(file, problems):
-            try:
-                for event in decode_event(record):
-                    event.worker = named.group(2)
-                    steps.setdefault(event.step, []).append(event)
-            except (ValueError, IndexError, KeyError) as e:
-                problems.append(f"{file}: an event could not be decoded ({e}); skipped")
     collections, regexes = _read_collections(root, problems)
     end_marker = root / "training_job_end.ts"
     ended = end_marker.exists()
     end_time = _end_time(end_marker) if ended else None
     if not ended:
         problems.append(f"{root}: no training_job_end.ts (the job may not have ended)")
-    return Trial(root, dict(sorted(steps.items())), collections, regexes, ended, problems, end_time)
+    return Trial(root, steps, collections, regexes, ended, problems, end_time)
+
+
+class _Steps(Mapping[int, list[TensorEvent]]):
+    """A trial's saved steps, in step order, each read from its event files when asked for.
+
+    Held: the step numbers of smdebug's folders (events/<step>/<step>_<worker>.tfevents, 8
+    bytes a step) and the few files found elsewhere under events/. A step whose files hold
+    no readable event is not one of the steps. What a file's damage is goes to `problems`
+    the first time the file is read."""
+
+    def __init__(self, events: Path, problems: list[str]):
+        self.events = events
+        self.problems = problems
+        self.files = 0
+        self._elsewhere: dict[int, list[Path]] = {}
+        self._others: list[str] = []  # files under events/ that are not event files
+        found = array("q")
+        self.workers: set[str] = set()  # from the files' names, <step>_<worker>.tfevents
+        for folder, name, step in self._walk(events):
+            self.files += 1
+            named = _EVENT_FILE.match(name)
+            if named:
+                self.workers.add(named.group(2))
+            if step is None:
+                problems.append(f"{folder / name}: not named <step>_<worker>.tfevents; skipped")
+            elif folder.parent == events and folder.name == f"{step:012d}":
+                found.append(step)
+            else:
+                self._elsewhere.setdefault(step, []).append(folder / name)
+                found.append(step)
+        self._steps: Any = np.unique(np.frombuffer(found, dtype=np.int64)) if found else []
+        if self._others:
+            more = f" and {len(self._others) - 5} more" if len(self._others) > 5 else ""
+            problems.append(
+                f"{events}: skipped {len(self._others)} file(s) not named *.tfevents: "
+                + ", ".join(self._others[:5])
+                + more
+            )
+        self._said = bytearray(len(self._steps))  # 1: that step's problems are said
+
+    @property
+    def numbers(self) -> Sequence[int]:
+        """The steps the event files are named for, in order (a step whose files hold no
+        readable event among them)."""
+        return self._steps
+
+    def _walk(self, top: Path) -> Iterator[tuple[Path, str, int | None]]:
+        """(folder, name, step in the name or None) of every .tfevents file under `top`,
+        links to folders not followed; no folder's listing is held beyond its own."""
+        pending = [top]
+        while pending:
+            folder = pending.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+                        elif entry.name.endswith(".tfevents") and entry.is_file():
+                            named = _EVENT_FILE.match(entry.name)
+                            yield folder, entry.name, int(named.group(1)) if named else None
+                        elif len(self._others) < 1000:
+                            self._others.append(os.path.relpath(entry.path, top))
+            except OSError as e:
+                self.problems.append(f"{folder}: cannot list ({e.strerror or e}); skipped")
+
+    def _files_of(self, step: int) -> list[Path]:
+        folder = self.events / f"{step:012d}"
+        names: list[str] = []
+        try:
+            with os.scandir(folder) as entries:
+                names = [e.name for e in entries if e.is_file()]
+        except OSError:
+            pass
+        own = [folder / n for n in sorted(names) if _step_of(n) == step]
+        return own + sorted(self._elsewhere.get(step, []))
+
+    def _read(self, index: int, step: int) -> list[TensorEvent]:
+        problems = [] if self._said[index] else self.problems
+        self._said[index] = 1
+        out: list[TensorEvent] = []
+        for file in self._files_of(step):
+            named = _EVENT_FILE.match(file.name)
+            worker = named.group(2) if named else ""
+            for record in read_records(file, problems):
+                try:
+                    decoded = list(decode_event(record))
+                except _DECODE_ERRORS as e:
+                    problems.append(f"{file}: an event could not be decoded ({e}); skipped")
+                    continue
+                for event in decoded:
+                    if event.step != step:
+                        problems.append(
+                            f"{file}: an event of step {event.step} in the file of step {step}; "
+                            "skipped"
+                        )
+                        continue
+                    event.worker = worker
+                    out.append(event)
+        return out
+
+    def items(self) -> Iterator[tuple[int, list[TensorEvent]]]:  # type: ignore[override]
+        for index, step in enumerate(self._steps):
+            events = self._read(index, int(step))
+            if events:
+                yield int(step), events
+
+    def values(self) -> Iterator[list[TensorEvent]]:  # type: ignore[override]
+        return (events for _, events in self.items())
+
+    def __iter__(self) -> Iterator[int]:
+        return (step for step, _ in self.items())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.items())
+
+    def __getitem__(self, step: int) -> list[TensorEvent]:
+        position = int(np.searchsorted(self._steps, step))
+        if position < len(self._steps) and self._steps[position] == step:
+            events = self._read(position, step)
+            if events:
+                return events
+        raise KeyError(step)
+
+    def __contains__(self, step: object) -> bool:
+        try:
+            self[step]  # type: ignore[index]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+
+def _step_of(name: str) -> int | None:
+    named = _EVENT_FILE.match(name)
+    return int(named.group(1)) if named else None
 
 
 def _end_time(marker: Path) -> float | None:
     """When the job ended, if the marker says (a Unix time in it); its mtime is not trusted:
     copying a trial changes it, and real markers are usually empty."""
     try:
-        return float(marker.read_text().strip())
+        with open(marker, "rb") as f:
+            return float(f.read(64).decode("ascii").strip())
     except (OSError, ValueError):
         return None
 
 
 def _read_collections(root: Path, problems: list[str]):
     collections: dict[str, set[str]] = {}
-    regexes: dict[str, list[re.Pattern]] = {}
+    regexes: dict[str, list[Any]] = {}
     for file in sorted((root / "collections").rglob("*.json")):
-        try:
-            data = json.loads(file.read_text())
-            for name, c in (data.get("collections") or {}).items():
-                collections.setdefault(name, set()).update(c.get("tensor_names") or [])
-                for pattern in c.get("include_regex") or []:
-                    try:
-                        regexes.setdefault(name, []).append(re.compile(pattern))
-                    except re.error:
-                        problems.append(f"{file}: collection {name}: bad regex {pattern!r}")
-        except (OSError, ValueError, AttributeError) as e:
-            problems.append(f"{file}: unreadable collection file ({e}); skipped")
+        data = _collections_file(file, problems)
+        if data is None:
+            continue
+        for name, c in data.items():
+            if not isinstance(c, dict):
+                problems.append(f"{file}: collection {name!r} is not an object; skipped")
+                continue
+            names = c.get("tensor_names") or []
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                collections.setdefault(name, set()).update(names)
+            else:
+                problems.append(
+                    f"{file}: collection {name!r}: tensor_names is not a list of names; skipped"
+                )
+            patterns = c.get("include_regex") or []
+            if not isinstance(patterns, list):
+                problems.append(
+                    f"{file}: collection {name!r}: include_regex is not a list of patterns; skipped"
+                )
+                continue
+            for pattern in patterns:
+                try:
+                    regexes.setdefault(name, []).append(compile_pattern(pattern))
+                except PatternError as e:
+                    problems.append(f"{file}: collection {name!r}: include_regex {e}; skipped")
     return collections, regexes
+
+
+def _collections_file(file: Path, problems: list[str]) -> dict[str, Any] | None:
+    """The `collections` object of one collections file; None (reported) when it cannot be."""
+    try:
+        size = file.stat().st_size
+        if size > MAX_COLLECTIONS_BYTES:
+            problems.append(
+                f"{file}: {size:,} bytes, larger than a collections file is "
+                f"({MAX_COLLECTIONS_BYTES:,}); skipped unread"
+            )
+            return None
+        data = json.loads(file.read_bytes())
+    except OSError as e:
+        problems.append(f"{file}: unreadable collection file ({e.strerror or e}); skipped")
+        return None
+    except RecursionError:
+        problems.append(f"{file}: not a collection file (JSON nested too deeply); skipped")
+        return None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        problems.append(f"{file}: unreadable collection file ({e}); skipped")
+        return None
+    found = data.get("collections") if isinstance(data, dict) else None
+    if not isinstance(found, dict):
+        problems.append(f"{file}: no collections object; skipped")
+        return None
+    return found
 
 
 @dataclasses.dataclass
@@ -191,7 +393,9 @@ def fold(
     include = re.compile(include_regex) if include_regex else None
     images = re.compile(image_regex) if image_regex else None
     sequences = re.compile(tokens_regex) if tokens_regex else None
-    workers = {e.worker for events in trial.steps.values() for e in events}
+    workers = getattr(trial.steps, "workers", None)
+    if workers is None:  # steps given as a plain mapping
+        workers = {e.worker for events in trial.steps.values() for e in events}
     previous: dict[tuple[str, str], torch.Tensor] = {}
     damage = Damage()
     deepest: int | None = None
@@ -209,6 +413,9 @@ def fold(
             if e.value.dtype.kind in "US":
                 continue
             t = torch.from_numpy(np.array(e.value))  # a writable copy
+            if not t.numel():
+                damage.skip("step(s) with an empty tensor, not reduced", f"{e.name} at step {step}")
+                continue
             if collection == "losses":
                 if t.numel():
                     loss = float(t.double().mean())
@@ -279,6 +486,10 @@ def fold(
             lab, pred = pair
             if pred.dim() > lab.dim():
                 pred = pred.argmax(dim=-1)
+            if pred.numel() != lab.numel():
+                where = f"step {step}"
+                damage.skip("step(s) whose labels and predictions differ in size", where)
+                continue
             k = contract.MAX_CLASSES + 1
             counts = r.confusion_pairs(lab, pred, k).tolist()
             state.observe_classes({(i // k, i % k): n for i, n in enumerate(counts) if n}, step)

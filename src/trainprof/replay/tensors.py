@@ -6,6 +6,12 @@ health series, `STEP_SECONDS` apart, and promtool's rule engine evaluates the co
 after every one. A rule's `first_fired_step` is the training step of the first saved step
 after which its alert fired.
 
+Memory is bounded by the number of series, not of saved steps, as for profiler replay: each
+step is read when folded, its series go straight into promtool's expanding notation
+(`trainprof.replay.series_store`, spilling to a file), and a long trial is evaluated in time
+chunks, each its own promtool run with a warm-up before it (`trainprof.replay.chunks`). What
+grows with the steps is 16 bytes a save (its step and wall time).
+
     >>> from trainprof.rules.config import load_config
     >>> config = load_config({"rules": [{"rule": "LossNotDecreasing",
     ...                                  "parameters": {"num_steps": "4", "mode": "TRAIN"}}]})
@@ -19,14 +25,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trainprof.contract import metrics as contract
 from trainprof.contract.names import JOB_LABEL
-from trainprof.engines.promtool import run_rules, series_text
-from trainprof.replay import smdebug
+from trainprof.engines.promtool import RuleRun, run_rules, series_text
+from trainprof.replay import chunks, smdebug
+from trainprof.replay.series_store import SeriesStore
+from trainprof.rules.job_alerts import AffectedUnit, affected_selector, units_found
 from trainprof.training.health.state import HealthState
 
 # Synthetic time between two saved steps: one scrape and one rule evaluation per saved step.
@@ -46,6 +57,9 @@ class StepVerdict:
     evaluated: bool = True  # False: the trial holds nothing this rule reads
     datapoints: int | None = None  # saved steps at which the rule had its input
     reason: str = ""  # why it decided nothing (no_data)
+    # What its alert found (collections, ranks, ...), first and last at a save's wall time,
+    # and the training steps of those saves.
+    affected: list[tuple[AffectedUnit, int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def fired(self) -> bool:
@@ -71,12 +85,13 @@ class StepVerdict:
 class TrialReplay:
     source: str
     rules: dict[str, StepVerdict]
-    steps: list[int]
+    steps: Sequence[int]  # the saved steps, in order
     notes: list[str]
     training_job: str
 
     def as_json(self) -> dict:
-        """Replay's JSON contract plus `first_fired_step` (and each alert's `step`)."""
+        """Replay's JSON contract plus `first_fired_step` (and each alert's `step`, each
+        affected unit's `first_step` and `last_step`)."""
         return {
             "rules": {
                 name: {
@@ -89,6 +104,10 @@ class TrialReplay:
                     "alerts": [
                         {"labels": a.labels, "fired_at": _number(a.fired_at), "step": a.step}
                         for a in v.alerts
+                    ],
+                    "affected": [
+                        {**u.as_json(), "first_step": first, "last_step": last}
+                        for u, first, last in v.affected
                     ],
                 }
                 for name, v in self.rules.items()
@@ -132,8 +151,10 @@ def replay_trial(
     promtool: str | None = None,
     workdir: str | None = None,
     include_regex: str | None = None,
+    chunk_instants: int = chunks.CHUNK_INSTANTS,
 ) -> TrialReplay:
-    """Fold the trial at `source` through the reductions and evaluate `config`'s rules."""
+    """Fold the trial at `source` through the reductions and evaluate `config`'s rules
+    (in chunks of `chunk_instants` saves; 0: one promtool run)."""
     trial = smdebug.read_trial(source)
     inputs = health_inputs(config)
     state = HealthState(
@@ -160,22 +181,39 @@ def replay_trial(
 
     runs = [(folded(trial, state), identity)]
     config, other_trials = _other_trial(config, job, folded, runs)
-    saves = _merged_saves(runs)
+    count = _saves_at_most([trial] + [other for _, other in other_trials])
     stalled = [i for i in config.rules if i.spec.name == "StalledTrainingRule"]
     others = dataclasses.replace(
         config, rules=tuple(i for i in config.rules if not stalled or i is not stalled[0])
     )
-    result = evaluate_saves(saves, others, promtool=promtool, workdir=workdir)
+    saved = Saved()
+    result = evaluate_saves(
+        saved.track(_merged_saves(runs)),
+        others,
+        promtool=promtool,
+        workdir=workdir,
+        count=count,
+        chunk_instants=chunk_instants,
+    )
     if stalled:
-        end = trial.end_time or (saves[-1].wall_time if saves else 0.0)
+        end = trial.end_time or (saved.wall_times[-1] if saved.wall_times else 0.0)
         result.rules["StalledTrainingRule"] = _stalled(
-            saves, end, dataclasses.replace(config, rules=tuple(stalled)), identity, promtool
+            saved, end, dataclasses.replace(config, rules=tuple(stalled)), identity, promtool
         )
     result.source, result.training_job = source, job
     # after the fold: it adds what it skipped (a damaged trees collection) to the problems
     other_problems = [f"{path}: {p}" for path, other in other_trials for p in other.problems]
     result.notes[:0] = trial.problems + other_problems
     return result
+
+
+def _saves_at_most(trials: list[smdebug.Trial]) -> int | None:
+    """How many saves the trials' folds can give (the steps their files are named for, in
+    any of them); None when a trial's steps are not known before it is read."""
+    numbers = [getattr(t.steps, "numbers", None) for t in trials]
+    if any(n is None for n in numbers):
+        return None
+    return int(len(np.unique(np.concatenate([np.asarray(n, dtype=np.int64) for n in numbers]))))
 
 
 def _other_trial(
@@ -199,12 +237,12 @@ def _other_trial(
     return dataclasses.replace(config, rules=rules), [(path, other)]
 
 
-def _merged_saves(runs: list) -> list[Save]:
+def _merged_saves(runs: list) -> Iterator[Save]:
     """One save per step saved by any of the runs, holding every run's series as of then."""
     import heapq
 
     latest: dict[int, list] = {}
-    saves: list[Save] = []
+    pending: Save | None = None
 
     def tag(n: int, snaps, ident):
         for snap in snaps:
@@ -215,13 +253,34 @@ def _merged_saves(runs: list) -> list[Save]:
     # its run's generator still stands at that step.
     for step, n, snap, ident in heapq.merge(*tagged, key=lambda x: (x[0], x[1])):
         latest[n] = list(snap.state.families(ident))
-        if not saves or saves[-1].step != step:
-            saves.append(Save(step, snap.wall_time, []))
-        saves[-1].families = [f for run in sorted(latest) for f in latest[run]]
-    return saves
+        if pending is not None and pending.step != step:
+            yield pending
+            pending = None
+        if pending is None:
+            pending = Save(step, snap.wall_time, [])
+        pending.families = [f for run in sorted(latest) for f in latest[run]]
+    if pending is not None:
+        yield pending
 
 
-def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> StepVerdict:
+class Saved:
+    """The step and wall time of each save that went by, 16 bytes a save."""
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.wall_times = array("d")
+
+    def track(self, saves: Iterable[Save]) -> Iterator[Save]:
+        for save in saves:
+            self.steps.append(save.step)
+            self.wall_times.append(save.wall_time)
+            yield save
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+def _stalled(saves: Saved, end: float, config: Any, identity, promtool) -> StepVerdict:
     """StalledTrainingRule on the trial's own clock: the saves' wall times laid out on a
     grid of scrapes (`time()` starts at the first save), evaluated by promtool like the
     live rule. An alert's step is the last save before the stall."""
@@ -230,21 +289,22 @@ def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> 
     verdict = StepVerdict()
     if not saves:
         return verdict
-    start = saves[0].wall_time
+    times = saves.wall_times
+    start = times[0]
     # a scrape every 15 s, finer for a threshold under a minute: the grid's lateness (one
     # interval at most) stays a quarter of the threshold, at least 1 s
     threshold = float(config.rules[0].values.get("threshold", 1800))
     interval = float(min(15, max(1, int(threshold / 4))))  # whole seconds: promtool's units
-    points = int((max(end, saves[-1].wall_time) - start) // interval) + 2
+    points = int((max(end, times[-1]) - start) // interval) + 2
     if points > 200_000:  # a long job: coarser scrapes, still whole seconds
-        interval = float(math.ceil((max(end, saves[-1].wall_time) - start) / 200_000))
-        points = int((max(end, saves[-1].wall_time) - start) // interval) + 2
+        interval = float(math.ceil((max(end, times[-1]) - start) / 200_000))
+        points = int((max(end, times[-1]) - start) // interval) + 2
     values: list[float | None] = []
     i = 0
     for k in range(points):
-        while i + 1 < len(saves) and saves[i + 1].wall_time - start <= k * interval:
+        while i + 1 < len(times) and times[i + 1] - start <= k * interval:
             i += 1
-        values.append(saves[i].wall_time - start + interval)
+        values.append(times[i] - start + interval)
     key = series_text(contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS, identity)
     compiled = compile_rules(config)
     groups = [{**g, "interval": f"{interval:g}s"} for g in compiled.groups]
@@ -261,13 +321,13 @@ def _stalled(saves: list[Save], end: float, config: Any, identity, promtool) -> 
         )
         if firing and not previous:
             t = start + k * interval
-            last = max((s for s in saves if s.wall_time <= t), key=lambda s: s.wall_time)
+            last = max((i for i in range(len(times)) if times[i] <= t), key=lambda i: times[i])
             labels = {
                 k2: v
                 for k2, v in run.firing[k * interval][0].items()
                 if k2 not in ("__name__", "alertstate")
             }
-            verdict.alerts.append(StepAlert(labels, last.step, t))
+            verdict.alerts.append(StepAlert(labels, saves.steps[last], t))
         previous = firing
     return verdict
 
@@ -282,60 +342,160 @@ class Save:
 
 
 def evaluate_saves(
-    saves: list[Save], config: Any, *, promtool: str | None = None, workdir: str | None = None
+    saves: Iterable[Save],
+    config: Any,
+    *,
+    promtool: str | None = None,
+    workdir: str | None = None,
+    count: int | None = None,
+    chunk_instants: int = chunks.CHUNK_INSTANTS,
 ) -> TrialReplay:
     """Evaluate the compiled rules once after each save (one scrape per save), through
-    promtool; the live tests feed the session's families here, replay a trial's."""
+    promtool; the live tests feed the session's families here, replay a trial's.
+
+    `saves` may be a generator: with `count` (at least as many saves as it gives) each save's
+    series are encoded as it comes and nothing of it is kept, so memory follows the series,
+    not the saves; a trial longer than `chunk_instants` saves is evaluated in time chunks."""
     from trainprof.rules.compiler import compile_rules
 
-    series: dict[str, Sequence[float | None]] = {}
-    table: dict[str, list[float | None]] = {}
-    for index, save in enumerate(saves):
-        for family in save.families:
-            for sample in family.samples:
-                if sample.name.endswith("_created"):
-                    continue
-                key = series_text(sample.name, dict(sample.labels))
-                values = table.setdefault(key, [])
-                values.extend([None] * (index - len(values)))
-                values.append(sample.value)
-    for key, values in table.items():
-        values.extend([None] * (len(saves) - len(values)))
-        series[key] = [None] + values  # nothing at t=0: the first save is evaluated at 1 x STEP
+    if count is None:
+        saves = list(saves)
+        count = len(saves)
     compiled = compile_rules(config)
     groups = [{**g, "interval": f"{STEP_SECONDS:g}s"} for g in compiled.groups]
-    end = len(saves) * STEP_SECONDS
-    times = [(index + 1) * STEP_SECONDS for index in range(len(saves))]
+    instants = count + 1  # nothing at t=0: the first save is evaluated at 1 x STEP_SECONDS
     presence = _presence(compiled)
+    times = _Every(count, STEP_SECONDS)
     queries = {name: (expr, times) for name, (expr, _) in presence.items()}
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        run = run_rules(
-            groups, series, STEP_SECONDS, STEP_SECONDS, end, Path(tmp), promtool, queries=queries
-        )
-    verdicts = {i.spec.name: StepVerdict() for i in config.rules}
-    for name in queries:
-        present = sum(1 for t in times if run.queries.get(name, {}).get(t))
-        verdicts[name].datapoints = present
+    queries["alerts.affected"] = (affected_selector([]), times)
+    plan, need, _ = chunks.plan(
+        groups, queries, instants, STEP_SECONDS, STEP_SECONDS, chunk_instants, per_overlap=instants
+    )
+    store = (
+        chunks.ChunkedStore(plan, instants, need, spill_dir=workdir)
+        if plan is not None
+        else SeriesStore(instants, spill_dir=workdir)
+    )
+    saved = Saved()
+    try:
+        for index, save in enumerate(saved.track(saves)):
+            if index >= count:
+                raise ValueError(f"more saves than the {count} counted")
+            seen: set[int] = set()
+            for family in save.families:
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue
+                    series = store.id_of(sample.name, dict(sample.labels))
+                    if series not in seen:  # a series given twice at a save: the first
+                        seen.add(series)
+                        store.put(series, index + 1, sample.value)
+        verdicts = _Verdicts(config, saved)
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            _evaluate(store, groups, instants, queries, Path(tmp), promtool, verdicts.take)
+    finally:
+        store.close()
+    for name in presence:
+        present = verdicts.present.get(name, 0)
+        verdicts.rules[name].datapoints = present
         if not present:
-            verdicts[name].evaluated = False
-            verdicts[name].reason = (
-                f"none of the {len(saves)} saved steps holds what {name} reads "
+            verdicts.rules[name].evaluated = False
+            verdicts.rules[name].reason = (
+                f"none of the {len(saved)} saved steps holds what {name} reads "
                 f"({', '.join(presence[name][1])})"
             )
-    previous: set[tuple] = set()
-    for index, save in enumerate(saves):
-        now = {
-            tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
-            for labels in run.firing.get((index + 1) * STEP_SECONDS, [])
-        }
-        for fired in sorted(now - previous):
-            alert_labels = dict(fired)
-            verdict = verdicts.get(alert_labels.get("rule", ""))
-            if verdict is not None:
-                verdict.alerts.append(StepAlert(alert_labels, save.step, save.wall_time))
-        previous = now
-    steps = [s.step for s in saves]
-    return TrialReplay("", verdicts, steps, list(compiled.warnings), "")
+    # What each alert found, at each save's wall time.
+    step_at = verdicts.step_at
+    for name, units in units_found(verdicts.found, compiled.affected, config.job_labels).items():
+        if name in verdicts.rules:
+            verdicts.rules[name].affected = [
+                (u, step_at[u.first_at], step_at[u.last_at]) for u in units
+            ]
+    return TrialReplay("", verdicts.rules, saved.steps, list(compiled.warnings), "")
+
+
+class _Every(Sequence[float]):
+    """Every save's evaluation time (save i at (i + 1) x step), without a list of them."""
+
+    def __init__(self, size: int, step: float):
+        self.size, self.step = size, step
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.size))]
+        if not -self.size <= i < self.size:
+            raise IndexError(i)
+        return ((i % self.size) + 1) * self.step
+
+    def __iter__(self) -> Iterator[float]:
+        return ((k + 1) * self.step for k in range(self.size))
+
+
+class _Verdicts:
+    """Each rule's alerts, from promtool's runs taken one at a time in time order: an alert
+    fires at a save when it is firing there and was not at the save before. `present`:
+    at how many saves each presence query had a series; `found`: what the alerts found, by
+    the wall time of the save (only the saves where they found something)."""
+
+    def __init__(self, config: Any, saved: Saved):
+        self.rules = {i.spec.name: StepVerdict() for i in config.rules}
+        self.saved = saved
+        self.present: dict[str, int] = {}
+        self.found: dict[float, list] = {}
+        self.step_at: dict[float, int] = {}
+        self._last: tuple[float, set[tuple]] = (0.0, set())
+
+    def take(self, run: RuleRun) -> None:
+        saves = len(self.saved)
+        for t, got in run.queries.pop("alerts.affected", {}).items():
+            index = round(t / STEP_SECONDS) - 1
+            if got and 0 <= index < saves:
+                wall_time = self.saved.wall_times[index]
+                self.found[wall_time] = got
+                self.step_at[wall_time] = self.saved.steps[index]
+        for name, by_time in run.queries.items():
+            self.present[name] = self.present.get(name, 0) + sum(
+                1 for t, samples in by_time.items() if samples and t <= saves * STEP_SECONDS
+            )
+        for t in sorted(run.firing):
+            index = round(t / STEP_SECONDS) - 1
+            if not 0 <= index < saves:
+                continue
+            now = {
+                tuple(sorted((k, v) for k, v in lb.items() if k not in ("__name__", "alertstate")))
+                for lb in run.firing[t]
+            }
+            last_t, last = self._last
+            before = last if abs(last_t - (t - STEP_SECONDS)) < 1e-6 else set()
+            for fired in sorted(now - before):
+                alert_labels = dict(fired)
+                verdict = self.rules.get(alert_labels.get("rule", ""))
+                if verdict is not None:
+                    step, wall_time = self.saved.steps[index], self.saved.wall_times[index]
+                    verdict.alerts.append(StepAlert(alert_labels, step, wall_time))
+            self._last = (t, now)
+
+
+def _evaluate(
+    store: SeriesStore,
+    groups: list[dict],
+    instants: int,
+    queries: Mapping[str, tuple[str, Sequence[float]]],
+    tmp: Path,
+    promtool: str | None,
+    each: Callable[[RuleRun], None],
+) -> None:
+    """promtool's runs over the store, each handed to `each` in time order."""
+    if isinstance(store, chunks.ChunkedStore):
+        chunks.run_chunked(
+            store, groups, STEP_SECONDS, STEP_SECONDS, tmp, promtool, queries, False, each=each
+        )
+        return
+    end = (instants - 1) * STEP_SECONDS
+    each(run_rules(groups, store, STEP_SECONDS, STEP_SECONDS, end, tmp, promtool, queries=queries))
 
 
 def _presence(compiled: Any) -> dict[str, tuple[str, list[str]]]:

@@ -190,6 +190,7 @@ def scrape(
         )
         times = getattr(samples, "times", None) or [s.timestamp for s in samples]
         i = 0
+        writer, seen = None, None
         for k in range(count):
             instant = t0 + k * scrape_interval
             before = i
@@ -199,7 +200,13 @@ def scrape(
             bar.advance(i - before)
             if acc.samples == 0:
                 continue  # the exporter was not up yet
-            _put(store, k, samples_of(acc.families()), None, shifted, t0)
+            # The series of a scrape are named once per shape (SampleAccumulator.row).
+            shape, values = acc.row()
+            if shape != seen:
+                rows = list(samples_of(acc.families()))
+                writer = store.writer([store.id_of(n, labels) for n, labels, _ in rows], writer)
+                seen = shape
+            writer.put(k, values)  # type: ignore[union-attr]  # made for the first shape
     gpus = {}
     if exporters is not None:
         exporters.scrape(
@@ -216,27 +223,6 @@ def instants(timeline: Timeline, scrape_interval: float) -> int:
     if not any(timeline.hosts.values()) and not timeline.steps and not timeline.ranks:
         raise ValueError("the timeline holds no samples and no steps")
     return int(math.ceil((timeline.last - timeline.start) / scrape_interval)) + 1
-
-
-def _put(
-    store: SeriesStore,
-    k: int,
-    samples,
-    target,
-    shifted: frozenset,
-    t0: float,
-    served: set[int] | None = None,
-) -> None:
-    """Each sample into `store` at instant `k`; `served` collects the series ids."""
-    for name, labels, value in samples:
-        if target:
-            labels = {**labels, **target}
-        if name in shifted:
-            value -= t0
-        series = store.id_of(name, labels)
-        store.put(series, k, value)
-        if served is not None:
-            served.add(series)
 
 
 def _scrape_ranks(
@@ -282,6 +268,7 @@ def _scrape_ranks(
             last = min(last, math.ceil((end - t0) / scrape_interval - 1e-9))
         served: set[int] = set()
         i = j = 0
+        writer, seen, moved = None, None, []
         for k in range(last + 1):
             instant = t0 + k * scrape_interval
             before = i + j
@@ -305,8 +292,19 @@ def _scrape_ranks(
                 observed = observe_phase_totals(state, observed, phases[j].seconds)
                 j += 1
             bar.advance(i + j - before)
-            _put(store, k, samples_of(state.families()), target, shifted, t0, served)
+            shape, values = state.row()
+            if shape != seen:
+                rows = list(samples_of(state.families()))
+                ids = [store.id_of(n, {**labels, **target}) for n, labels, _ in rows]
+                writer = store.writer(ids, writer)
+                served.update(ids)
+                seen, moved = shape, [x for x, (n, _, _) in enumerate(rows) if n in shifted]
+            for x in moved:
+                values[x] -= t0
+            writer.put(k, values)  # type: ignore[union-attr]  # made for the first shape
         bar.advance(len(steps) - i + len(phases) - j)
+        if writer is not None:
+            writer.close()
         if last + 1 < count:
             for series in sorted(served):
                 store.stale(series, last + 1)

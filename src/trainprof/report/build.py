@@ -79,6 +79,8 @@ class RuleDetail:
     summary: str
     charts: list[Chart]
     alerts: Table
+    # The units (GPUs, nodes, ranks, ...) its alerts found: one row each.
+    units: Table | None = None
 
 
 @dataclasses.dataclass
@@ -567,7 +569,7 @@ def _rules_section(rows: list[RuleRow]) -> Section:
     fired = sorted((r for r in rows if r.times_triggered), key=lambda r: -r.times_triggered)
     intro = (
         "The profiler rules, sorted by how often each triggered (an alert that started "
-        "firing; one per GPU, node or rank it concerns)."
+        "firing: one per job and reason, the GPUs, nodes or ranks it found listed with it)."
     )
     if fired:
         top = fired[0]
@@ -622,8 +624,42 @@ def _details(c: Collected, rows: list[RuleRow], spans: dict[str, list]) -> list[
             caption=f"Alerts ({len(alerts)})"
             + (f", the first {MAX_ALERT_ROWS} shown" if len(alerts) > len(shown) else ""),
         )
-        details.append(RuleDetail(row, instance.spec.summary, charts, table))
+        units = _units_table(c, row.name)
+        details.append(RuleDetail(row, instance.spec.summary, charts, table, units))
     return details
+
+
+MAX_UNIT_ROWS = 50
+
+
+def _units_table(c: Collected, name: str) -> Table | None:
+    """What the rule's alerts found, one row per GPU, node, rank...: first and last found,
+    the worst value (as its alert's description shows it)."""
+    found = c.verdicts[name].affected
+    if not found:
+        return None
+    shown = found[:MAX_UNIT_ROWS]
+    percent = {
+        tuple(sorted(a.labels.items()))
+        for a in c.compiled.affected_of(name)
+        if a.units is not None and "humanizePercentage" in a.units.value
+    }
+    keys = sorted({k for u in shown for k in u.labels} - {"job", "instance", "uuid", "peer_uuid"})
+
+    def worst(u) -> str:
+        own = tuple(sorted((k, v) for k, v in u.labels.items() if k in ("reason",)))
+        return fmt.value(u.worst, "percentunit" if own in percent else "none")
+
+    return Table(
+        [*keys, "First found", "Last found", "Worst"],
+        [
+            [u.labels.get(k, "") for k in keys]
+            + [fmt.when(u.first_at), fmt.when(u.last_at), worst(u)]
+            for u in shown
+        ],
+        caption=f"Found ({len(found)})"
+        + (f", the first {MAX_UNIT_ROWS} shown" if len(found) > len(shown) else ""),
+    )
 
 
 def build(c: Collected) -> Report:

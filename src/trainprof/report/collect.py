@@ -28,6 +28,7 @@ from trainprof.replay import FiredAlert, Query, Verdict, query_step, reads_train
 from trainprof.report.queries import ReportQuery, grafana_builtins, resolved
 from trainprof.rules.compiler import Compiled, compile_rules
 from trainprof.rules.config import RulesConfig, alerting
+from trainprof.rules.job_alerts import AffectedUnit, affected_selector, units_found
 from trainprof.rules.promql import quote
 from trainprof.rules.status import RuleStatus, decide, status_queries
 
@@ -159,15 +160,19 @@ def from_trial(
         result = replay_trial(source, config, training_job=training_job, promtool=promtool)
     except smdebug.TrialError as e:
         raise ReportError(str(e)) from e
-    times = [e.wall_time for events in trial.steps.values() for e in events]
-    start = min(times, default=0.0)
-    end = max([*times, trial.end_time or start])
+    # the trial's steps are read one at a time: its first and last wall times, not a list
+    first, last = float("inf"), float("-inf")
+    for events in trial.steps.values():
+        for saved in events:
+            first, last = min(first, saved.wall_time), max(last, saved.wall_time)
+    start = first if first != float("inf") else 0.0
+    end = max(last, trial.end_time or start)
     verdicts = {}
     for name, v in result.rules.items():
         # datapoints: the saved steps at which the rule had its input (None: not counted)
         status = RuleStatus(v.status, datapoints=v.datapoints, reason=v.reason)
         alerts = [FiredAlert(a.labels, a.fired_at, a.step) for a in v.alerts]
-        verdicts[name] = Verdict(alerts, status)
+        verdicts[name] = Verdict(alerts, status, [u for u, _, _ in v.affected])
     return Collected(
         training_job=result.training_job,
         source=f"replay of the tensor trial {source}",
@@ -352,8 +357,10 @@ def from_prometheus(
         compiled, training_job, namespace, builtins
     ).items():
         results[name] = api.range(expr, start, end, step) if over_time else api.instant(expr, end)
+    found = _affected(api, compiled, training_job, namespace, start, end)
     for name, verdict in verdicts.items():
         verdict.status = decide(compiled, name, verdict.fired, results)
+        verdict.affected = found.get(name, [])
     return Collected(
         training_job=training_job,
         source=f"Prometheus at {api.url}",
@@ -523,6 +530,28 @@ def _verdicts(
     for verdict in verdicts.values():
         verdict.alerts.sort(key=lambda a: a.fired_at)
     return verdicts
+
+
+def _affected(
+    api: PrometheusAPI,
+    compiled: Compiled,
+    job: str,
+    namespace: str | None,
+    start: float,
+    end: float,
+) -> dict[str, list[AffectedUnit]]:
+    """Each rule's units its alerts found over the range (their `affected` recordings),
+    read at the fastest rule group's interval."""
+    matchers = [f"{JOB_LABEL}={quote(job)}"]
+    if namespace is not None:
+        matchers.append(f"namespace={quote(namespace)}")
+    fastest = min((i.evaluation_interval for i in alerting(compiled.config)), default=60.0)
+    step = max(fastest, (end - start) / 10_000)
+    by_time: dict[float, list[tuple[dict[str, str], float]]] = {}
+    for labels, points in api.range(affected_selector(matchers), start, end, step):
+        for t, value in points:
+            by_time.setdefault(t, []).append((labels, value))
+    return units_found(by_time, compiled.affected, compiled.config.job_labels)
 
 
 def _alerts_series(

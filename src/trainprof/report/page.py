@@ -224,6 +224,8 @@ def _detail(d: RuleDetail) -> str:
         parts.append(f'<div class="charts">{"".join(_chart(c) for c in d.charts)}</div>')
     if d.alerts.rows:
         parts.append(_table(d.alerts))
+    if d.units is not None and d.units.rows:
+        parts.append(_table(d.units))
     parts.append("</article>")
     return "".join(parts)
 

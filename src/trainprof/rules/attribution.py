@@ -61,3 +61,11 @@ def attribute(expr: str, job_labels: tuple[str, ...], matchers: tuple[promql.Mat
 
 def shared_expr(job_labels: tuple[str, ...], matchers: tuple[promql.Matcher, ...]) -> str:
     return f"{jobs_per_gpu(job_labels, matchers)} > 1"
+
+
+def held_gpus(job: list[str], matchers: tuple[promql.Matcher, ...]) -> str:
+    """PromQL counting the GPUs one job holds, for an alert description's "of how many":
+    `job` are the job's matchers already rendered (Go format verbs, filled in when the alert
+    is evaluated)."""
+    parts = [m.render().replace("%", "%%") for m in matchers] + list(job)
+    return f"count(count by (uuid) ({ASSIGNMENT}{{{', '.join(parts)}}}))"

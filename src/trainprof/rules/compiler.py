@@ -41,15 +41,18 @@ from trainprof.contract.names import (
 )
 from trainprof.rules import attribution
 from trainprof.rules.config import RuleInstance, RulesConfig, default_config  # noqa: F401
+from trainprof.rules.job_alerts import Affected, default_hold, health_metric
 from trainprof.rules.model import (
     INPUTS,
     Alert,
     Build,
     HealthCheck,
+    Population,
     Recording,
     RuleOutput,
     Selects,
     Signal,
+    Units,
 )
 from trainprof.sources.gauges import gauges_for
 
@@ -82,6 +85,13 @@ class Compiled:
     warnings: tuple[str, ...]
     config: RulesConfig
     rules: tuple[CompiledRule, ...]
+    # Each alert's recording of what it found (trainprof.rules.job_alerts): the rules', then
+    # the health checks' (rule TrainprofHealth).
+    affected: tuple[Affected, ...] = ()
+
+    def affected_of(self, name: str) -> tuple[Affected, ...]:
+        """The `affected` recordings of rule `name`'s alerts, one per alert (reason)."""
+        return tuple(a for a in self.affected if a.rule == name)
 
     def rule(self, name: str) -> CompiledRule | None:
         return next((r for r in self.rules if r.name == name), None)
@@ -174,6 +184,7 @@ def compile_rules(config: RulesConfig) -> Compiled:
     seen: dict[tuple, str] = {}
     compiled: list[CompiledRule] = []
     every_scrape: list[dict[str, Any]] = []
+    affected: list[Affected] = []
     for instance in config.rules:
         build = _build_context(config, instance, warnings)
         output = instance.spec.build(build)
@@ -188,11 +199,16 @@ def compile_rules(config: RulesConfig) -> Compiled:
                 continue
             seen[key] = rec.expr
             (every_scrape if rec.every_scrape else rules).append(_recording(rec))
+        alerts = []
         for alert in output.alerts:
             # Groups are evaluated independently, so reading another group's recording
             # could lag one interval behind: spell its expression out instead.
             alert = dataclasses.replace(alert, expr=_inline(alert.expr, elsewhere))
-            rules.append(_alert(config, instance, alert))
+            found = _affected(instance, build, alert)
+            affected.append(found)
+            rules.append(found.recording(_condition(config, alert)))
+            alerts.append(_alert(config, instance, alert, found))
+        rules += alerts
         group = {
             "name": group_name(instance.spec.name),
             "interval": format_duration(instance.evaluation_interval),
@@ -205,10 +221,10 @@ def compile_rules(config: RulesConfig) -> Compiled:
     if state:
         fastest = min(i.evaluation_interval for i in config.rules)
         groups.append({"name": STATE_GROUP, "interval": format_duration(fastest), "rules": state})
-    health = _health_rules(config, compiled)
+    health = _health_rules(config, compiled, affected)
     if health:
         groups.append({"name": HEALTH_GROUP, "interval": "1m", "rules": health})
-    return Compiled(groups, tuple(warnings), config, tuple(compiled))
+    return Compiled(groups, tuple(warnings), config, tuple(compiled), tuple(affected))
 
 
 def _applicable(config: RulesConfig, warnings: list[str]) -> RulesConfig:
@@ -310,7 +326,39 @@ def _recording(rec: Recording) -> dict[str, Any]:
     return out
 
 
-def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[str, Any]:
+def _affected(instance: RuleInstance, build: Build, alert: Alert) -> Affected:
+    hold = alert.hold
+    if hold is None:
+        hold = default_hold(alert.for_seconds, build.patience_seconds, instance.evaluation_interval)
+    elif hold:
+        hold = max(hold, instance.evaluation_interval)
+    return Affected(
+        instance.spec.name,
+        alert_name(instance.spec.name),
+        instance.severity,
+        dict(alert.labels),
+        alert.units,
+        hold,
+    )
+
+
+def _attributed(config: RulesConfig, alert: Alert) -> bool:
+    """Whether the alert's GPUs take their job from the ranks' assignment: a source
+    adapter's gauges carry the job already (trainprof.sources.gauges)."""
+    from_adapter = sources.signal_sources(config.source)[0] != "trainprof"
+    return alert.per_gpu and attributes_by_assignment(config) and not from_adapter
+
+
+def _condition(config: RulesConfig, alert: Alert) -> str:
+    """The alert's condition, one series per unit (or job) it holds for."""
+    if _attributed(config, alert):
+        return attribution.attribute(alert.expr, config.job_labels, config.job_selector)
+    return alert.expr
+
+
+def _alert(
+    config: RulesConfig, instance: RuleInstance, alert: Alert, found: Affected
+) -> dict[str, Any]:
     spec = instance.spec
     anchor = spec.name.lower()
     dashboard = (
@@ -318,12 +366,17 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
         + "?var-training_job={{ $labels.training_job | urlquery }}"
         "&var-namespace={{ $labels.namespace | urlquery }}"
     )
-    expr = alert.expr
-    # A source adapter's gauges carry the job already (trainprof.sources.gauges).
-    from_adapter = sources.signal_sources(config.source)[0] != "trainprof"
-    if alert.per_gpu and attributes_by_assignment(config) and not from_adapter:
-        expr = attribution.attribute(expr, config.job_labels, config.job_selector)
-    out: dict[str, Any] = {"alert": alert_name(spec.name), "expr": expr}
+    population = None
+    if _attributed(config, alert):
+        job = [f"{label}=%[{i}]q" for i, label in enumerate(config.job_labels, 1)]
+        population = attribution.held_gpus(job, config.job_selector)
+    description = found.description(
+        alert.description, config.job_labels, config.job_selector, population
+    )
+    out: dict[str, Any] = {
+        "alert": alert_name(spec.name),
+        "expr": found.alert_expr(config.job_labels),
+    }
     if alert.for_seconds:
         out["for"] = format_duration(alert.for_seconds)
     out["labels"] = {
@@ -335,7 +388,7 @@ def _alert(config: RulesConfig, instance: RuleInstance, alert: Alert) -> dict[st
     }
     out["annotations"] = {
         "summary": alert.summary,
-        "description": alert.description,
+        "description": description,
         "recommendation": spec.recommendation,
         "runbook_url": f"{config.runbook_url}#{anchor}",
         "dashboard_url": dashboard,
@@ -366,41 +419,74 @@ def attributes_by_assignment(config: RulesConfig) -> bool:
     return config.gpu_attribution == "assignment"
 
 
-def _shared_gpu_check(config: RulesConfig, compiled: list[CompiledRule]) -> dict[str, Any] | None:
-    """With attribution by assignment: a GPU several jobs hold belongs to none of them."""
+def _shared_gpu_check(
+    config: RulesConfig, compiled: list[CompiledRule]
+) -> tuple[HealthCheck, str] | None:
+    """With attribution by assignment: a GPU several jobs hold belongs to none of them; the
+    check, and the rules it affects."""
     rules = [c.name for c in compiled if any(a.per_gpu for a in c.output.alerts)]
     if not (rules and attributes_by_assignment(config)):
         return None
     check = HealthCheck(
         attribution.SHARED_ALERT,
         attribution.shared_expr(config.job_labels, config.job_selector),
-        summary="A GPU is used by several jobs at once; its GPU rules are off.",
+        summary="GPUs are used by several jobs at once; their GPU rules are off.",
         description=(
-            "GPU {{ $labels.uuid }} is held by {{ $value }} jobs at once (time-slicing, MPS "
-            "or MIG): its utilization and memory belong to no single job, so "
+            "are held by several jobs at once (time-slicing, MPS or MIG): their utilization "
+            "and memory belong to no single job, so "
             + ", ".join(rules)
-            + " leave it out. Give each job its own GPU (or MIG instance with its own UUID) "
-            "to have them judged."
+            + " leave them out. Give each job its own GPU (or MIG instance with its own UUID) "
+            "to have them judged"
+        ),
+        units=Units(
+            "gpu",
+            "GPU",
+            "GPUs",
+            "{{ .Labels.uuid }}",
+            None,
+            "{{ .Value }} jobs",
+            "jobs holding it",
         ),
     )
-    return _health_alert(check, affects=",".join(rules))
+    return check, ",".join(rules)
 
 
-def _health_rules(config: RulesConfig, compiled: list[CompiledRule]) -> list[dict[str, Any]]:
+def _exporters(series: str, measure: str, value: str = "{{ .Value }}") -> Units:
+    return Units(
+        "instance",
+        "exporter",
+        "exporters",
+        "{{ .Labels.instance }}",
+        Population(series),
+        value,
+        measure,
+    )
+
+
+def _health_rules(
+    config: RulesConfig, compiled: list[CompiledRule], affected: list[Affected]
+) -> list[dict[str, Any]]:
     """Alerts that say the rules are blind: the exporters sample at another interval than
-    the rules were compiled for, or do not count the thresholds a rule selects."""
-    rules = (
+    the rules were compiled for, or do not count the thresholds a rule selects. Like the
+    rules' alerts, one per job (and check), each after its recording of the exporters,
+    collectors or GPUs it found."""
+    checks = (
         _exporter_checks(config) if any(c.instance.spec.reads_exporter for c in compiled) else []
     )
     for c in compiled:
         if c.instance.spec.health is not None:
-            for check in c.instance.spec.health(c.build):
-                rules.append(_health_alert(check, affects=c.name))
-    rules += [_health_alert(check, affects=name) for name, check in tensor_input_checks(compiled)]
+            checks += [(check, c.name) for check in c.instance.spec.health(c.build)]
+    checks += [(check, name) for name, check in tensor_input_checks(compiled)]
     shared = _shared_gpu_check(config, compiled)
     if shared:
-        rules.append(shared)
-    return rules
+        checks.append(shared)
+    recordings, alerts = [], []
+    for check, affects in checks:
+        found, recording, alert = _health_alert(config, check, affects)
+        affected.append(found)
+        recordings.append(recording)
+        alerts.append(alert)
+    return recordings + alerts
 
 
 # Tensor rules whose input is not one job's own series: the other job's (SimilarAcrossRuns).
@@ -449,42 +535,45 @@ def tensor_input_checks(compiled: list[CompiledRule]) -> list[tuple[str, HealthC
     return out
 
 
-def _exporter_checks(config: RulesConfig) -> list[dict[str, Any]]:
+def _exporter_checks(config: RulesConfig) -> list[tuple[HealthCheck, str]]:
     """The exporters sample at another interval than the rules assume, stall or fail."""
     from trainprof.rules.promql import selector
 
     interval = selector(contract.SAMPLER_INTERVAL_SECONDS, config.job_selector)
     return [
-        _health_alert(
+        (
             HealthCheck(
                 "TrainprofSamplerIntervalMismatch",
                 f"{interval} != {config.datapoint_interval:g}",
-                summary="An exporter samples at another interval than the rules assume.",
+                summary="Exporters sample at another interval than the rules assume.",
                 description=(
-                    "The exporter {{ $labels.instance }} samples every {{ $value }}s, but the "
-                    "rules were compiled for a datapoint interval of "
-                    f"{config.datapoint_interval:g}s: windows and patience are off by the same "
-                    f"factor. Restart the exporter with --datapoint-interval "
-                    f"{config.datapoint_interval:g}s or recompile the rules."
+                    "sample at another interval than the datapoint interval the rules were "
+                    f"compiled for ({config.datapoint_interval:g}s): windows and patience are "
+                    "off by the same factor. Restart them with --datapoint-interval "
+                    f"{config.datapoint_interval:g}s or recompile the rules"
+                ),
+                units=_exporters(
+                    contract.SAMPLER_INTERVAL_SECONDS, "sampling interval", "{{ .Value }}s"
                 ),
             ),
-            affects="all",
+            "all",
         ),
-        _health_alert(
+        (
             HealthCheck(
                 "TrainprofSamplerStalled",
                 f"rate({selector('trainprof_samples_total', config.job_selector)}[1m]) == 0",
-                summary="An exporter answers scrapes but has stopped sampling.",
+                summary="Exporters answer scrapes but have stopped sampling.",
                 description=(
-                    "The exporter {{ $labels.instance }} took no sample in the last minute "
-                    "while it still answers scrapes (a hung source, or its sampling thread "
-                    "stopped): the rules that read it see no new data. Check its log and "
-                    "trainprof_collector_success; restart it if the host is healthy."
+                    "took no sample in the last minute while they still answer scrapes (a hung "
+                    "source, or their sampling thread stopped): the rules that read them see no "
+                    "new data. Check their log and trainprof_collector_success; restart them "
+                    "if the host is healthy"
                 ),
+                units=_exporters("trainprof_samples_total", "samples per second"),
             ),
-            affects="all",
+            "all",
         ),
-        _health_alert(
+        (
             HealthCheck(
                 "TrainprofCollectorFailing",
                 # A host with nothing to read (no NVIDIA driver at all: a laptop, a CPU
@@ -492,33 +581,64 @@ def _exporter_checks(config: RulesConfig) -> list[dict[str, Any]]:
                 f"{selector('trainprof_collector_success', config.job_selector)} == 0"
                 " unless ignoring (reason) "
                 f"{selector('trainprof_collector_unavailable', config.job_selector)}",
-                summary="An exporter's collector keeps failing.",
+                summary="Exporters' collectors keep failing.",
                 description=(
-                    "The {{ $labels.collector }} collector of {{ $labels.instance }} has failed "
-                    "every sample for 5 minutes (its source errors or does not answer in time): "
-                    "the rules that read its series judge old data or none. The exporter's log "
-                    "says why. (A host without any NVIDIA driver reports "
+                    "have failed every sample for 5 minutes (their source errors or does not "
+                    "answer in time): the rules that read their series judge old data or none. "
+                    "The exporter's log says why. (A host without any NVIDIA driver reports "
                     "trainprof_collector_unavailable instead and raises nothing.)"
                 ),
+                units=dataclasses.replace(
+                    _exporters("trainprof_collector_success", "success"),
+                    level="instance_collector",
+                    singular="collector",
+                    plural="collectors",
+                    name="{{ .Labels.collector }} of {{ .Labels.instance }}",
+                ),
             ),
-            affects="all",
+            "all",
         ),
     ]
 
 
-def _health_alert(check: HealthCheck, affects: str) -> dict[str, Any]:
-    return {
-        "alert": check.alert,
-        "expr": check.expr,
-        "for": "5m",
-        "labels": {
-            "rule": HEALTH_RULE,
-            "severity": "warning",
-            "affects": affects,
-            VERSION_LABEL: "1",
+HEALTH_FOR = 300.0  # seconds a health condition holds before it alerts (and then holds)
+
+
+def _health_alert(
+    config: RulesConfig, check: HealthCheck, affects: str
+) -> tuple[Affected, dict[str, Any], dict[str, Any]]:
+    found = Affected(
+        HEALTH_RULE,
+        check.alert,
+        "warning",
+        {"affects": affects},
+        check.units,
+        HEALTH_FOR,
+        metric=health_metric(check.alert),
+    )
+    description = found.description(
+        check.description,
+        config.job_labels,
+        config.job_selector,
+        # a GPU several jobs share is no job's
+        named_job=check.alert != attribution.SHARED_ALERT,
+    )
+    return (
+        found,
+        found.recording(check.expr),
+        {
+            "alert": check.alert,
+            "expr": found.alert_expr(config.job_labels),
+            "for": format_duration(HEALTH_FOR),
+            "labels": {
+                "rule": HEALTH_RULE,
+                "severity": "warning",
+                "affects": affects,
+                VERSION_LABEL: "1",
+            },
+            "annotations": {"summary": check.summary, "description": description},
         },
-        "annotations": {"summary": check.summary, "description": check.description},
-    }
+    )
 
 
 def required_inputs(config: RulesConfig) -> dict[str, Any]:

@@ -62,19 +62,68 @@ class Recording:
 
 
 @dataclasses.dataclass(frozen=True)
+class Population:
+    """Every unit of a job a per-unit alert judges, for "5 of 16 GPUs": the series `series`
+    (narrowed by `equal` and the rule's job selector), counted once per distinct value of
+    `distinct` when several series stand for one unit (a tensor collection's tensors)."""
+
+    series: str
+    equal: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    distinct: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Units:
+    """What a per-unit alert counts. Its expression gives one series per unit (GPU, node,
+    rank, collection, ...) that meets the rule's condition; the compiler records them as
+    `<level>:trainprof_rule_<rule>:affected` (what the dashboards, the report and replay
+    list) and raises one alert per job that counts them, whose description says how many of
+    how many and names the worst few."""
+
+    level: str  # the recording's level: gpu, gpu_pair, node, rank, rank_mode, collection, ...
+    singular: str  # "GPU"
+    plural: str  # "GPUs"
+    # Go template naming one unit from a query result (`.Labels`): "{{ .Labels.node }} GPU ..."
+    name: str
+    # Every unit of the job, for "of how many"; None: the alert says how many, not of what.
+    population: Population | None
+    value: str = "{{ .Value }}"  # Go template showing a unit's value (`.Value`); "": none
+    value_text: str = ""  # what the value is: "share of samples at or below 70%"
+    worst: str = "highest"  # highest | lowest: which end of the values is worst
+
+    def __post_init__(self):
+        if self.worst not in ("highest", "lowest"):
+            raise ValueError(f"units {self.plural}: worst must be highest or lowest")
+
+
+@dataclasses.dataclass(frozen=True)
 class Alert:
     expr: str
     summary: str  # static: identical for every instance of the alert
-    description: str  # may use {{ $labels.x }} and {{ $value }}
+    # May use {{ $labels.x }} of the job labels and {{ $value }}. With `units`, what an
+    # affected unit does, in the plural ("had a 95th percentile below 70% ..."): the
+    # compiler writes "Job j: 5 of 16 GPUs <description>. Worst ...: ...".
+    description: str
     for_seconds: float = 0.0
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # One series per GPU (a `uuid` label): with `gpu_attribution: assignment` the compiler
     # joins it to the job that holds the GPU (trainprof.rules.attribution).
     per_gpu: bool = False
+    # None: the expression gives one series per job already; else what its series are.
+    units: Units | None = None
+    # Seconds a firing alert keeps firing after its condition last held (noise shorter
+    # than this does not resolve it). None: the compiler's default (the rule's patience, at
+    # least HOLD_EVALUATIONS evaluations); 0: never held (a condition that cannot flap).
+    hold: float | None = None
 
     def __post_init__(self):
         if "{{" in self.summary:
             raise ValueError(f"alert summary {self.summary!r} must be static (no templates)")
+        if self.units is not None and "$labels" in self.description:
+            # The compiler names the job; a unit's labels are not the alert's.
+            raise ValueError(
+                f"alert {self.summary!r}: a per-unit alert's description uses no $labels"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +139,8 @@ class HealthCheck:
     alert: str
     expr: str
     summary: str
-    description: str
+    description: str  # with `units`, in the plural, as an Alert's
+    units: Units | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,6 +330,9 @@ class Build(Generic[P]):
     gauges: Mapping[str, str] = dataclasses.field(default_factory=dict)
     gpu_source: str = "trainprof"  # trainprof | dcgm
     host_source: str = "trainprof"  # trainprof | node_exporter
+    # The longest patience `patience()` applied, in seconds (`for:` or warm-up alike): how
+    # long a firing alert of the rule holds through noise (Alert.hold).
+    patience_seconds: float = 0.0
 
     def path(self, param: str) -> str:
         return self.where.format(param=param)
@@ -365,6 +418,7 @@ class Build(Generic[P]):
         The guard keeps `expr` only where `count` (the datapoints seen so far) exceeds N;
         `matching` is the `and` operator's `on (...)` / `ignoring (...)` clause.
         """
+        self.patience_seconds = max(self.patience_seconds, datapoints * self.datapoint_interval)
         if self.patience_mode == "for":
             return expr, datapoints * self.datapoint_interval
         op = f"and {matching}" if matching else "and"

@@ -67,7 +67,7 @@ def inventory_group(sources: tuple[str, ...], options: SourceOptions) -> dict[st
     return {
         "name": INVENTORY_GROUP,
         "interval": _every(options, INVENTORY_SCRAPES, INVENTORY_INTERVAL),
-        "rules": dcgm.inventory_recordings() + _missing_dcgm_fields(),
+        "rules": dcgm.inventory_recordings() + _missing_dcgm_fields(options),
     }
 
 
@@ -108,53 +108,55 @@ def _missing_dcgm(options: SourceOptions) -> list[dict[str, Any]]:
     """`TrainprofRuleInputMissing` for dcgm: the `input` label names the series."""
     jl = ", ".join(options.job_labels)
     return [
-        _missing(
+        *_missing(
             "DCGM_FI_DEV_FB_USED",
             "absent(DCGM_FI_DEV_FB_USED)",
             "No dcgm-exporter series reach this Prometheus: DCGM_FI_DEV_FB_USED is absent, "
             "so no GPU rule can fire. Check dcgm-exporter's ServiceMonitor or scrape job.",
             scope="cluster",
         ),
-        _missing(
+        *_missing(
             "DCGM_FI_DEV_FB_USED",
             f"group by (uuid, {jl}) (trainprof_gpu_assignment_info)\n"
             "unless on (uuid)\ngpu:trainprof_gpu_device:info",
-            "GPU {{ $labels.uuid }} of job {{ $labels.training_job }} has no dcgm-exporter "
-            "series (DCGM_FI_DEV_FB_USED with UUID={{ $labels.uuid }} is absent): is "
-            "dcgm-exporter running on its node?",
+            "have no dcgm-exporter series (DCGM_FI_DEV_FB_USED with their UUID is absent): "
+            "is dcgm-exporter running on their nodes?",
             scope="gpu",
+            options=options,
         ),
-        _missing(
+        *_missing(
             "DCGM_FI_DEV_GPU_UTIL",
             f"gpu:trainprof_gpu_job:info\nand on (uuid)\n({dcgm.SHARED})",
-            "GPU {{ $labels.uuid }} works for job {{ $labels.training_job }} and at least one "
-            "other: dcgm-exporter's series of a shared GPU cannot be told apart by job, so it "
-            "is left out of every job's GPU rules while it is shared.",
+            "work for this job and at least one other: dcgm-exporter's series of a shared "
+            "GPU cannot be told apart by job, so they are left out of every job's GPU rules "
+            "while they are shared",
             scope="shared_gpu",
-            summary="A GPU works for more than one job: its dcgm-exporter series are left out.",
+            summary="GPUs work for more than one job: their dcgm-exporter series are left out.",
+            options=options,
         ),
     ]
 
 
-def _missing_dcgm_fields() -> list[dict[str, Any]]:
+def _missing_dcgm_fields(options: SourceOptions) -> list[dict[str, Any]]:
     """`TrainprofRuleInputMissing` for a field a dcgm device does not serve."""
     return [
-        _missing(
+        *_missing(
             "DCGM_FI_DEV_GPU_UTIL",
             "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
             "gpu:trainprof_gpu_utilization:ratio",
-            "GPU {{ $labels.uuid }} on {{ $labels.node }} serves neither "
-            "DCGM_FI_DEV_GPU_UTIL nor DCGM_FI_PROF_GR_ENGINE_ACTIVE, so its utilization "
-            "rules cannot fire. Add one of them to dcgm-exporter's counters CSV.",
+            "serve neither DCGM_FI_DEV_GPU_UTIL nor DCGM_FI_PROF_GR_ENGINE_ACTIVE, so their "
+            "utilization rules cannot fire. Add one of them to dcgm-exporter's counters CSV",
             scope="gpu",
+            options=options,
         ),
-        _missing(
+        *_missing(
             "DCGM_FI_DEV_FB_FREE",
             "gpu:trainprof_gpu_device:info\nunless on (uuid, mig_instance)\n"
             "gpu:trainprof_gpu_memory_used:ratio",
-            "GPU {{ $labels.uuid }} on {{ $labels.node }} does not serve both "
-            "DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so its memory rules cannot fire.",
+            "do not serve both DCGM_FI_DEV_FB_USED and DCGM_FI_DEV_FB_FREE, so their memory "
+            "rules cannot fire",
             scope="gpu",
+            options=options,
         ),
     ]
 
@@ -165,7 +167,7 @@ def _missing_host(sources: tuple[str, ...], options: SourceOptions) -> list[dict
     alerts = []
     if "node_exporter" in sources and "dcgm" not in sources:
         # Without dcgm the nodes join their jobs only through the ranks' GPU assignment.
-        alerts.append(
+        alerts.extend(
             _missing(
                 contract.GPU_ASSIGNMENT_INFO,
                 "absent(trainprof_gpu_assignment_info)",
@@ -177,7 +179,7 @@ def _missing_host(sources: tuple[str, ...], options: SourceOptions) -> list[dict
         )
     if "node_exporter" in sources:
         alerts += [
-            _missing(
+            *_missing(
                 "node_cpu_seconds_total",
                 # absent() reads every series it selects: one per node is enough (every
                 # host has a core 0 with an `idle` mode; a regex matcher adds no label to
@@ -187,44 +189,85 @@ def _missing_host(sources: tuple[str, ...], options: SourceOptions) -> list[dict
                 "absent, so no host rule can fire.",
                 scope="cluster",
             ),
-            _missing(
+            *_missing(
                 "node_cpu_seconds_total",
                 # The node-level recording: a node has it when any of its cores has a ratio.
                 "node:trainprof_node_job:info\nunless on (node)\n"
                 "node:trainprof_cpu_utilization:ratio",
-                "Node {{ $labels.node }} runs job {{ $labels.training_job }} but no "
-                f'node_cpu_seconds_total carries {options.node_label}="{{{{ $labels.node }}}}": '
-                "is node_exporter running there, and does its scrape set that label?",
+                "run it but no node_cpu_seconds_total carries their "
+                f"{options.node_label} label: is node_exporter running there, and does its "
+                "scrape set that label?",
                 scope="node",
+                options=options,
             ),
-            _missing(
+            *_missing(
                 "node_memory_MemAvailable_bytes",
                 "node:trainprof_node_job:info\nunless on (node)\nnode:trainprof_memory_used:ratio",
-                "Node {{ $labels.node }} runs job {{ $labels.training_job }} but does not serve "
-                "node_memory_MemAvailable_bytes and node_memory_MemTotal_bytes.",
+                "run it but do not serve node_memory_MemAvailable_bytes and "
+                "node_memory_MemTotal_bytes",
                 scope="node",
+                options=options,
             ),
         ]
     return alerts
 
 
+# What a missing input of each scope below the cluster concerns: one alert per job counts
+# them (trainprof.rules.job_alerts), its recording lists them.
+_UNITS = {
+    "gpu": ("GPU", "GPUs", "{{ .Labels.uuid }}{{ with .Labels.node }} on {{ . }}{{ end }}"),
+    "shared_gpu": ("GPU", "GPUs", "{{ .Labels.uuid }}"),
+    "node": ("node", "nodes", "{{ .Labels.node }}"),
+}
+
+
 def _missing(
-    series: str, expr: str, description: str, scope: str, summary: str = ""
-) -> dict[str, Any]:
-    return {
+    series: str,
+    expr: str,
+    description: str,
+    scope: str,
+    summary: str = "",
+    options: SourceOptions | None = None,
+) -> list[dict[str, Any]]:
+    """The alert naming an absent input: for the whole cluster, as written; for GPUs or
+    nodes (`description` then says what they do, in the plural), their recording and one
+    alert per job counting them."""
+    labels = {
+        "rule": HEALTH_RULE,
+        "severity": "warning",
+        "affects": "sources",
+        "input": series,
+        "scope": scope,
+        VERSION_LABEL: "1",
+    }
+    annotations = {
+        "summary": summary or f"A series the rules read is absent: {series}.",
+        "description": description,
+    }
+    alert: dict[str, Any] = {
         "alert": INPUT_MISSING_ALERT,
         "expr": expr,
         "for": "5m",
-        "labels": {
-            "rule": HEALTH_RULE,
-            "severity": "warning",
-            "affects": "sources",
-            "input": series,
-            "scope": scope,
-            VERSION_LABEL: "1",
-        },
-        "annotations": {
-            "summary": summary or f"A series the rules read is absent: {series}.",
-            "description": description,
-        },
+        "labels": labels,
+        "annotations": annotations,
     }
+    if scope not in _UNITS:
+        return [alert]
+    from trainprof.rules.job_alerts import Affected, health_metric
+    from trainprof.rules.model import Units
+
+    assert options is not None, "a per-unit input names its job labels"
+    singular, plural, name = _UNITS[scope]
+    own = {k: labels[k] for k in ("affects", "input", "scope")}
+    found = Affected(
+        HEALTH_RULE,
+        INPUT_MISSING_ALERT,
+        "warning",
+        own,
+        Units(scope, singular, plural, name, None, value=""),
+        0,  # an input comes back or stays missing: nothing to hold through
+        metric=health_metric(INPUT_MISSING_ALERT),
+    )
+    alert["expr"] = found.alert_expr(options.job_labels)
+    annotations["description"] = found.description(description, options.job_labels, ())
+    return [found.recording(expr), alert]

@@ -73,8 +73,10 @@ class Session:
             error=self._error,
             first_step=self._on_first_step,
             current=current,
+            log_error=self._log_error,
         )
         self._state = self._hot.state  # the same object: the session's own bookkeeping
+        self._tls = self._hot.tls  # each thread's frames
         self.health = HealthState()
         self.watcher: Any = None  # trainprof.torch.Watcher, with watch()
         # The rule configuration start() was given (or TRAINPROF_RULES_CONFIG): watch()
@@ -94,15 +96,25 @@ class Session:
         self.system: Any = None  # the in-process system exporter, if started here
         self.recorder: Any = None  # StepRecorder, with start(record=...)
         self.started = False
-        self.inert = False
+        self._inert = False
+
+    @property
+    def inert(self) -> bool:
+        """Whether nothing may be recorded here (a forked DataLoader worker)."""
+        return self._inert
+
+    @inert.setter
+    def inert(self, value: bool) -> None:
+        self._inert = value
+        if value:  # the module functions hand out the threads' frames: no more of them
+            with self._lock:
+                for own in self._hot.threads:
+                    own.frames.clear()
+                    own.steps.clear()
 
     @property
     def _lock(self) -> threading.Lock:
         return self._hot.lock
-
-    @property
-    def _tls(self) -> threading.local:
-        return self._hot.tls
 
     @property
     def _sync(self) -> Callable[[], Any] | None:
@@ -118,7 +130,7 @@ class Session:
     def step(
         self, mode: str = "train", samples: float | None = None, tokens: float | None = None
     ) -> Step | Any:
-        if self.inert:
+        if self._inert:
             return NOOP
         try:
             resolved = self._modes.get(mode)
@@ -126,13 +138,13 @@ class Session:
                 resolved = self._resolve_mode(mode)
                 if resolved is None:
                     return NOOP
-            return Step(self._hot, resolved[0], resolved[1], samples, tokens)
+            return self._hot.step(mode, resolved[0], resolved[1], samples, tokens)
         except Exception:
             self._error()
             return NOOP
 
     def phase(self, name: str) -> Phase | Any:
-        if self.inert:
+        if self._inert:
             return NOOP
         if type(name) is not str:
             try:
@@ -140,13 +152,18 @@ class Session:
             except TypeError:
                 self._error()
             return NOOP
-        return Phase(self._hot, name)
+        try:
+            return self._hot.phase(name)
+        except Exception:
+            self._error()
+            return NOOP
 
     def add(self, samples: float = 0, tokens: float = 0) -> None:
         if self.inert:
             return
         try:
             with self._lock:
+                self._hot.fold_locked()  # the steps' samples first, in their order
                 if samples:
                     self._state.add_samples(samples)
                 if tokens:
@@ -218,16 +235,21 @@ class Session:
         try:
             with self._lock:
                 self._state.count_error()
-            if log_it and not self._error_logged:
-                self._error_logged = True
-                log.warning(
-                    "trainprof: an exception inside instrumentation was ignored and "
-                    "counted in trainprof_instrumentation_errors_total (only the "
-                    "first one is logged)",
-                    exc_info=True,
-                )
+            if log_it:
+                self._log_error()
         except Exception:
             pass
+
+    def _log_error(self) -> None:
+        """Log the exception being handled, if it is the first (counting is the caller's)."""
+        if not self._error_logged:
+            self._error_logged = True
+            log.warning(
+                "trainprof: an exception inside instrumentation was ignored and "
+                "counted in trainprof_instrumentation_errors_total (only the "
+                "first one is logged)",
+                exc_info=True,
+            )
 
     def set_dataloader_workers(self, workers: int) -> None:
         """What `trainprof.data(loader)` read from the loader's num_workers."""
@@ -255,7 +277,7 @@ class Session:
         # step timestamps follow NTP corrections.
         self._hot.offset = time.time() - perf_counter()
         with self._lock:
-            snapshot = self._state.copy()
+            snapshot = self._hot.snapshot()
             health = self.health.copy()
         name, version = self._framework or process.framework_info()
         snapshot.info.update(framework=name, framework_version=version)
@@ -288,6 +310,7 @@ class Session:
         framework: tuple[str, str] | None,
     ) -> None:
         with self._lock:
+            self._hot.fold_locked()  # steps before start() counted with the factors then
             state = self._state
             state.identity = identity.labels()
             state.info.update(identity.info())
@@ -296,7 +319,7 @@ class Session:
             if gpus is not None:
                 state.set_gpus((str(i), str(u)) for i, u in gpus)
         self.identity = identity
-        self._hot.sync = sync
+        self._hot.set_sync(sync)
         self._gpus_explicit = gpus is not None
         self._framework = framework
         if gpus is None:
@@ -354,7 +377,7 @@ class Session:
 
     def _phase_totals(self) -> dict[str, float]:
         with self._lock:
-            return dict(self._state.phases)
+            return dict(self._hot.snapshot().phases)
 
     def _announce(self, directory: str, identity: Identity) -> None:
         from trainprof.deploy import file_sd
@@ -435,7 +458,14 @@ def current() -> Session:
     return _current
 
 
+def _use(session: Session) -> None:
+    """Make `session` the process's: the one the module functions time into."""
+    global _current, _frames
+    _current, _frames = session, session._tls
+
+
 _current = Session()
+_frames = _current._tls  # the session's threads' frames, read by step() and phase()
 
 
 def step(
@@ -447,11 +477,14 @@ def step(
     "validation" or "ModeKeys.EVAL" are accepted). `samples` and `tokens`, if given, are
     added to `trainprof_training_samples_total` / `_tokens_total` when the step ends.
     """
-    session = _current
-    resolved = session._modes.get(mode) if type(mode) is str else None
-    if resolved is None or session.inert:
-        return session.step(mode, samples, tokens)
-    return Step(session._hot, resolved[0], resolved[1], samples, tokens)
+    if samples is None and tokens is None:
+        try:
+            frame = _frames.steps[mode]
+        except (KeyError, TypeError, AttributeError):  # new here, or not a name
+            return _current.step(mode, samples, tokens)
+        if frame._start is None:  # not open: a step nested in itself gets its own
+            return frame
+    return _current.step(mode, samples, tokens)
 
 
 def phase(name: str) -> Phase | Any:
@@ -459,10 +492,13 @@ def phase(name: str) -> Phase | Any:
 
     `with trainprof.phase("forward"):` or `@trainprof.phase("tokenize")`.
     """
-    session = _current
-    if session.inert or type(name) is not str:
-        return session.phase(name)
-    return Phase(session._hot, name)
+    try:
+        frame = _frames.frames[name]
+    except (KeyError, TypeError, AttributeError):  # new here, or not a name
+        return _current.phase(name)
+    if frame._start is None:  # not open: a phase nested in itself gets its own
+        return frame
+    return _current.phase(name)
 
 
 def data(iterable: Iterable, phase: str = "dataloader") -> TimedIterable:
@@ -666,7 +702,6 @@ def _start_system_exporter(rules_config: str | None, identity: Any) -> Any:
 
 def stop() -> None:
     """Stop serving and start over: a later `start()` begins from zero, as a new process."""
-    global _current
     session = _current
     if session.inert:
         return
@@ -674,7 +709,7 @@ def stop() -> None:
         session._shutdown()
     except Exception:
         log.warning("trainprof: stopping the metrics server failed", exc_info=True)
-    _current = Session()
+    _use(Session())
 
 
 def _ports(port: int | None, identity: Identity) -> list[int]:
@@ -761,12 +796,11 @@ def _in_dataloader_worker() -> bool:
 
 
 def _after_fork_in_child() -> None:
-    global _current
     old = _current
     if old.started or old.inert:
         old._abandon_in_forked_child()
     else:
-        _current = Session()
+        _use(Session())
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

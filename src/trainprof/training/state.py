@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.core import Metric as MetricFamily
@@ -142,26 +144,43 @@ class StepStatistics:
         self.m2 = 0.0
 
     def observe(self, duration: float) -> None:
-        n = self.count
-        mean = self.mean
-        excess = duration - mean
-        if n >= OUTLIER_MIN_STEPS and excess > 0.0:
-            # duration > mean + k*std  <=>  excess**2 > k**2 * variance, for excess > 0;
-            # squares spare a sqrt per step. Population variance of the n earlier steps.
-            variance = self.m2 / n
-            square = excess * excess
-            outliers = self.outliers
-            for i, k in enumerate(self.factors):
-                if square <= k * k * variance:
-                    break  # factors ascend, so no larger one counts either
-                outliers[i] += 1
-        self.counts[bisect.bisect_left(self.bounds, duration)] += 1
-        self.sum += duration
-        n += 1
-        self.count = n
-        mean += excess / n
-        self.mean = mean
-        self.m2 += excess * (duration - mean)
+        self.observe_spans(((None, 0.0, duration),), None, None)
+
+    def observe_spans(
+        self, spans: Iterable[tuple], first: float | None, last: float | None
+    ) -> tuple[float | None, float | None]:
+        """A run of steps `(_, start, end)`, in the order they ended, after steps that
+        began at `first` and ended at `last` at the latest (None: no step yet); returns
+        those two with the run's steps. One attribute read and write per run, not per
+        step: the live API folds its steps in runs (`TrainingState.fold_steps`)."""
+        n, mean, m2, total = self.count, self.mean, self.m2, self.sum
+        counts, bounds, factors, outliers = self.counts, self.bounds, self.factors, self.outliers
+        least = OUTLIER_MIN_STEPS
+        for _, start, end in spans:
+            duration = end - start
+            if not duration > 0.0:
+                duration = 0.0  # clocks can step backwards
+            excess = duration - mean
+            if n >= least and excess > 0.0:
+                # duration > mean + k*std  <=>  excess**2 > k**2 * variance, for excess > 0;
+                # squares spare a sqrt per step. Population variance of the n earlier steps.
+                variance = m2 / n
+                square = excess * excess
+                for i, k in enumerate(factors):
+                    if square <= k * k * variance:
+                        break  # factors ascend, so no larger one counts either
+                    outliers[i] += 1
+            counts[bisect.bisect_left(bounds, duration)] += 1
+            total += duration
+            n += 1
+            mean += excess / n
+            m2 += excess * (duration - mean)
+            if last is None:
+                first, last = start, end
+            elif end > last:
+                last = end
+        self.count, self.mean, self.m2, self.sum = n, mean, m2, total
+        return first, last
 
     def with_factors(self, factors: tuple[float, ...]) -> StepStatistics:
         """These statistics counting `factors`; a factor new here starts counting at zero."""
@@ -220,6 +239,10 @@ class TrainingState:
 
     def observe_step(self, mode: str, start: float, end: float) -> None:
         """One step of `mode` (a name of `metrics.MODES`) from `start` to `end`, Unix seconds."""
+        self.observe_steps(mode, ((None, start, end),))
+
+    def observe_steps(self, mode: str, spans: Iterable[tuple]) -> None:
+        """Steps of `mode` in the order they ended, `(_, start, end)` each (Unix seconds)."""
         stats = self.modes.get(mode)
         if stats is None:
             if mode not in contract.MODES:
@@ -227,14 +250,9 @@ class TrainingState:
                     f"unknown mode {mode!r}; expected one of {', '.join(contract.MODES)}"
                 )
             stats = self.modes[mode] = StepStatistics(self.factors)
-        duration = end - start
-        stats.observe(duration if duration > 0.0 else 0.0)  # clocks can step backwards
-        last = self.last_step_time  # set with first_step_time, on the first step
-        if last is None:
-            self.first_step_time = start
-            self.last_step_time = end
-        elif end > last:
-            self.last_step_time = end
+        self.first_step_time, self.last_step_time = stats.observe_spans(
+            spans, self.first_step_time, self.last_step_time
+        )
 
     def observe_phase(self, name: str, seconds: float) -> str:
         """Add `seconds` to a phase; returns the phase it was counted under.
@@ -267,6 +285,31 @@ class TrainingState:
         self.user_phases += 1
         self.phases[label] = 0.0
         return label
+
+    def fold_steps(self, steps: Sequence[tuple], failed: Callable[[], None]) -> None:
+        """The live API's steps (`timing.HotPath.pending`) in the order they ended: `(step,
+        start, end)`, `step` giving its `mode` and the `samples` and `tokens` it adds; the
+        same as `observe_step` (then `add_samples`, `add_tokens`) for each, a run of one
+        step object's steps at once. A run that fails is counted as an instrumentation error
+        (`failed` logs it) and the rest are folded."""
+        for step, run in itertools.groupby(steps, key=operator.itemgetter(0)):
+            try:
+                if not (step.samples or step.tokens):
+                    self.observe_steps(step.mode, run)
+                    continue
+                for _, start, end in run:
+                    self.observe_step(step.mode, start, end)
+                    if step.samples:
+                        self.add_samples(step.samples)
+                    if step.tokens:
+                        self.add_tokens(step.tokens)
+            except Exception:
+                self.errors += 1
+                failed()
+
+    def phase_label(self, name: str) -> str:
+        """The phase `name`'s time is counted under (see `observe_phase`), admitted now."""
+        return name if name in self.phases else self._admit_phase(name)
 
     def add_samples(self, n: float) -> None:
         self.samples += _count("samples", n)
@@ -369,6 +412,42 @@ class TrainingState:
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value by exposed sample name and labels (tests and debugging)."""
         return sample_value(self.families(), name, **labels)
+
+    def row(self) -> tuple[tuple, list[float]]:
+        """(shape, values): the value of each sample `families()` gives, in its order,
+        without building them; samples of equal shapes have equal names and labels (as
+        `SampleAccumulator.row`, for replay)."""
+        values: list[float] = [1]
+        times = (self.start_time, self.first_step_time, self.last_step_time)
+        values += [t for t in times if t is not None]
+        modes = [self.modes[m] for m in contract.MODES if m in self.modes]
+        values += [s.count for s in modes]
+        for stats in modes:
+            cumulative = list(itertools.accumulate(stats.counts))
+            cumulative[-1] = stats.count
+            values += cumulative
+            values.append(stats.count)
+            values.append(stats.sum)
+        for stats in modes:
+            values += stats.outliers
+        values += self.phases.values()
+        if self.dataloader_workers is not None:
+            values.append(self.dataloader_workers)
+        values.append(self.samples)
+        values.append(self.tokens)
+        values += [1] * len(self.gpus)
+        values.append(self.errors)
+        shape = (
+            tuple(self.identity.items()),
+            tuple(self.info.items()),
+            tuple(t is None for t in times),
+            tuple(m for m in contract.MODES if m in self.modes),
+            tuple(s.factors for s in modes),
+            tuple(self.phases),
+            self.dataloader_workers is None,
+            tuple(self.gpus),
+        )
+        return shape, values
 
 
 def _factor_grid(extra: Iterable[float]) -> tuple[float, ...]:

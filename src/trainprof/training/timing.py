@@ -1,14 +1,16 @@
 """The hot path: the context managers behind `trainprof.step()`, `trainprof.phase()` and
 `trainprof.data()`.
 
-Each `with` costs a few hundred nanoseconds to a microsecond or two (see
-benchmarks/step_overhead.py), so these are hand-written classes with `__slots__`: a
-`@contextmanager` generator costs about three times as much. Rules every method follows:
+A step with three phases inside costs under twice what the least a Python timer can do
+(a hand-written context manager reading the clock on entry and exit; see
+benchmarks/step_overhead.py). So these are hand-written classes with `__slots__`, a block
+builds no object (each thread reuses one frame per name) and takes no lock. Rules every
+method follows:
 
 * nothing raised inside trainprof reaches the training loop: it is counted in
   `trainprof_instrumentation_errors_total` (the first one is logged with its traceback);
 * exceptions from the user's block pass through untouched, and the time still counts;
-* the session lock is held only for the bookkeeping after the block, never across user code.
+* no block takes the session lock (see `HotPath`), and it is never held across user code.
 
 Phases nest, and each counts its *own* time: a phase's time excludes the phases opened
 inside it, and a step's time not spent in any phase goes to "other" ("evaluation" for eval
@@ -37,24 +39,66 @@ class _Timed(Protocol):
     def set_dataloader_workers(self, workers: int) -> None: ...
 
 
-class HotPath:
-    """Everything a timed block touches: the state, its lock, this thread's stack of open
-    frames, and what to do on an error or on the first step. The session owns one and hands
-    it to each frame, so the frames never reach into the session.
+# Steps queued before they are folded into the state under the lock.
+FOLD_AT = 256
+# Frames kept per thread for reuse (phase names and modes); more names get one per block.
+MAX_CACHED_FRAMES = 64
 
-    `__slots__` keep each attribute read as cheap as the session's own were.
+
+class Account:
+    """One thread's own seconds of one phase (its label, as admitted by the state), opened
+    when a block of that thread first ends in it. A thread writes only its own accounts, so
+    adding to one takes no lock; a scrape adds them up."""
+
+    __slots__ = ("label", "seconds")
+
+    def __init__(self, label: str):
+        self.label = label
+        self.seconds = 0.0
+
+
+class ThreadFrames:
+    """What one thread's blocks share: its innermost open frame (`top`; each frame links to
+    the one it is nested in), its frames for reuse by name, and its accounts by label in the
+    order their first block ended."""
+
+    __slots__ = ("top", "frames", "steps", "accounts", "thread")
+
+    def __init__(self) -> None:
+        self.top: _Frame | None = None
+        self.frames: dict[str, Phase] = {}
+        self.steps: dict[Any, Step] = {}
+        self.accounts: dict[str, Account] = {}
+        self.thread = threading.current_thread()
+
+
+class HotPath:
+    """Everything a timed block touches: the state, its lock, each thread's frames, the
+    queue of ended steps, and what to do on an error or on the first step. The session owns
+    one and hands it to each frame, so the frames never reach into the session.
+
+    No block takes the lock. A phase adds its own seconds to its thread's account of it; a
+    step appends itself to `pending` (atomic, in the order steps ended, whatever thread ended
+    them), folded into the state under the lock every `FOLD_AT` steps and before anything
+    reads the state. `snapshot()` gives what folding every block into the state as it ended
+    would have (the same additions, in the same order, for one thread's blocks).
     """
 
     __slots__ = (
         "state",
         "lock",
         "tls",
+        "threads",
+        "pending",
         "sync",
         "offset",
-        "step_log",
-        "kernel",
+        "_step_log",
+        "_kernel",
         "error",
+        "log_error",
         "first_step",
+        "stepped",
+        "watching",
         "current",
     )
 
@@ -65,19 +109,156 @@ class HotPath:
         error: Callable[[], None],
         first_step: Callable[[], None],
         current: Callable[[], _Timed],
+        log_error: Callable[[], None] = lambda: None,
     ):
         self.state = state
         self.lock = threading.Lock()
-        self.tls = threading.local()  # .top: the innermost open frame of this thread
+        self.threads: list[ThreadFrames] = []  # every thread that timed a block
+        # The calling thread's ThreadFrames as `own`, and its `frames` and `steps`, once it
+        # has asked for one (a plain threading.local: a subclass's attributes cost more).
+        self.tls = threading.local()
+        self.pending: list[tuple[Step, float, float]] = []  # (step, start, end), Unix s
         self.sync: Callable[[], Any] | None = None  # e.g. torch.cuda.synchronize
         self.offset = offset  # add to perf_counter() for Unix time
-        self.step_log: list[tuple[str, float, float]] | None = None  # steps to record
-        self.kernel: Any = None  # trace.live.KernelProfiler, told when each step ends
+        self._step_log: list[tuple[str, float, float]] | None = None
+        self._kernel: Any = None
         self.error = error  # counts (and logs once) an exception inside instrumentation
+        self.log_error = log_error  # logs once: for a caller that counts it itself
         self.first_step = first_step
+        self.stepped = False  # whether a step has ended (the first one calls first_step)
+        self.watching = True  # whether step_ended() wants each step: see _watch()
         # The process's session when a decorated function is called (a later start() or
         # stop() may have replaced the one that decorated it).
         self.current = current
+
+    @property
+    def step_log(self) -> list[tuple[str, float, float]] | None:
+        """Where each step's (mode, start, end) goes (a recording), or None."""
+        return self._step_log
+
+    @step_log.setter
+    def step_log(self, log: list[tuple[str, float, float]] | None) -> None:
+        self._step_log = log
+        self._watch()
+
+    @property
+    def kernel(self) -> Any:
+        """The kernel profiler (trace.live.KernelProfiler), told when each step ends."""
+        return self._kernel
+
+    @kernel.setter
+    def kernel(self, kernel: Any) -> None:
+        self._kernel = kernel
+        self._watch()
+
+    def _watch(self) -> None:
+        self.watching = not self.stepped or self._step_log is not None or self._kernel is not None
+
+    def step_ended(self, mode: str, start: float, end: float) -> None:
+        """What a step's end means beyond its series (while `watching`)."""
+        log = self._step_log
+        if log is not None:
+            log.append((mode, start, end))
+        if not self.stepped:
+            self.stepped = True
+            self._watch()
+            self.first_step()
+        kernel = self._kernel
+        if kernel is not None:
+            kernel.step_ended()
+
+    # --- handing out frames ------------------------------------------------------------
+
+    def own(self) -> ThreadFrames:
+        """The calling thread's frames, made on its first block."""
+        tls = self.tls
+        try:
+            return tls.own
+        except AttributeError:
+            own = tls.own = ThreadFrames()
+            tls.frames, tls.steps = own.frames, own.steps
+            with self.lock:
+                self.threads.append(own)
+            return own
+
+    def phase(self, name: str) -> Phase:
+        """This thread's frame for `name`, or a new one where that is open (nested in
+        itself) or the thread has many names."""
+        own = self.own()
+        frames = own.frames
+        frame = frames.get(name)
+        if frame is None or frame._start is not None:
+            frame = (Phase if self.sync is None else _SyncedPhase)(self, own, name)
+            if name not in frames and len(frames) < MAX_CACHED_FRAMES:
+                frames[name] = frame
+        return frame
+
+    def step(self, key: Any, mode: str, remainder: str, samples: Any, tokens: Any) -> Step:
+        """A step frame of `mode`; kept for reuse under `key` (the caller's spelling of the
+        mode) when it adds no samples or tokens."""
+        own = self.own()
+        steps = own.steps
+        if samples is None and tokens is None:
+            frame = steps.get(key)
+            if frame is not None and frame._start is None:
+                return frame
+        kind = Step if self.sync is None else _SyncedStep
+        frame = kind(self, own, mode, remainder, samples, tokens)
+        if samples is None and tokens is None and key not in steps:
+            if len(steps) < MAX_CACHED_FRAMES:
+                steps[key] = frame
+        return frame
+
+    def set_sync(self, sync: Callable[[], Any] | None) -> None:
+        """Synchronise the device with `sync` (None: not) when each block begins and ends,
+        from the frames handed out next (the threads' frames kept for reuse are dropped)."""
+        with self.lock:
+            self.sync = sync
+            for own in self.threads:
+                own.frames.clear()
+                own.steps.clear()
+
+    # --- reading the state ---------------------------------------------------------------
+
+    def account(self, own: ThreadFrames, name: str) -> Account:
+        """`own`'s account for phase `name` (admitted by the state: bounded, cut), opened
+        now: its first block ended."""
+        with self.lock:
+            label = self.state.phase_label(name)
+            account = own.accounts.get(label)
+            if account is None:
+                account = own.accounts[label] = Account(label)
+            return account
+
+    def fold(self) -> None:
+        """Add the queued steps to the state (takes the lock)."""
+        with self.lock:
+            self.fold_locked()
+
+    def fold_locked(self) -> None:
+        """`fold()` for a caller that holds the lock; also moves the accounts of threads
+        that ended into the state, so a program that starts many threads holds no more."""
+        pending = self.pending
+        n = len(pending)
+        if n:
+            steps = pending[:n]
+            del pending[:n]  # what other threads appended meanwhile stays queued
+            self.state.fold_steps(steps, self.log_error)
+        ended = [t for t in self.threads if not t.thread.is_alive()]
+        for own in ended:
+            self.threads.remove(own)
+            for account in own.accounts.values():
+                self.state.observe_phase(account.label, account.seconds)
+
+    def snapshot(self) -> TrainingState:
+        """A copy of the state with every block folded in (for a caller holding the lock)."""
+        self.fold_locked()
+        snapshot = self.state.copy()
+        phases = snapshot.phases
+        for own in self.threads:
+            for account in list(own.accounts.values()):
+                phases[account.label] += account.seconds
+        return snapshot
 
 
 class _Noop:
@@ -103,56 +284,79 @@ NOOP = _Noop()
 
 
 class _Frame:
-    """A timed block on this thread's stack of open frames.
+    """A timed block of one thread, reused for every block of its name on that thread that
+    does not nest in another (`HotPath.phase()`): a block builds nothing.
 
     `__enter__` and `__exit__` are written out in each subclass rather than shared through
-    helper methods: a method call is a tenth of the cost of a whole frame here.
+    helper methods: a method call is a large part of the cost of a whole block here.
     """
 
-    __slots__ = ("_hot", "_parent", "_child", "_start", "_done")
+    __slots__ = ("_hot", "_own", "_account", "_parent", "_child", "_start")
 
     _hot: HotPath
+    _own: ThreadFrames
+    _account: Account | None
     _parent: _Frame | None
     _child: float
-    _start: float
-    _done: bool
+    _start: float | None
+
+    def _init(self, hot: HotPath, own: ThreadFrames) -> None:
+        self._hot = hot
+        self._own = own
+        self._account = None
+        self._parent = None
+        self._child = 0.0
+        self._start = None
 
     def __enter__(self) -> _Frame:
-        hot = self._hot
         try:
-            if hot.sync is not None:
-                _sync_quietly(hot)
-            tls = hot.tls
-            self._parent = getattr(tls, "top", None)
+            own = self._own
+            self._parent = own.top
+            own.top = self
             self._child = 0.0
-            self._done = False
             self._start = perf_counter()
-            tls.top = self
         except Exception:
-            hot.error()
+            self._hot.error()
         return self
 
     def cancel(self) -> None:
         """Leave the stack without recording: for a block that turned out to be something
         else (a framework callback's guess at the data wait that included a checkpoint)."""
         try:
-            self._pop(self._hot.tls)
+            if self._start is not None:
+                _unlink(self)
         except Exception:
             self._hot.error()
 
-    def _pop(self, tls: Any) -> _Frame | None:
-        """Leave this thread's stack; returns the open frame this one is nested in.
 
-        Frames left out of order (a manual `__exit__`, a generator suspended inside a phase)
-        are marked done and skipped, so the stack heals instead of growing.
-        """
-        self._done = True
-        parent = self._parent
-        while parent is not None and parent._done:
-            parent = parent._parent
-        if tls.top is self:
-            tls.top = parent
+def _unlink(frame: _Frame) -> _Frame | None:
+    """Take `frame` off its thread's chain of open frames; returns the open frame it is
+    nested in. A frame left out of order (a manual `__exit__`, a generator suspended inside
+    a phase) is taken out of the middle, so the chain heals instead of growing."""
+    own, parent = frame._own, frame._parent
+    frame._start = None
+    if own.top is frame:
+        own.top = parent
         return parent
+    inner = own.top
+    while inner is not None and inner._parent is not frame:
+        inner = inner._parent
+    if inner is not None:
+        inner._parent = parent
+    return parent
+
+
+def _ended(frame: _Frame, now: float) -> float | None:
+    """Seconds since `frame` was entered, once it leaves its thread's chain and its time is
+    added to the frame it is nested in; None when it is not open (exited twice)."""
+    start = frame._start
+    if start is None:
+        return None
+    elapsed = now - start
+    parent = _unlink(frame)
+    if parent is not None:
+        parent._child += elapsed
+    return elapsed
 
 
 class Phase(_Frame):
@@ -160,26 +364,33 @@ class Phase(_Frame):
 
     __slots__ = ("_name",)
 
-    def __init__(self, hot: HotPath, name: str):
-        self._hot = hot
+    def __init__(self, hot: HotPath, own: ThreadFrames, name: str):
+        self._init(hot, own)
         self._name = name
 
-    def __exit__(self, *exc: object) -> Literal[False]:
-        hot = self._hot
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         try:
-            if hot.sync is not None:
-                _sync_quietly(hot)
-            elapsed = perf_counter() - self._start
-            if elapsed < 0.0:
-                elapsed = 0.0
-            parent = self._pop(hot.tls)
-            if parent is not None:
-                parent._child += elapsed
-            own = elapsed - self._child
-            with hot.lock:
-                hot.state.observe_phase(self._name, own)
+            now = perf_counter()
+            own = self._own
+            parent = self._parent
+            if own.top is self:  # nested properly: the common case, written out
+                elapsed = now - self._start  # type: ignore[operator]  # open: it has a start
+                self._start = None
+                own.top = parent
+                if parent is not None:
+                    parent._child += elapsed
+            else:
+                elapsed = _ended(self, now)  # type: ignore[assignment]
+                if elapsed is None:
+                    return False
+            seconds = elapsed - self._child
+            account = self._account
+            if account is None:
+                account = self._account = self._hot.account(own, self._name)
+            if seconds > 0.0:
+                account.seconds += seconds
         except Exception:
-            hot.error()
+            self._hot.error()
         return False
 
     def __call__(self, func: Callable) -> Callable:
@@ -188,7 +399,7 @@ class Phase(_Frame):
 
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            with current().phase(name):  # a fresh frame per call: reentrant and thread-safe
+            with current().phase(name):  # this thread's frame, or a new one: reentrant
                 return func(*args, **kwargs)
 
         return timed
@@ -197,59 +408,61 @@ class Phase(_Frame):
 class Step(_Frame):
     """`with trainprof.step(mode="train"):` or `@trainprof.step()`."""
 
-    __slots__ = ("_mode", "_remainder", "_samples", "_tokens")
+    __slots__ = ("mode", "remainder", "samples", "tokens")
 
     def __init__(
         self,
         hot: HotPath,
+        own: ThreadFrames,
         mode: str,
         remainder: str,
         samples: float | None,
         tokens: float | None,
     ):
-        self._hot = hot
-        self._mode = mode
-        self._remainder = remainder
-        self._samples = samples
-        self._tokens = tokens
+        self._init(hot, own)
+        self.mode = mode
+        self.remainder = remainder  # the phase of the step's time spent in no other phase
+        self.samples = samples
+        self.tokens = tokens
 
-    def __exit__(self, *exc: object) -> Literal[False]:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
         hot = self._hot
         try:
-            if hot.sync is not None:
-                _sync_quietly(hot)
+            now = perf_counter()
+            own = self._own
+            parent = self._parent
             start = self._start
-            elapsed = perf_counter() - start
-            if elapsed < 0.0:
-                elapsed = 0.0
-            parent = self._pop(hot.tls)
-            if parent is not None:
-                parent._child += elapsed
-            start += hot.offset  # perf_counter -> Unix time
-            with hot.lock:
-                state = hot.state
-                first = state.first_step_time is None
-                state.observe_step(self._mode, start, start + elapsed)
-                state.observe_phase(self._remainder, elapsed - self._child)
-                steps = hot.step_log
-                if steps is not None:
-                    steps.append((self._mode, start, start + elapsed))
-                if self._samples:
-                    state.add_samples(self._samples)
-                if self._tokens:
-                    state.add_tokens(self._tokens)
-            if first:
-                hot.first_step()
-            kernel = hot.kernel
-            if kernel is not None:
-                kernel.step_ended()
+            if own.top is self:
+                elapsed = now - start  # type: ignore[operator]  # open: it has a start
+                self._start = None
+                own.top = parent
+                if parent is not None:
+                    parent._child += elapsed
+            else:
+                elapsed = _ended(self, now)  # type: ignore[assignment]
+                if elapsed is None:
+                    return False
+            seconds = elapsed - self._child
+            account = self._account
+            if account is None:
+                account = self._account = hot.account(own, self.remainder)
+            if seconds > 0.0:
+                account.seconds += seconds
+            start += hot.offset  # type: ignore[operator]  # perf_counter -> Unix time
+            end = start + elapsed
+            pending = hot.pending
+            pending.append((self, start, end))
+            if len(pending) >= FOLD_AT:
+                hot.fold()
+            if hot.watching:
+                hot.step_ended(self.mode, start, end)
         except Exception:
             hot.error()
         return False
 
     def __call__(self, func: Callable) -> Callable:
         current = self._hot.current
-        mode, samples, tokens = self._mode, self._samples, self._tokens
+        mode, samples, tokens = self.mode, self.samples, self.tokens
 
         @functools.wraps(func)
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -259,10 +472,41 @@ class Step(_Frame):
         return timed
 
 
+class _SyncedPhase(Phase):
+    """A phase that synchronises the device when it begins and ends (`cuda_sync`)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Frame:
+        _sync_quietly(self._hot)
+        return Phase.__enter__(self)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
+        _sync_quietly(self._hot)
+        return Phase.__exit__(self, exc_type, exc, tb)
+
+
+class _SyncedStep(Step):
+    """A step that synchronises the device when it begins and ends (`cuda_sync`)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Frame:
+        _sync_quietly(self._hot)
+        return Step.__enter__(self)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> Literal[False]:
+        _sync_quietly(self._hot)
+        return Step.__exit__(self, exc_type, exc, tb)
+
+
 def _sync_quietly(hot: HotPath) -> None:
-    # A failing sync must not skip popping the frame, or this thread's stack would be wrong.
+    # A failing sync must not keep the block from timing, or this thread's frames go wrong.
+    sync = hot.sync
+    if sync is None:  # turned off since this frame was made
+        return
     try:
-        hot.sync()  # type: ignore[misc]  # the caller checked it is not None
+        sync()
     except Exception:
         hot.error()
 

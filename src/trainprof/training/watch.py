@@ -107,7 +107,8 @@ class Watcher:
         self.saving = True
         self._forwards = 0
         self._ended = False
-        self._pending: list[tuple[str, str, tuple[str, ...], torch.Tensor]] = []
+        # (collection, tensor name, reduction names, the reductions' values in parts)
+        self._pending: list[tuple[str, str, tuple[str, ...], list[torch.Tensor]]] = []
         self._previous: dict[tuple[str, str], torch.Tensor] = {}
         self._before: dict[str, torch.Tensor] = {}
         self._classes: torch.Tensor | None = None
@@ -215,18 +216,19 @@ class Watcher:
         return "biases" if name.endswith("bias") else "weights"
 
     def _reduce(self, collection: str, name: str, t: torch.Tensor) -> None:
-        values = r.stats(t)
+        parts = [r.stats(t)]
         keys: tuple[str, ...] = r.STATISTICS
         if collection == "gradients":
-            values, keys = torch.cat((values, r.spread(t))), keys + ("spread",)
+            parts.append(r.spread(t))
+            keys = keys + ("spread",)
         if self.track_unchanged:
             key = (collection, name)
             previous = self._previous.get(key)
             if previous is not None:
-                values = torch.cat((values, r.allclose(t, previous, self.rtol, self.atol)))
+                parts.append(r.allclose(t, previous, self.rtol, self.atol))
                 keys = keys + ("allclose",)
             self._previous[key] = t.detach().clone()
-        self._pending.append((collection, name, keys, values))
+        self._pending.append((collection, name, keys, parts))
 
     def _reduce_weights(self) -> None:
         for name, p in self.params:
@@ -241,8 +243,11 @@ class Watcher:
                     self._reduce("gradients", name, p.grad)
         self._reduce_weights()
         for name, p in self.params:
-            if self._collection_of(name) in self.collections:
-                self._before[name] = p.detach().clone()
+            collection = self._collection_of(name)
+            if collection in self.collections:
+                # The copy kept for UnchangedTensor was taken just now: it serves here too.
+                kept = self._previous.get((collection, name)) if self.track_unchanged else None
+                self._before[name] = kept if kept is not None else p.detach().clone()
 
     def _reduce_update(self) -> None:
         for name, p in self.params:
@@ -250,19 +255,20 @@ class Watcher:
             if before is not None:
                 collection = self._collection_of(name)
                 ratio = r.update_ratio(before, p)
-                self._pending.append((collection, name, ("update_ratio",), ratio))
+                self._pending.append((collection, name, ("update_ratio",), [ratio]))
 
     def _reduce_activation(self, collection, name, args, output, bounds) -> None:
         if collection == "relu_output":
             if "relu_output" in self.collections:
                 value = r.dead_ratio(output, self.threshold_inactivity)
-                self._pending.append((collection, name, ("dead_ratio",), value))
+                self._pending.append((collection, name, ("dead_ratio",), [value]))
             if "relu_input" in self.collections and args:
-                self._pending.append(("relu_input", name, ("variance",), r.variance(args[0])))
+                self._pending.append(("relu_input", name, ("variance",), [r.variance(args[0])]))
         elif args:
-            values = torch.cat(
-                (r.saturated_ratio(args[0], bounds, self.threshold_inactivity), r.variance(args[0]))
-            )
+            values = [
+                r.saturated_ratio(args[0], bounds, self.threshold_inactivity),
+                r.variance(args[0]),
+            ]
             self._pending.append((collection, name, ("saturated_ratio", "variance"), values))
 
     # --- what the training loop logs -------------------------------------------------------
@@ -313,11 +319,14 @@ class Watcher:
         classes, self._classes = self._classes, None
         inputs, self._inputs = self._inputs, None
         tokens, self._tokens = self._tokens, None
-        parts = [values for _, _, _, values in pending]
+        parts = [part for _, _, _, values in pending for part in values]
         extra = [t for t in (classes, inputs[1] if inputs else None, tokens) if t is not None]
         if not parts and not extra:
             return
-        host = torch.cat([p.reshape(-1).float().cpu() for p in parts + extra]).tolist()
+        # One concatenation on the device and one copy to the host: one synchronisation.
+        flat = [p.reshape(-1) if p.dtype == torch.float32 else p.reshape(-1).float() for p in parts]
+        flat += [t.reshape(-1).float() for t in extra]
+        host = torch.cat(flat).cpu().tolist()
         now = time.time()
         session = self.session
         with session._lock:

@@ -12,13 +12,14 @@ from trainprof.contract.names import (
     RECORDED_INITIALIZATION,
     RECORDED_PHASE,
 )
-from trainprof.rules.catalog._text import HOST, JOB
+from trainprof.rules.catalog._text import JOB
 from trainprof.rules.model import (
     NUMBER_UNIT,
     RATIO_UNIT,
     SECONDS_UNIT,
     Alert,
     Build,
+    Population,
     Recording,
     Recordings,
     RuleOutput,
@@ -27,6 +28,7 @@ from trainprof.rules.model import (
     Signal,
     StateAlert,
     Threshold,
+    Units,
 )
 from trainprof.rules.params import (
     COUNT,
@@ -70,6 +72,8 @@ def _max_initialization(b: Build[MaxInitializationTimeParams]) -> RuleOutput:
         (
             Alert(
                 expr=f"{age}\n> {p.threshold * 60:g}\nunless {b.on_job}\n{stepped}",
+                # Once a rank has stepped the condition is over for good: nothing to hold.
+                hold=0,
                 summary="Training has not started its first step.",
                 description=(
                     f"Job {JOB} started {{{{ $value | humanizeDuration }}}} ago and no rank has "
@@ -174,11 +178,22 @@ def _step_outlier(b: Build[StepOutlierParams]) -> RuleOutput:
         (
             Alert(
                 expr=f"{outliers} > {p.n_outliers}",
+                units=Units(
+                    "rank_mode",
+                    "rank and mode",
+                    "ranks and modes",
+                    "rank {{ .Labels.rank }} {{ .Labels.mode }} steps on "
+                    "{{ or .Labels.node .Labels.instance }}",
+                    Population(contract.TRAINING_STEP_OUTLIERS_TOTAL, _step_outlier_equal(b)),
+                    value_text="slow steps",
+                ),
+                # A count since the job started: it cannot fall back below the threshold,
+                # so there is no noise to hold through (the alert ends with the job).
+                hold=0,
                 summary="Training steps are much slower than usual.",
                 description=(
-                    f"Rank {{{{ $labels.rank }}}} on {HOST} (job {JOB}) has had {{{{ $value }}}} "
-                    f"{{{{ $labels.mode }}}} steps slower than the mean plus {p.stddev:g} standard "
-                    f"deviations (the rule fires above {p.n_outliers})."
+                    f"have had more than {p.n_outliers} steps slower than the mean plus "
+                    f"{p.stddev:g} standard deviations of their earlier steps"
                 ),
             ),
         ),
@@ -292,25 +307,39 @@ def _dataloader(b: Build[DataloaderParams]) -> RuleOutput:
     per_core = _workers_per_core(b)
     ratio_of = selector(per_core.record, ())
     low, high = p.min_threshold / 100, p.max_threshold / 100
+
+    def nodes(worst: str) -> Units:
+        return Units(
+            "node",
+            "node",
+            "nodes",
+            "{{ or .Labels.node .Labels.instance }}",
+            Population(per_core.record),
+            "{{ .Value | humanizePercentage }}",
+            "workers per core",
+            worst,
+        )
+
     described = (
-        f"The training ranks on {HOST} (job {JOB}) load data with "
-        "{{ $value | humanizePercentage }} as many worker processes as the node has cores "
+        "had their training ranks load data with {} worker processes than {:g}% of the node's cores"
     )
     return RuleOutput(
         (per_core,),
         (
             Alert(
                 expr=f"{ratio_of} < {low:g}",
+                units=nodes("lowest"),
                 for_seconds=float(p.patience),
                 summary="Too few data-loading workers for the node's cores.",
-                description=described + f"(the rule fires below {p.min_threshold:g}%).",
+                description=described.format("fewer", p.min_threshold),
                 labels={"reason": "too_few"},
             ),
             Alert(
                 expr=f"{ratio_of} > {high:g}",
+                units=nodes("highest"),
                 for_seconds=float(p.patience),
                 summary="More data-loading workers than the node's cores can run.",
-                description=described + f"(the rule fires above {p.max_threshold:g}%).",
+                description=described.format("more", p.max_threshold),
                 labels={"reason": "too_many"},
             ),
         ),

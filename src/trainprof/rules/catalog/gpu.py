@@ -7,12 +7,12 @@ from typing import Any
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration, parse_duration
-from trainprof.rules.catalog._text import GPU, HOST, JOB, PCT
 from trainprof.rules.model import (
     NUMBER_UNIT,
     RATIO_UNIT,
     Alert,
     Build,
+    Population,
     Recording,
     Recordings,
     RuleOutput,
@@ -20,6 +20,7 @@ from trainprof.rules.model import (
     Selects,
     Signal,
     Threshold,
+    Units,
     indent,
     percent_threshold,
     ratio,
@@ -109,7 +110,8 @@ class QuantileTest:
     recording: Recording
     below: str  # PromQL condition: the quantile is below the threshold
     above: str  # ... above it
-    value_text: str  # what `$value` of a `below` condition is, for descriptions
+    measure: str  # what the value of a `below` condition is: "share of samples at or below 70%"
+    worst: str  # highest | lowest: which values of a `below` condition are furthest below
 
     @classmethod
     def of(
@@ -130,8 +132,8 @@ class QuantileTest:
                 rec,
                 f"{rec.record} <= {ratio(percent)}",
                 f"{rec.record} > {ratio(percent)}",
-                f"the {_ordinal(q)} percentile of the scraped values was {PCT}, at or below "
-                f"{percent:g}%",
+                f"{_ordinal(q)} percentile of the scraped values",
+                "lowest",
             )
         if threshold in contract.UTILIZATION_BUCKETS and 0 < threshold < 1:
             share = b.sel(histogram + "_bucket", le=contract.bucket_label(threshold))
@@ -146,8 +148,8 @@ class QuantileTest:
                 rec,
                 f"{rec.record} > {q:g}",
                 f"{rec.record} < {q:g}",
-                f"{PCT} of the samples (the rule needs more than {q * 100:g}%) were "
-                f"at or below {percent:g}%",
+                f"share of samples at or below {percent:g}%",
+                "highest",
             )
         buckets = b.sel(histogram + "_bucket")
         rec = Recording(
@@ -160,8 +162,30 @@ class QuantileTest:
             rec,
             f"{rec.record} < {ratio(percent)}",
             f"{rec.record} > {ratio(percent)}",
-            f"the {_ordinal(q)} percentile was {PCT}, below {percent:g}%",
+            f"{_ordinal(q)} percentile",
+            "lowest",
         )
+
+    def gpus(self) -> Units:
+        """The GPUs a `below` condition on this test finds, among those it measures."""
+        return gpu_units(self.recording.record, self.measure, self.worst)
+
+
+GPU_NAME = "{{ or .Labels.node .Labels.instance }} GPU {{ .Labels.gpu }}"
+
+
+def gpu_units(population: str, measure: str, worst: str = "highest") -> Units:
+    """GPUs, each named by its node and index, their value a percentage."""
+    return Units(
+        "gpu",
+        "GPU",
+        "GPUs",
+        GPU_NAME,
+        Population(population),
+        "{{ .Value | humanizePercentage }}",
+        measure,
+        worst,
+    )
 
 
 def _ordinal(q: float) -> str:
@@ -182,26 +206,27 @@ def _low_gpu(b: Build[LowGPUUtilizationParams]) -> RuleOutput:
         (
             Alert(
                 per_gpu=True,
+                units=p95.gpus(),
                 expr=under,
                 for_seconds=under_for,
                 labels={"reason": "underutilized"},
-                summary="A GPU is underutilized.",
+                summary="GPUs are underutilized.",
                 description=(
-                    f"{GPU} (job {JOB}): over the last {span}, {p95.value_text} utilization: "
-                    f"its 95th percentile is below {p.threshold_p95:g}%."
+                    f"were underutilized over the last {span}: their 95th percentile "
+                    f"utilization was below {p.threshold_p95:g}%"
                 ),
             ),
             Alert(
                 per_gpu=True,
+                units=p5.gpus(),
                 expr=fluct,
                 for_seconds=fluct_for,
                 labels={"reason": "fluctuating"},
-                summary="A GPU's utilization fluctuates.",
+                summary="GPUs alternate between busy and idle.",
                 description=(
-                    f"{GPU} (job {JOB}): over the last {span}, {p5.value_text} utilization, "
-                    f"so its 5th percentile is below {p.threshold_p5:g}%, while its 95th "
-                    f"percentile is above {p.threshold_p95:g}%: the GPU alternates between "
-                    "busy and idle."
+                    f"alternated between busy and idle over the last {span}: their 5th "
+                    f"percentile utilization was below {p.threshold_p5:g}% while their 95th "
+                    f"percentile was above {p.threshold_p95:g}%"
                 ),
             ),
         ),
@@ -307,14 +332,15 @@ def _batch_size(b: Build[BatchSizeParams]) -> RuleOutput:
         (
             Alert(
                 per_gpu=True,
+                units=gpu_units(gpu.recording.record, f"utilization: {gpu.measure}", gpu.worst),
                 expr=expr,
                 for_seconds=for_seconds,
                 summary="The batch size is probably too small.",
                 description=(
-                    f"{GPU} (job {JOB}): over the last {span}, {gpu.value_text} GPU utilization, "
-                    f"and the 95th percentiles of GPU memory and of the host's CPU utilization are "
-                    f"below {p.gpu_memory_threshold_p95:g}% and {p.cpu_threshold_p95:g}% too: the "
-                    "GPU has room for more work per step."
+                    f"had room for more work per step over the last {span}: the 95th "
+                    f"percentiles of their utilization, of their memory and of their host's "
+                    f"CPU utilization were below {p.gpu_threshold_p95:g}%, "
+                    f"{p.gpu_memory_threshold_p95:g}% and {p.cpu_threshold_p95:g}%"
                 ),
             ),
         ),
@@ -400,12 +426,13 @@ def _memory_increase(b: Build[GPUMemoryIncreaseParams]) -> RuleOutput:
         (
             Alert(
                 per_gpu=True,
+                units=gpu_units(mean_record.record, "rise, of the GPU's memory"),
                 expr=expr,
                 for_seconds=for_seconds,
                 summary="GPU memory use grew sharply.",
                 description=(
-                    f"{GPU} (job {JOB}): mean GPU memory use over {span} rose by {PCT} of the "
-                    f"GPU's memory compared with the {span} before (threshold {p.increase:g}%)."
+                    f"saw their mean memory use over {span} rise by more than "
+                    f"{p.increase:g}% of their memory compared with the {span} before"
                 ),
             ),
         ),
@@ -518,14 +545,22 @@ def _load_balancing(b: Build[LoadBalancingParams]) -> RuleOutput:
         (
             Alert(
                 per_gpu=True,
+                units=Units(
+                    "gpu_pair",
+                    "pair of GPUs",
+                    "pairs of GPUs",
+                    "{{ or .Labels.node .Labels.instance }} GPUs {{ .Labels.gpu }} and "
+                    "{{ .Labels.peer_gpu }}",
+                    Population(contract.GPU_UTILIZATION_JS_DISTANCE),
+                    '{{ .Value | printf "%.2f" }}',
+                    "Jensen-Shannon distance",
+                ),
                 expr=expr,
                 for_seconds=for_seconds,
                 summary="GPUs of one host carry unequal load.",
                 description=(
-                    f"GPUs {{{{ $labels.gpu }}}} and {{{{ $labels.peer_gpu }}}} on {HOST} "
-                    f"(job {JOB}) "
-                    f'have utilization distributions {{{{ $value | printf "%.2f" }}}} apart '
-                    f"(Jensen-Shannon distance; the rule fires above {p.threshold:g})."
+                    "on one host had utilization distributions more than "
+                    f"{p.threshold:g} apart (Jensen-Shannon distance)"
                 ),
             ),
         ),

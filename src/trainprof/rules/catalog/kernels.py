@@ -13,12 +13,13 @@ import dataclasses
 
 from trainprof.contract import metrics as contract
 from trainprof.contract.durations import format_duration
-from trainprof.rules.catalog._text import JOB, PCT
+from trainprof.rules.catalog._text import RANK_NAME
 from trainprof.rules.model import (
     RATIO_UNIT,
     SECONDS_UNIT,
     Alert,
     Build,
+    Population,
     Recording,
     Recordings,
     RuleOutput,
@@ -26,13 +27,25 @@ from trainprof.rules.model import (
     Selects,
     Signal,
     Threshold,
+    Units,
     percent_threshold,
     ratio,
 )
 from trainprof.rules.params import KERNEL_MICROS, MINUTES, PERCENT, param, scan_interval_param
 from trainprof.rules.promql import Matcher, by, selector
 
-RANK = "rank {{ $labels.rank }}"
+
+def _ranks(population: Recording, measure: str) -> Units:
+    """Profiled ranks, their value a share."""
+    return Units(
+        "rank",
+        "rank",
+        "ranks",
+        RANK_NAME,
+        Population(population.record),
+        "{{ .Value | humanizePercentage }}",
+        measure,
+    )
 
 
 def _window_param(default: float = 30) -> float:
@@ -108,11 +121,11 @@ def _launch_bound(b: Build[LaunchBoundStepsParams]) -> RuleOutput:
             f"and on ({', '.join(tuple(b.job_labels) + ('node', 'rank'))})\n"
             f"{mean.record} < {p.max_mean_kernel_us * 1e-6:g}"
         ),
+        units=_ranks(idle, "idle share of the steps' GPU window"),
         summary="Steps are launch-bound: many short kernels, the GPU idle between them.",
         description=(
-            f"On {RANK} of {JOB} the GPU sat idle for {PCT} of each profiled step's GPU "
-            f"window while kernels averaged under {p.max_mean_kernel_us:g} us "
-            f"(threshold {p.threshold:g}%)."
+            f"left their GPU idle for more than {p.threshold:g}% of each profiled step's GPU "
+            f"window while their kernels averaged under {p.max_mean_kernel_us:g} us"
         ),
     )
     return RuleOutput((idle, mean), (alert,))
@@ -221,11 +234,12 @@ def _memcpy_heavy(b: Build[MemcpyHeavyStepsParams]) -> RuleOutput:
     alert = Alert(
         expr=f"{copies.record} > {ratio(p.threshold)}\n{on}\n"
         f"{pageable.record} > {ratio(p.pageable_threshold)}",
+        units=_ranks(copies, "host copies' share of the busy time"),
         summary="Host-device memory copies take a large share of the GPU's time.",
         description=(
-            f"On {RANK} of {JOB}, host-device copies (or copies from pageable host memory) "
-            f"took {PCT} of the GPU's busy time in the profiled steps (thresholds "
-            f"{p.threshold:g}% for all host copies, {p.pageable_threshold:g}% for pageable)."
+            f"spent more than {p.threshold:g}% of their GPU's busy time in the profiled steps "
+            f"on host-device copies (or more than {p.pageable_threshold:g}% on copies from "
+            "pageable host memory)"
         ),
     )
     return RuleOutput((copies, pageable), (alert,))
@@ -318,10 +332,11 @@ def _no_reduced_precision(b: Build[NoReducedPrecisionParams]) -> RuleOutput:
             f"and {on}\n{matmul_share.record} > {ratio(p.min_matmul_share)}\n"
             f"and {on}\n{tensor_cores}"
         ),
+        units=_ranks(fp32, "FP32 share of the matrix time"),
         summary="Matrix multiplications run in FP32 on a GPU with tensor cores.",
         description=(
-            f"On {RANK} of {JOB}, {PCT} of GEMM and convolution time ran in plain FP32 on a "
-            f"GPU with tensor cores (threshold {p.threshold:g}%)."
+            f"ran more than {p.threshold:g}% of their GEMM and convolution time in plain FP32 "
+            "on a GPU with tensor cores"
         ),
     )
     return RuleOutput((fp32, matmul_share), (alert,))

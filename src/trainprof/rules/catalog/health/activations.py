@@ -9,6 +9,7 @@ from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     by_collection,
+    collections,
     one_alert,
     setting,
     tensor_rule,
@@ -102,11 +103,13 @@ def _saturated(b: Build[SaturatedActivationParams]) -> RuleOutput:
     )
     return one_alert(
         expr=f"max {by_collection(b)} ({sat})\n> {b.p.threshold_layer / 100:.10g}",
-        summary="Most units of a tanh/sigmoid layer are saturated.",
-        description=(
-            f"Job {JOB}: {{{{ $value | humanizePercentage }}}} of a "
-            "{{ $labels.collection }} layer's units are saturated."
+        units=collections(
+            contract.TENSOR_SATURATED_UNIT_RATIO,
+            "{{ .Value | humanizePercentage }}",
+            "share of a layer's units saturated",
         ),
+        summary="Most units of a tanh/sigmoid layer are saturated.",
+        description=(f"had a layer with more than {b.p.threshold_layer:g}% of its units saturated"),
     )
 
 

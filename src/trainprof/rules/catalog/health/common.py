@@ -16,12 +16,14 @@ from trainprof.rules import promql
 from trainprof.rules.model import (
     Alert,
     Build,
+    Population,
     Recordings,
     RuleOutput,
     RuleSpec,
     Selects,
     Signal,
     Threshold,
+    Units,
     percent_threshold,
 )
 
@@ -45,6 +47,45 @@ def tensor_rule(**fields: Any) -> RuleSpec:
 def one_alert(expr: str, summary: str, description: str, **more: Any) -> RuleOutput:
     """A tensor rule's output: one alert, no recordings."""
     return RuleOutput(alerts=(Alert(expr=expr, summary=summary, description=description, **more),))
+
+
+# "rank 0" of a query result; RANK_MODE with the mode of a per-mode series.
+RANK = "rank {{ .Labels.rank }}"
+RANK_MODE = "rank {{ .Labels.rank }} {{ .Labels.mode }}"
+
+
+def collections(
+    series: str, value: str = "{{ .Value }}", what: str = "", worst: str = "highest", **more: str
+) -> Units:
+    """The watched collections of a job (per-collection reductions of `series`), for a
+    per-collection alert's "2 of 5 collections"; a series without a collection label (the
+    loss) is named "the loss"."""
+    return Units(
+        "collection",
+        "collection",
+        "collections",
+        "{{ with .Labels.collection }}{{ . }}{{ else }}the loss{{ end }}",
+        Population(series, {"aggregate": "max", **more}, ("collection",)),
+        value,
+        what,
+        worst,
+    )
+
+
+def ranks(
+    series: str,
+    name: str = RANK,
+    what: str = "",
+    worst: str = "highest",
+    singular: str = "rank",
+    plural: str = "ranks",
+    **equal: str,
+) -> Units:
+    """The training processes of a job that publish `series` (one series each, or one per
+    mode: `name` says which)."""
+    return Units(
+        "rank", singular, plural, name, Population(series, equal), "{{ .Value }}", what, worst
+    )
 
 
 # --- selectors ----------------------------------------------------------------------------

@@ -13,7 +13,16 @@ from trainprof.rules.catalog.health.common import (
     threshold_signal,
     warn_process_default,
 )
-from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Selects, Threshold
+from trainprof.rules.model import (
+    NUMBER_UNIT,
+    RATIO_UNIT,
+    Build,
+    Population,
+    RuleOutput,
+    Selects,
+    Threshold,
+    Units,
+)
 from trainprof.rules.params import param, scan_interval_param
 from trainprof.rules.tensor_params import NUMBER, NUMBERS, REGEX, WHOLE
 
@@ -93,10 +102,23 @@ def _nlp_ratio(b: Build[NLPSequenceRatioParams]) -> RuleOutput:
         parts.append(f"{matches}\n/ ignoring (token) group_left\n{total}\n> {percent / 100:.10g}")
     return one_alert(
         expr="\nor\n".join(parts),
+        units=Units(
+            "rank_token",
+            "rank and token",
+            "ranks and tokens",
+            "rank {{ .Labels.rank }} token {{ .Labels.token }}",
+            Population(contract.INPUT_TOKEN_MATCHES_TOTAL),
+            "{{ .Value | humanizePercentage }}",
+            "share of the input tokens",
+        ),
         summary="Sequences are mostly one token (padding?).",
         description=(
-            f"Job {JOB}: {{{{ $value | humanizePercentage }}}} of the input tokens are "
-            "{{ $labels.token }}."
+            "saw one token take more of their input than its threshold ("
+            + ", ".join(
+                f"token {int(t)}: {pc:g}%"
+                for t, pc in zip(p.token_values, p.token_thresholds_percent)
+            )
+            + ")"
         ),
     )
 

@@ -10,7 +10,9 @@ from trainprof.contract.durations import format_duration
 from trainprof.rules import promql
 from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
+    RANK_MODE,
     one_alert,
+    ranks,
     setting,
     tensor_rule,
     threshold_signal,
@@ -81,11 +83,20 @@ def _loss_not_decreasing(b: Build[LossNotDecreasingParams]) -> RuleOutput:
     expr = f"{expr}\nor\nmax_over_time((\n{expr}\n)[{window}:{step}])"
     return one_alert(
         expr=expr,
+        units=ranks(
+            contract.TRAINING_LOSS_EVALUATED,
+            RANK_MODE,
+            "loss",
+            singular="loss",
+            plural="losses (rank and mode)",
+            **equal,
+        ),
+        # Held in its own expression (HOLD_EVALUATIONS), from the onset: no second hold.
+        hold=0,
         summary="The loss is not decreasing.",
         description=(
-            f"Job {JOB}, {{{{ $labels.mode }}}} loss: {{{{ $value }}}} at the latest "
-            f"evaluation did not fall by {p.diff_percent:g}% from the loss "
-            f"{p.num_steps} steps earlier."
+            f"did not fall by {p.diff_percent:g}% at their latest evaluation from the loss "
+            f"{p.num_steps} steps earlier"
         ),
     )
 
@@ -160,10 +171,13 @@ def _overfit(b: Build[OverfitParams]) -> RuleOutput:
     )
     return one_alert(
         expr=expr,
+        units=ranks(
+            contract.TRAINING_LOSS, what="(validation - training) / training", mode="train"
+        ),
         summary="Validation loss is well above training loss.",
         description=(
-            f"Job {JOB}: validation loss exceeds training loss by "
-            f"{{{{ $value | humanizePercentage }}}} (threshold {p.ratio_threshold:g})."
+            f"had a validation loss above their training loss by more than "
+            f"{p.ratio_threshold:g} of it"
         ),
         for_seconds=(p.patience - 1) * p.scan_interval_us / 1e6,
     )
@@ -219,10 +233,17 @@ def _overtraining(b: Build[OvertrainingParams]) -> RuleOutput:
     )
     return one_alert(
         expr=expr,
+        units=ranks(
+            since,
+            RANK_MODE,
+            "saved steps without improvement",
+            singular="loss",
+            plural="losses (rank and mode)",
+        ),
         summary="The loss stopped improving.",
         description=(
-            f"Job {JOB}: the {{{{ $labels.mode }}}} loss has not improved by more than "
-            f"{p.delta:g} for {{{{ $value }}}} saved steps."
+            f"did not improve by more than {p.delta:g} for {p.patience_train} (training) or "
+            f"{p.patience_validation} (validation) saved steps"
         ),
     )
 

@@ -15,6 +15,7 @@ from trainprof.rules.catalog.health.common import (
     COLLECTIONS,
     TENSOR_REGEX,
     by_collection,
+    collections,
     one_alert,
     setting,
     tensor_rule,
@@ -24,7 +25,16 @@ from trainprof.rules.catalog.health.common import (
     warn_regex,
     watched,
 )
-from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Selects, Threshold
+from trainprof.rules.model import (
+    NUMBER_UNIT,
+    RATIO_UNIT,
+    Build,
+    Population,
+    RuleOutput,
+    Selects,
+    Threshold,
+    Units,
+)
 from trainprof.rules.params import PERCENT, param, scan_interval_param
 from trainprof.rules.tensor_params import (
     FLAG,
@@ -114,11 +124,9 @@ def _exploding(b: Build[ExplodingTensorParams]) -> RuleOutput:
         expr += f"\nor\ncount {b.by_job} ({loss_bad}) > 0"
     return one_alert(
         expr=expr,
+        units=collections(contract.TENSOR_NAN_VALUES, what="non-finite values"),
         summary="Tensors hold NaN or infinite values.",
-        description=(
-            f"Job {JOB}: {{{{ $value }}}} non-finite value(s) in the latest save of "
-            "collection {{ $labels.collection }} (or in the loss)."
-        ),
+        description="held NaN or infinite values in their latest save",
     )
 
 
@@ -225,11 +233,11 @@ def _all_zero(b: Build[AllZeroParams]) -> RuleOutput:
     zeros = watched(b, contract.TENSOR_ZERO_RATIO, "max")
     return one_alert(
         expr=f"max {by_collection(b)} ({zeros})\n>= {p.threshold / 100:.10g}",
-        summary="A tensor is all zeros.",
-        description=(
-            f"Job {JOB}: a tensor of collection {{{{ $labels.collection }}}} is "
-            f"{{{{ $value | humanizePercentage }}}} zeros (threshold {p.threshold:g}%)."
+        units=collections(
+            contract.TENSOR_ZERO_RATIO, "{{ .Value | humanizePercentage }}", "share of zeros"
         ),
+        summary="A tensor is all zeros.",
+        description=f"held a tensor that is at least {p.threshold:g}% zeros",
     )
 
 
@@ -279,10 +287,10 @@ def _tensor_variance(b: Build[TensorVarianceParams]) -> RuleOutput:
         parts.append(f"min {by_collection(b)} ({low}) < {p.min_threshold:g}")
     return one_alert(
         expr="\nor\n".join(parts),
+        units=collections(contract.TENSOR_VARIANCE, what="variance"),
         summary="A tensor's variance is out of range.",
         description=(
-            f"Job {JOB}: a tensor of collection {{{{ $labels.collection }}}} has "
-            f"variance {{{{ $value }}}} (bounds {p.min_threshold} to {p.max_threshold})."
+            f"held a tensor whose variance is outside {p.min_threshold} to {p.max_threshold}"
         ),
     )
 
@@ -338,10 +346,11 @@ def _unchanged(b: Build[UnchangedTensorParams]) -> RuleOutput:
     runs = watched(b, contract.TENSOR_UNCHANGED_SAVES, "max")
     return one_alert(
         expr=f"max {by_collection(b)} ({runs})\n>= {p.num_steps - 1}",
+        units=collections(contract.TENSOR_UNCHANGED_SAVES, what="saves unchanged"),
         summary="A tensor has stopped changing.",
         description=(
-            f"Job {JOB}: a tensor of collection {{{{ $labels.collection }}}} was "
-            f"allclose over its last {{{{ $value }}}} saves (num_steps {p.num_steps})."
+            f"held a tensor that stayed allclose over {p.num_steps - 1} saves or more "
+            f"(num_steps {p.num_steps})"
         ),
     )
 
@@ -425,11 +434,16 @@ def _similar(b: Build[SimilarAcrossRunsParams]) -> RuleOutput:
     )
     return one_alert(
         expr=expr,
-        summary="Two runs' tensors differ at the same step.",
-        description=(
-            f"Job {JOB}: the L2 norm of a {{{{ $labels.collection }}}} tensor differs "
-            f"from job {other}'s at the same saved step by {{{{ $value }}}}."
+        units=Units(
+            "tensor",
+            "tensor",
+            "tensors",
+            "{{ .Labels.collection }} {{ .Labels.tensor }}",
+            Population(contract.TENSOR_L2_NORM, {"aggregate": "max"}, ("collection", "tensor")),
+            value_text="L2 norm difference",
         ),
+        summary="Two runs' tensors differ at the same step.",
+        description=f"had an L2 norm different from job {other}'s at the same saved step",
     )
 
 

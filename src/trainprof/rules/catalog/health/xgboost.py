@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from trainprof.contract import metrics as contract
-from trainprof.rules.catalog._text import JOB
 from trainprof.rules.catalog.health.common import (
     LEGEND,
     one_alert,
+    ranks,
     setting,
     tensor_rule,
     threshold_signal,
@@ -32,10 +32,14 @@ def _importance(b: Build[FeatureImportanceOverweightParams]) -> RuleOutput:
     top = b.sel(contract.XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO, top=str(p.nfeatures))
     return one_alert(
         expr=f"{top} > {p.threshold:g}",
+        units=dataclasses.replace(
+            ranks(contract.XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO, top=str(p.nfeatures)),
+            value="{{ .Value | humanizePercentage }}",
+            value_text=f"importance of the top {p.nfeatures}",
+        ),
         summary="A few features carry most of the importance.",
         description=(
-            f"Job {JOB}: the top {p.nfeatures} features hold "
-            f"{{{{ $value | humanizePercentage }}}} of the importance."
+            f"gave their top {p.nfeatures} features more than {p.threshold:g} of the importance"
         ),
     )
 
@@ -87,10 +91,10 @@ def _tree_depth(b: Build[TreeDepthParams]) -> RuleOutput:
     depth = b.sel(contract.XGBOOST_TREE_DEPTH)
     return one_alert(
         expr=f"{depth} < {b.p.depth}",
+        units=ranks(contract.XGBOOST_TREE_DEPTH, what="deepest tree", worst="lowest"),
         summary="XGBoost trees stay shallower than expected.",
         description=(
-            f"Job {JOB}: the deepest tree has depth {{{{ $value }}}}, below "
-            f"{b.p.depth}: splits stopped improving the loss."
+            f"grew no tree deeper than {b.p.depth - 1:g}: splits stopped improving the loss"
         ),
     )
 
