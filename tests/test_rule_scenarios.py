@@ -22,8 +22,8 @@ from scenario import load_cases, promtool_files
 CASES = load_cases()
 BATCHES = pytest.StashKey[dict]()
 BLOCK = re.compile(r"^Unit Testing: +(\S+)\n(.*?)(?=^Unit Testing: |\Z)", re.MULTILINE | re.DOTALL)
-# What an alert may carry: the job, the rule's own labels, and the thresholds a bottleneck
-# rule was compiled for. No GPU, node, rank or other unit: one alert per job and rule.
+# What an alert may carry: the job, the rule's own labels, the thresholds a bottleneck
+# rule was compiled for and the baseline a regression rule compares with. No GPU, node, rank or other unit: one alert per job and rule.
 JOB_AND_RULE = {
     "namespace",
     "training_job",
@@ -35,6 +35,7 @@ JOB_AND_RULE = {
     "cpu_above",
     "iowait_above",
     "gpu_below",
+    "baseline",
 }
 
 
