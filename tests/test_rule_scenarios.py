@@ -23,7 +23,8 @@ CASES = load_cases()
 BATCHES = pytest.StashKey[dict]()
 BLOCK = re.compile(r"^Unit Testing: +(\S+)\n(.*?)(?=^Unit Testing: |\Z)", re.MULTILINE | re.DOTALL)
 # What an alert may carry: the job, the rule's own labels, the thresholds a bottleneck
-# rule was compiled for and the baseline a regression rule compares with. No GPU, node, rank or other unit: one alert per job and rule.
+# rule was compiled for and the baseline a regression rule compares with. No GPU, node, rank
+# or other unit: one alert per job and rule.
 JOB_AND_RULE = {
     "namespace",
     "training_job",
