@@ -17,6 +17,7 @@ SUB_CLIS = (
     "rules",
     "replay",
     "report",
+    "compare",
     "trace",
     "export",
     "generate",
