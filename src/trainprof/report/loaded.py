@@ -63,17 +63,19 @@ def custom_rule_names(groups: list[dict[str, Any]]) -> list[str]:
     )
 
 
-def as_compiled(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The API's alerting rules in the compiler's group format (`alert`, `expr`, `for`,
-    `labels`; `interval` as a duration), for deriving verdicts."""
+def as_compiled(groups: list[dict[str, Any]], recordings: bool = False) -> list[dict[str, Any]]:
+    """The API's alerting rules (and with `recordings` its recording rules) in the compiler's
+    group format (`alert` or `record`, `expr`, `for`, `labels`; `interval` as a duration),
+    for deriving verdicts."""
     out = []
     for group in groups:
         rules = []
         for rule in group.get("rules") or []:
-            if rule.get("type") != "alerting":
+            kind = {"alerting": "alert", "recording": "record"}.get(rule.get("type", ""))
+            if kind is None or (kind == "record" and not recordings):
                 continue
             entry: dict[str, Any] = {
-                "alert": rule["name"],
+                kind: rule["name"],
                 "expr": rule["query"],
                 "labels": dict(rule.get("labels") or {}),
             }
@@ -99,15 +101,14 @@ def loaded_config(
         f"the {len(names)} trainprof rules Prometheus evaluates ({', '.join(names)}): "
         "verdicts from its rules, as loaded; --rules FILE judges a configuration instead"
     ]
-    defaults = _alerts(compile_rules(config).groups)
+    defaults = _by_group(compile_rules(config).groups)
+    loaded = _by_group(as_compiled(groups, recordings=True))
     differ = sorted(
-        {
-            rule["labels"]["rule"]
-            for rule in (r for g in as_compiled(groups) for r in g["rules"])
-            if rule["labels"].get("rule") in names
-            and defaults.get(rule["alert"]) is not None
-            and (_bare(rule["expr"]), rule.get("for")) not in defaults[rule["alert"]]
-        }
+        name
+        for name in names
+        if (group := GROUP_PREFIX + name) in loaded
+        and group in defaults
+        and loaded[group] != defaults[group]
     )
     if differ:
         notes.append(
@@ -123,14 +124,16 @@ def loaded_config(
     return config, notes
 
 
-def _alerts(groups: list[dict[str, Any]]) -> dict[str, set[tuple[str, str | None]]]:
-    """alertname -> the (expr, for) pairs compiled under it."""
-    out: dict[str, set[tuple[str, str | None]]] = {}
-    for group in groups:
-        for rule in group["rules"]:
-            if "alert" in rule:
-                out.setdefault(rule["alert"], set()).add((_bare(rule["expr"]), rule.get("for")))
-    return out
+def _by_group(groups: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str | None]]]:
+    """group name -> its rules as (name, expr, for): the alerts and the recordings of what
+    they found, where a rule's parameters are."""
+    return {
+        group["name"]: {
+            (rule.get("alert") or rule["record"], _bare(rule["expr"]), rule.get("for"))
+            for rule in group["rules"]
+        }
+        for group in groups
+    }
 
 
 def _bare(expr: str) -> str:
