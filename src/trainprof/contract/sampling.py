@@ -343,10 +343,12 @@ class SampleAccumulator:
             ],
         )
 
-        if latest and latest.memory_used_bytes is not None:
-            yield fam.gauge(contract.MEMORY_USED_BYTES, [], [(ident, latest.memory_used_bytes)])
-        if latest and latest.memory_total_bytes is not None:
-            yield fam.gauge(contract.MEMORY_TOTAL_BYTES, [], [(ident, latest.memory_total_bytes)])
+        yield from fam.known(
+            contract.MEMORY_USED_BYTES, ident, latest.memory_used_bytes if latest else None
+        )
+        yield from fam.known(
+            contract.MEMORY_TOTAL_BYTES, ident, latest.memory_total_bytes if latest else None
+        )
         yield fam.histogram(contract.MEMORY_USED_SAMPLED_RATIO, [], [(ident, self._memory)])
         yield fam.quantiles(contract.MEMORY_USED_QUANTILE_RATIO, ident, self._memory)
 
@@ -553,6 +555,18 @@ class Families:
         for values, v in rows:
             family.add_metric(values, v)
         return family
+
+    def known(self, name: str, ident: list[str], value: float | None) -> Iterator[MetricFamily]:
+        """A gauge of one `value` (no labels but the identity's); none while it is unknown.
+
+        >>> fam = Families(["node"])
+        >>> list(fam.known(contract.MEMORY_USED_BYTES, ["n1"], None))
+        []
+        >>> [f.samples[0].value for f in fam.known(contract.MEMORY_USED_BYTES, ["n1"], 2.0)]
+        [2.0]
+        """
+        if value is not None:
+            yield self.gauge(name, [], [(ident, value)])
 
     def counter(self, name, labels, rows):
         base = contract.metric(name).base
