@@ -26,10 +26,13 @@ if TYPE_CHECKING:
     # What `ArgumentParser.add_subparsers()` returns; each sub-CLI's `add_parser` takes it.
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
+    from trainprof.rules.config import RulesConfig
+
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_FAILED",
     "EXIT_OK",
+    "add_choice_argument",
     "add_json_argument",
     "add_rule_config_arguments",
     "add_source_argument",
@@ -39,7 +42,9 @@ __all__ = [
     "label",
     "linked_below",
     "namespace",
+    "not_written",
     "positive_int",
+    "read_rule_config",
     "write_below",
     "write_json",
     "write_output",
@@ -152,6 +157,26 @@ def add_rule_config_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_argument(parser)
 
 
+def read_rule_config(args: argparse.Namespace) -> RulesConfig:
+    """The rule configuration the options of `add_rule_config_arguments` ask for; a
+    ConfigError where it is wrong."""
+    from trainprof.rules import files
+
+    return files.read_config(
+        args.config, args.scrape_interval, args.datapoint_interval, args.source
+    )
+
+
+def add_choice_argument(
+    parser: argparse.ArgumentParser, flag: str, choices: tuple[str, ...], text: str
+) -> None:
+    """An option that takes one of `choices`, the first by default: `text` (its help) ends by
+    saying so."""
+    parser.add_argument(
+        flag, choices=choices, default=choices[0], help=f"{text} (default: {choices[0]})"
+    )
+
+
 def add_source_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--source",
@@ -233,6 +258,17 @@ def write_below(directory: str, relative: str, text: str) -> str:
     return path
 
 
+def not_written(path: str, e: OSError) -> str:
+    """Why the file at `path` was not written, for an error line.
+
+    >>> not_written("out/rules.yaml", FileNotFoundError(2, "No such file or directory"))
+    'cannot write out/rules.yaml: No such file or directory'
+    """
+    if isinstance(e, LinkedOutput):
+        return f"refusing to write {path}: {e}"
+    return f"cannot write {path}: {e.strerror or e}"
+
+
 def write_output(path: str, text: str) -> int:
     """Write `text` to the file at `path`, or to stdout for -; the exit code: EXIT_OK, or
     EXIT_FAILED with the error on stderr.
@@ -250,6 +286,6 @@ def write_output(path: str, text: str) -> int:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
-        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {not_written(path, e)}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK

@@ -92,19 +92,18 @@ def tree(job_labels: Sequence[str] = JOB_LABELS, timing: dict[str, Timing] | Non
                 why="every rule alert also reaches the StopTraining receiver, which acts "
                 "only on the rules its configuration opts into or that carry action=stop",
             ),
-            Route(
-                PAGE,
-                (Matcher("notify", "=~", ".*sms.*"),),
-                timing=timing[PAGE],
-                continue_=True,
-                why="a rule configured with SageMaker's SMS action also pages",
-            ),
-            Route(
-                NOTIFY,
-                (Matcher("notify", "=~", ".*email.*"),),
-                timing=timing[NOTIFY],
-                continue_=True,
-                why="a rule configured with SageMaker's Email action also notifies",
+            *(
+                Route(
+                    receiver,
+                    (Matcher("notify", "=~", f".*{action.lower()}.*"),),
+                    timing=timing[receiver],
+                    continue_=True,
+                    why=f"a rule configured with SageMaker's {action} action also {does}",
+                )
+                for receiver, action, does in (
+                    (PAGE, "SMS", "pages"),
+                    (NOTIFY, "Email", "notifies"),
+                )
             ),
             Route(
                 INFO,

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from trainprof.cliargs import (
     EXIT_BAD_INPUT,
-    EXIT_FAILED,
     add_json_argument,
     add_source_argument,
     duration,
@@ -118,12 +117,13 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainprof.contract.httpget import redact, secrets
+    from trainprof.contract.httpget import secrets
     from trainprof.engines.prometheus_api import PrometheusAPIError, access_from_args
     from trainprof.engines.promtool import PromtoolError
     from trainprof.replay import ReplayError
     from trainprof.replay.smdebug import TrialError
     from trainprof.report import ReportError
+    from trainprof.report.cli import data_failed, print_notes
     from trainprof.rules.config import ConfigError
     from trainprof.trace.load import TraceError
 
@@ -138,14 +138,9 @@ def run(args: argparse.Namespace) -> int:
     except (CompareError, ReplayError, ConfigError, TraceError, TrialError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (ReportError, PrometheusAPIError) as e:
-        print(f"error: {redact(str(e), hidden)}", file=sys.stderr)
-        return EXIT_BAD_INPUT if e.bad_input else EXIT_FAILED
-    except (PromtoolError, FileNotFoundError) as e:
-        print(f"error: the rule engine failed: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    for note in comparison.doc.get("notes", []):
-        print(f"note: {redact(note, hidden)}", file=sys.stderr)
+    except (ReportError, PrometheusAPIError, PromtoolError, FileNotFoundError) as e:
+        return data_failed(e, hidden)
+    print_notes(comparison.doc.get("notes", []), hidden)
     return _write(args, comparison)
 
 

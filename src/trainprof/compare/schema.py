@@ -23,6 +23,7 @@ MAYBE = {"type": ["number", "null"]}
 COUNT = {"type": "integer", "minimum": 0}
 TEXT = {"type": "string"}
 TEXTS = {"type": "array", "items": TEXT}
+RUN_LABEL = {"type": "string", "pattern": LABEL}
 
 
 def _object(properties: dict[str, Any], optional: tuple[str, ...] = (), **more: Any) -> dict:
@@ -45,6 +46,27 @@ def _by_label(value: Any) -> dict:
 
 def _by_name(value: Any) -> dict:
     return {"type": "object", "additionalProperties": value}
+
+
+def _kind(kind: str, runs: dict, properties: dict[str, Any], title: str) -> dict:
+    """A kind of document: `version`, `kind` and `runs`, its own `properties`, then the
+    `not_comparable` and `notes` all kinds end with."""
+    return _object(
+        {
+            "version": {"const": VERSION},
+            "kind": {"const": kind},
+            "runs": runs,
+            **properties,
+            "not_comparable": TEXTS,
+            "notes": TEXTS,
+        },
+        title=title,
+    )
+
+
+def _two(run: dict) -> dict:
+    """The `runs` of a comparison: A and B."""
+    return {"type": "array", "items": run, "minItems": 2, "maxItems": 2}
 
 
 MEASURED = {
@@ -102,7 +124,7 @@ CHANGE = _object(
 def _runs_kind() -> dict:
     run = _object(
         {
-            "label": {"type": "string", "pattern": LABEL},
+            "label": RUN_LABEL,
             "training_job": TEXT,
             "source": TEXT,
             "start": NUMBER,
@@ -127,11 +149,10 @@ def _runs_kind() -> dict:
             },
         }
     )
-    return _object(
+    return _kind(
+        "runs",
+        _two(run),
         {
-            "version": {"const": VERSION},
-            "kind": {"const": "runs"},
-            "runs": {"type": "array", "items": run, "minItems": 2, "maxItems": 2},
             "step_time": {
                 "oneOf": [
                     {"type": "null"},
@@ -186,10 +207,8 @@ def _runs_kind() -> dict:
                     }
                 ),
             },
-            "not_comparable": TEXTS,
-            "notes": TEXTS,
         },
-        title="Two runs",
+        "Two runs",
     )
 
 
@@ -223,7 +242,7 @@ def _traces_kind() -> dict:
     )
     run = _object(
         {
-            "label": {"type": "string", "pattern": LABEL},
+            "label": RUN_LABEL,
             "source": TEXT,
             "rank": COUNT,
             "gpu": TEXT,
@@ -232,11 +251,10 @@ def _traces_kind() -> dict:
             "span_seconds": NUMBER,
         }
     )
-    return _object(
+    return _kind(
+        "traces",
+        _two(run),
         {
-            "version": {"const": VERSION},
-            "kind": {"const": "traces"},
-            "runs": {"type": "array", "items": run, "minItems": 2, "maxItems": 2},
             "time_classes": _object(
                 {
                     "per": {"enum": ["per profiler step", "whole trace"]},
@@ -246,10 +264,8 @@ def _traces_kind() -> dict:
             "kernels": names,
             "operators": names,
             "rules": {"type": "object", "maxProperties": 0},
-            "not_comparable": TEXTS,
-            "notes": TEXTS,
         },
-        title="Two Kineto traces",
+        "Two Kineto traces",
     )
 
 
@@ -271,16 +287,16 @@ def _sagemaker_kind() -> dict:
             "end": NUMBER,
         }
     )
-    return _object(
+    runs = {
+        "type": "array",
+        "prefixItems": [sagemaker_run, trainprof_run],
+        "items": False,
+        "minItems": 1,
+    }
+    return _kind(
+        "sagemaker",
+        runs,
         {
-            "version": {"const": VERSION},
-            "kind": {"const": "sagemaker"},
-            "runs": {
-                "type": "array",
-                "prefixItems": [sagemaker_run, trainprof_run],
-                "items": False,
-                "minItems": 1,
-            },
             "sagemaker_only": {"type": "boolean"},
             "rules": _by_name(
                 _object(
@@ -312,10 +328,8 @@ def _sagemaker_kind() -> dict:
                     optional=("min", "p50", "p95", "p99", "max"),
                 ),
             },
-            "not_comparable": TEXTS,
-            "notes": TEXTS,
         },
-        title="SageMaker's verdicts beside trainprof's",
+        "SageMaker's verdicts beside trainprof's",
     )
 
 

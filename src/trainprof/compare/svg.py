@@ -12,41 +12,25 @@ import math
 from collections.abc import Sequence
 
 from trainprof.report import format as fmt
-from trainprof.report.svg import BOTTOM, CHART_WIDTH, HEIGHT, LEFT, RIGHT, TOP, color, esc
+from trainprof.report.svg import (
+    BOTTOM,
+    CHART_WIDTH,
+    HEIGHT,
+    LEFT,
+    RIGHT,
+    TOP,
+    bar,
+    category,
+    color,
+    esc,
+    framed,
+    nice_step,
+    opening,
+    y_axis,
+)
 
 # Run A and run B: the report's first two colours.
 RUN_COLORS = (color(0), color(1))
-
-
-def _nice(span: float, ticks: int = 4) -> float:
-    raw = span / max(ticks, 1)
-    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
-    for m in (1, 2, 2.5, 5, 10):
-        if raw <= m * power:
-            return m * power
-    return 10 * power
-
-
-def _open(width: int, height: int, label: str) -> list[str]:
-    return [
-        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-
-
-def _y_axis(out: list[str], top: float, unit: str, plot_h: float, width: int) -> None:
-    step = _nice(top)
-    tick = 0.0
-    while tick <= top + 1e-12:
-        ty = TOP + plot_h - tick / top * plot_h
-        out.append(
-            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
-        )
-        out.append(
-            f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
-            f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>'
-        )
-        tick += step
 
 
 def grouped_bars(
@@ -64,28 +48,20 @@ def grouped_bars(
     values = [v for _, vs in runs for v in vs if math.isfinite(v)]
     top = max(values + [0.0]) or 1.0
     if unit == "percentunit":
-        top = min(1.0, _nice(top) * math.ceil(top / _nice(top)))
-    out = _open(width, height, label)
-    _y_axis(out, top, unit, plot_h, width)
+        top = min(1.0, nice_step(top) * math.ceil(top / nice_step(top)))
+    out = opening(width, height, label)
+    y_axis(out, top, unit, plot_h, width)
     slot = plot_w / max(len(categories), 1)
-    bar = slot * 0.76 / max(len(runs), 1)
+    bar_w = slot * 0.76 / max(len(runs), 1)
     for i, name in enumerate(categories):
         for j, (run, vs) in enumerate(runs):
             v = vs[i] if i < len(vs) and math.isfinite(vs[i]) else 0.0
             h = v / top * plot_h
-            bx = LEFT + i * slot + slot * 0.12 + j * bar
-            out.append(
-                f'<rect x="{bx:.1f}" y="{TOP + plot_h - h:.1f}" width="{bar:.1f}" '
-                f'height="{h:.1f}" fill="{RUN_COLORS[j % 2]}"><title>{esc(run)} {esc(name)}: '
-                f"{esc(fmt.value(v, unit))}</title></rect>"
-            )
-        out.append(
-            f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{TOP + plot_h + 14}" '
-            f'class="tick" text-anchor="middle">{esc(name)}</text>'
-        )
-    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
-    out.append("</svg>")
-    return "".join(out)
+            bx = LEFT + i * slot + slot * 0.12 + j * bar_w
+            title = f"{esc(run)} {esc(name)}: {esc(fmt.value(v, unit))}"
+            out.append(bar(bx, h, bar_w, plot_h, RUN_COLORS[j % 2], title))
+        out.append(category(i, slot, plot_h, name))
+    return framed(out, plot_w, plot_h)
 
 
 def overlay(
@@ -108,7 +84,7 @@ def overlay(
     right = x_max if x_max is not None else (max(xs) if xs else 1.0) or 1.0
     top = y_max if y_max is not None else (max(ys) if ys else 1.0) or 1.0
     if y_max is None:
-        top = _nice(top) * math.ceil(top / _nice(top))
+        top = nice_step(top) * math.ceil(top / nice_step(top))
 
     def x(v: float) -> float:
         return LEFT + min(max(v, 0.0), right) / right * plot_w
@@ -116,9 +92,9 @@ def overlay(
     def y(v: float) -> float:
         return TOP + plot_h - max(min(v, top), 0.0) / top * plot_h
 
-    out = _open(width, HEIGHT, label)
-    _y_axis(out, top, y_unit, plot_h, width)
-    step = _nice(right, 6)
+    out = opening(width, HEIGHT, label)
+    y_axis(out, top, y_unit, plot_h, width)
+    step = nice_step(right, 6)
     tick = 0.0
     while tick <= right + 1e-9:
         tx = x(tick)
@@ -151,6 +127,4 @@ def overlay(
             f'<polyline points="{path}" fill="none" stroke="{RUN_COLORS[j % 2]}" '
             f'stroke-width="1.8" stroke-linejoin="round"><title>{esc(run)}</title></polyline>'
         )
-    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
-    out.append("</svg>")
-    return "".join(out)
+    return framed(out, plot_w, plot_h)

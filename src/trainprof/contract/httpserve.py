@@ -500,6 +500,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.server.log.debug("%s %s", self.address_string(), format % args)
 
 
+class ReadHandler(Handler):
+    """A handler that only serves reads: GET, and HEAD the same without the body."""
+
+    def do_GET(self) -> None:
+        self.serve(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self.serve(send_body=False)
+
+    def serve(self, send_body: bool) -> None:
+        raise NotImplementedError
+
+
 class RateLimiter:
     """A token bucket per client address: `burst` at once, refilled at `per_minute`.
     Addresses beyond `max_clients` evict the longest idle one."""

@@ -343,37 +343,29 @@ class SampleAccumulator:
             ],
         )
 
-        if latest and latest.memory_used_bytes is not None:
-            yield fam.gauge(contract.MEMORY_USED_BYTES, [], [(ident, latest.memory_used_bytes)])
-        if latest and latest.memory_total_bytes is not None:
-            yield fam.gauge(contract.MEMORY_TOTAL_BYTES, [], [(ident, latest.memory_total_bytes)])
+        yield from fam.known(
+            contract.MEMORY_USED_BYTES, ident, latest.memory_used_bytes if latest else None
+        )
+        yield from fam.known(
+            contract.MEMORY_TOTAL_BYTES, ident, latest.memory_total_bytes if latest else None
+        )
         yield fam.histogram(contract.MEMORY_USED_SAMPLED_RATIO, [], [(ident, self._memory)])
         yield fam.quantiles(contract.MEMORY_USED_QUANTILE_RATIO, ident, self._memory)
 
-        if latest and latest.disk:
-            disks = sorted(latest.disk.items())
-            yield fam.counter(
-                contract.DISK_READ_BYTES_TOTAL,
-                ["device"],
-                [(ident + [d], r) for d, (r, _) in disks],
-            )
-            yield fam.counter(
-                contract.DISK_WRITTEN_BYTES_TOTAL,
-                ["device"],
-                [(ident + [d], w) for d, (_, w) in disks],
-            )
-        if latest and latest.network:
-            nics = sorted(latest.network.items())
-            yield fam.counter(
-                contract.NETWORK_RECEIVE_BYTES_TOTAL,
-                ["device"],
-                [(ident + [d], r) for d, (r, _) in nics],
-            )
-            yield fam.counter(
-                contract.NETWORK_TRANSMIT_BYTES_TOTAL,
-                ["device"],
-                [(ident + [d], t) for d, (_, t) in nics],
-            )
+        # Each device's two byte counters: read and written, received and transmitted.
+        disk, network = (latest.disk, latest.network) if latest else ({}, {})
+        for counters, totals in (
+            ((contract.DISK_READ_BYTES_TOTAL, contract.DISK_WRITTEN_BYTES_TOTAL), disk),
+            (
+                (contract.NETWORK_RECEIVE_BYTES_TOTAL, contract.NETWORK_TRANSMIT_BYTES_TOTAL),
+                network,
+            ),
+        ):
+            devices = sorted(totals.items())
+            if not devices:
+                continue
+            for i, name in enumerate(counters):
+                yield fam.counter(name, ["device"], [(ident + [d], pair[i]) for d, pair in devices])
 
         yield from self._gpu_families(fam, ident)
 
@@ -563,6 +555,18 @@ class Families:
         for values, v in rows:
             family.add_metric(values, v)
         return family
+
+    def known(self, name: str, ident: list[str], value: float | None) -> Iterator[MetricFamily]:
+        """A gauge of one `value` (no labels but the identity's); none while it is unknown.
+
+        >>> fam = Families(["node"])
+        >>> list(fam.known(contract.MEMORY_USED_BYTES, ["n1"], None))
+        []
+        >>> [f.samples[0].value for f in fam.known(contract.MEMORY_USED_BYTES, ["n1"], 2.0)]
+        [2.0]
+        """
+        if value is not None:
+            yield self.gauge(name, [], [(ident, value)])
 
     def counter(self, name, labels, rows):
         base = contract.metric(name).base

@@ -65,26 +65,16 @@ def _both(title: str, make, unit: str, legend: str = "", **kw) -> ui.TimeSeries:
     )
 
 
-def _ratio(title: str, expr: str, description: str) -> ui.Stat:
-    return ui.stat(
-        title,
-        [target(f"{side(expr, 'b')}\n/\n{side(expr, 'a')}\n- 1")],
-        unit=ui.RATIO,
-        decimals=1,
-        w=4,
-        description=description,
-    )
+def _b_against_a(title: str, expr: str, description: str, relative: bool = True) -> ui.Stat:
+    """B's `expr` against A's: B / A - 1 (`relative`), else B - A."""
+    b, a = side(expr, "b"), side(expr, "a")
+    query = f"{b}\n/\n{a}\n- 1" if relative else f"{b}\n-\n{a}"
+    return ui.stat(title, [target(query)], unit=ui.RATIO, decimals=1, w=4, description=description)
 
 
-def _difference(title: str, expr: str, description: str) -> ui.Stat:
-    return ui.stat(
-        title,
-        [target(f"{side(expr, 'b')}\n-\n{side(expr, 'a')}")],
-        unit=ui.RATIO,
-        decimals=1,
-        w=4,
-        description=description,
-    )
+def _utilization(scope: Scope, title: str, metric: str, max_value: int | None = 1) -> ui.TimeSeries:
+    """A and B's mean of a sampled ratio (`metric`), on an axis from 0 (to `max_value`)."""
+    return _both(title, x.job_mean(scope, metric), ui.RATIO, min_value=0, max_value=max_value, w=8)
 
 
 def _over_range(scope: Scope, histogram: str) -> str:
@@ -103,30 +93,33 @@ def differences_row(scope: Scope) -> ui.Row:
     return ui.row(
         "B against A",
         [
-            _ratio(
+            _b_against_a(
                 "Step time, B against A",
                 step_mean,
                 f"B's mean step time over A's, less one, {over_range}: +10% is B 10% slower.",
             ),
-            _ratio(
+            _b_against_a(
                 "Steps, B against A",
                 steps,
                 f"B's training steps over A's, less one, {over_range} (A read ${OFFSET} earlier).",
             ),
-            _difference(
+            _b_against_a(
                 "GPU utilization, B minus A",
                 _over_range(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO),
                 f"In percentage points, every sample of every GPU of each job, {over_range}.",
+                relative=False,
             ),
-            _difference(
+            _b_against_a(
                 "CPU utilization, B minus A",
                 _over_range(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO),
                 f"In percentage points, the nodes' cores, {over_range}.",
+                relative=False,
             ),
-            _difference(
+            _b_against_a(
                 "GPU memory used, B minus A",
                 _over_range(scope, contract.GPU_MEMORY_USED_SAMPLED_RATIO),
                 f"In percentage points of each GPU's memory, {over_range}.",
+                relative=False,
             ),
             ui.stat(
                 "Alerts firing, A and B",
@@ -140,7 +133,6 @@ def differences_row(scope: Scope) -> ui.Row:
 
 
 def overlaid_row(scope: Scope) -> ui.Row:
-    mean = x.job_mean
     return ui.row(
         "A and B overlaid",
         [
@@ -154,45 +146,15 @@ def overlaid_row(scope: Scope) -> ui.Row:
                 w=12,
             ),
             _both("Step rate", x.step_rate(scope), ui.STEPS_PER_SECOND, w=8),
-            _both(
-                "GPU utilization (the job's GPUs)",
-                mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO),
-                ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
+            _utilization(
+                scope, "GPU utilization (the job's GPUs)", contract.GPU_UTILIZATION_SAMPLED_RATIO
             ),
-            _both(
-                "CPU utilization (the job's nodes)",
-                mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO),
-                ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
+            _utilization(
+                scope, "CPU utilization (the job's nodes)", contract.CPU_UTILIZATION_SAMPLED_RATIO
             ),
-            _both(
-                "GPU memory used",
-                mean(scope, contract.GPU_MEMORY_USED_SAMPLED_RATIO),
-                ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
-            ),
-            _both(
-                "Host memory used",
-                mean(scope, contract.MEMORY_USED_SAMPLED_RATIO),
-                ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
-            ),
-            _both(
-                "I/O wait",
-                mean(scope, contract.CPU_IOWAIT_SAMPLED_RATIO),
-                ui.RATIO,
-                min_value=0,
-                w=8,
-            ),
+            _utilization(scope, "GPU memory used", contract.GPU_MEMORY_USED_SAMPLED_RATIO),
+            _utilization(scope, "Host memory used", contract.MEMORY_USED_SAMPLED_RATIO),
+            _utilization(scope, "I/O wait", contract.CPU_IOWAIT_SAMPLED_RATIO, max_value=None),
             ui.bargauge(
                 "Seconds per step in each phase",
                 [

@@ -85,6 +85,20 @@ def summary_row(scope: Scope, compiled: Compiled) -> ui.Row:
     )
 
 
+def _sampled_ratio(
+    scope: Scope, title: str, metric: str, legend: str, max_value: int | None = 1
+) -> ui.TimeSeries:
+    """The mean of a sampled ratio (`metric`) per `legend`, on an axis from 0 (to `max_value`)."""
+    return ui.timeseries(
+        title,
+        [target(x.mean(scope, metric), legend)],
+        unit=ui.RATIO,
+        min_value=0,
+        max_value=max_value,
+        w=8,
+    )
+
+
 def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
     network = [
         target(x.network(scope, compiled, d), f"{{{{node}}}} {d}") for d in ("receive", "transmit")
@@ -93,44 +107,23 @@ def system_row(scope: Scope, compiled: Compiled) -> ui.Row:
     return ui.row(
         "System usage statistics",
         [
-            ui.timeseries(
+            _sampled_ratio(
+                scope,
                 "CPU utilization (average of the cores)",
-                [target(x.mean(scope, contract.CPU_UTILIZATION_SAMPLED_RATIO), "{{node}}")],
-                unit=ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
+                contract.CPU_UTILIZATION_SAMPLED_RATIO,
+                "{{node}}",
             ),
-            ui.timeseries(
-                "GPU utilization",
-                [target(x.mean(scope, contract.GPU_UTILIZATION_SAMPLED_RATIO), gpu)],
-                unit=ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
-            ),
-            ui.timeseries(
-                "GPU memory used",
-                [target(x.mean(scope, contract.GPU_MEMORY_USED_SAMPLED_RATIO), gpu)],
-                unit=ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
-            ),
-            ui.timeseries(
+            _sampled_ratio(scope, "GPU utilization", contract.GPU_UTILIZATION_SAMPLED_RATIO, gpu),
+            _sampled_ratio(scope, "GPU memory used", contract.GPU_MEMORY_USED_SAMPLED_RATIO, gpu),
+            _sampled_ratio(
+                scope,
                 "I/O wait (average of the cores)",
-                [target(x.mean(scope, contract.CPU_IOWAIT_SAMPLED_RATIO), "{{node}}")],
-                unit=ui.RATIO,
-                min_value=0,
-                w=8,
+                contract.CPU_IOWAIT_SAMPLED_RATIO,
+                "{{node}}",
+                max_value=None,
             ),
-            ui.timeseries(
-                "Host memory used",
-                [target(x.mean(scope, contract.MEMORY_USED_SAMPLED_RATIO), "{{node}}")],
-                unit=ui.RATIO,
-                min_value=0,
-                max_value=1,
-                w=8,
+            _sampled_ratio(
+                scope, "Host memory used", contract.MEMORY_USED_SAMPLED_RATIO, "{{node}}"
             ),
             ui.timeseries("Network", network, unit=ui.BYTES_PER_SECOND, w=8),
             system_usage_table(scope, compiled),

@@ -7,6 +7,9 @@ Every number is over the dashboard's range and covers the profiled windows only 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from trainprof.contract import metrics as contract
 from trainprof.dashboards import panels as ui
 from trainprof.dashboards.panels import target
@@ -43,6 +46,21 @@ def launch_latency(scope: Scope, q: str, over: str = RANGE) -> str:
     return f"histogram_quantile({q}, sum by (le) (increase({buckets}[{over}])))"
 
 
+def split_by(
+    scope: Scope,
+    panel: Callable[..., ui.Panel],
+    title: str,
+    metric: str,
+    by: str,
+    top: bool = False,
+    **options: Any,
+) -> ui.Panel:
+    """A `panel` (ui.bargauge, ui.piechart) of `metric`'s increase over the range, one value
+    per value of the label `by` (only the `TOP` largest with `top`)."""
+    query = top_by(scope, metric, by) if top else increase_by(scope, metric, by)
+    return panel(title, [target(query, f"{{{{{by}}}}}", instant=True)], **options)
+
+
 def kernels_row(scope: Scope) -> ui.Row:
     return ui.row(
         "GPU kernels",
@@ -56,15 +74,12 @@ def kernels_row(scope: Scope) -> ui.Row:
                 description="Share of each rank's profiled GPU time span (first GPU activity "
                 "to last) with a kernel, memcpy or memset running.",
             ),
-            ui.piechart(
+            split_by(
+                scope,
+                ui.piechart,
                 "GPU time by overlap class",
-                [
-                    target(
-                        increase_by(scope, contract.KERNEL_GPU_BUSY_SECONDS_TOTAL, "overlap"),
-                        "{{overlap}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_GPU_BUSY_SECONDS_TOTAL,
+                "overlap",
                 unit=ui.SECONDS,
                 w=8,
                 description="Busy time split by what ran at once: compute, communication "
@@ -88,66 +103,53 @@ def kernels_row(scope: Scope) -> ui.Row:
                 description="Within each profiled step's GPU window, the share with nothing "
                 "running: high with short kernels means the step is launch-bound.",
             ),
-            ui.bargauge(
+            split_by(
+                scope,
+                ui.bargauge,
                 f"Top {TOP} kernels by time",
-                [
-                    target(
-                        top_by(scope, contract.KERNEL_SECONDS_TOTAL, "kernel"),
-                        "{{kernel}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_SECONDS_TOTAL,
+                "kernel",
+                top=True,
                 unit=ui.SECONDS,
                 w=12,
                 h=10,
             ),
-            ui.bargauge(
+            split_by(
+                scope,
+                ui.bargauge,
                 f"Top {TOP} kernels by launches",
-                [
-                    target(
-                        top_by(scope, contract.KERNEL_LAUNCHES_TOTAL, "kernel"),
-                        "{{kernel}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_LAUNCHES_TOTAL,
+                "kernel",
+                top=True,
                 w=12,
                 h=10,
             ),
-            ui.piechart(
+            split_by(
+                scope,
+                ui.piechart,
                 "Kernel precision",
-                [
-                    target(
-                        increase_by(scope, contract.KERNEL_PRECISION_SECONDS_TOTAL, "precision"),
-                        "{{precision}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_PRECISION_SECONDS_TOTAL,
+                "precision",
                 unit=ui.SECONDS,
                 w=8,
                 description="Kernel time by precision read from kernel names (see "
                 "trainprof.trace.classify for the heuristics).",
             ),
-            ui.piechart(
+            split_by(
+                scope,
+                ui.piechart,
                 "GPU activity",
-                [
-                    target(
-                        increase_by(scope, contract.KERNEL_ACTIVITY_SECONDS_TOTAL, "activity"),
-                        "{{activity}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_ACTIVITY_SECONDS_TOTAL,
+                "activity",
                 unit=ui.SECONDS,
                 w=8,
             ),
-            ui.bargauge(
+            split_by(
+                scope,
+                ui.bargauge,
                 "GPU memory operations (bytes)",
-                [
-                    target(
-                        increase_by(scope, contract.KERNEL_MEMCPY_BYTES_TOTAL, "activity"),
-                        "{{activity}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_MEMCPY_BYTES_TOTAL,
+                "activity",
                 unit="bytes",
                 w=8,
                 description="Bytes copied by direction in the profiled windows.",
@@ -158,29 +160,24 @@ def kernels_row(scope: Scope) -> ui.Row:
                 unit=ui.SECONDS,
                 w=12,
             ),
-            ui.bargauge(
+            split_by(
+                scope,
+                ui.bargauge,
                 "CPU-GPU overlap",
-                [
-                    target(
-                        increase_by(scope, contract.KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL, "side"),
-                        "{{side}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL,
+                "side",
                 unit=ui.SECONDS,
                 w=12,
                 description="Time the host ran operators (cpu), the GPU ran anything (gpu), "
                 "and both at once (both) in the profiled windows.",
             ),
-            ui.bargauge(
+            split_by(
+                scope,
+                ui.bargauge,
                 f"Top {TOP} CPU operators",
-                [
-                    target(
-                        top_by(scope, contract.KERNEL_CPU_OP_SECONDS_TOTAL, "op"),
-                        "{{op}}",
-                        instant=True,
-                    )
-                ],
+                contract.KERNEL_CPU_OP_SECONDS_TOTAL,
+                "op",
+                top=True,
                 unit=ui.SECONDS,
                 w=24,
                 description="Host time of PyTorch operators in the profiled windows "

@@ -32,6 +32,7 @@ from trainprof.generation.render import to_json
 # What the dashboard modules build and pass around, named here so that they need not import
 # grafanalib themselves.
 Dashboard = core.Dashboard
+Panel = core.Panel
 Row = core.RowPanel
 Table = core.Table
 Stat = core.Stat

@@ -220,14 +220,19 @@ def kubernetes_scrape_configs(
     }
 
 
-def kubernetes_scrape_text(generator: str) -> str:
+def _pasted(generator: str, comment: str, scrape_configs: dict[str, Any]) -> str:
+    """A generated file of scrape jobs to paste: the header, `comment`, the jobs in YAML."""
     from trainprof.generation.render import header, to_yaml
 
-    return (
-        header(generator)
-        + "# The chart's ServiceMonitor and PodMonitor for a Prometheus without the operator:\n"
-        "# paste these jobs under scrape_configs (docs/kubernetes.md explains the labels).\n"
-        + to_yaml(kubernetes_scrape_configs())
+    return header(generator) + comment + to_yaml(scrape_configs)
+
+
+def kubernetes_scrape_text(generator: str) -> str:
+    return _pasted(
+        generator,
+        "# The chart's ServiceMonitor and PodMonitor for a Prometheus without the operator:\n"
+        "# paste these jobs under scrape_configs (docs/kubernetes.md explains the labels).\n",
+        kubernetes_scrape_configs(),
     )
 
 
@@ -255,11 +260,9 @@ def file_sd_scrape_configs(pattern: str = FILE_SD_GLOB) -> dict[str, Any]:
 
 
 def file_sd_scrape_text(generator: str) -> str:
-    from trainprof.generation.render import header, to_yaml
-
-    return (
-        header(generator)
-        + "# SLURM / bare metal: every rank started with TRAINPROF_FILE_SD_DIR writes its\n"
-        '# target into that directory (docs/kubernetes.md, "Outside Kubernetes").\n'
-        + to_yaml(file_sd_scrape_configs())
+    return _pasted(
+        generator,
+        "# SLURM / bare metal: every rank started with TRAINPROF_FILE_SD_DIR writes its\n"
+        '# target into that directory (docs/kubernetes.md, "Outside Kubernetes").\n',
+        file_sd_scrape_configs(),
     )

@@ -61,6 +61,25 @@ def _server(
         log.close()
 
 
+def _prometheus_family(
+    name: str, binary: str, workdir: Path, config: str, storage: str, *flags: str
+) -> contextlib.AbstractContextManager[str]:
+    """Prometheus or Alertmanager (one flag style) on a free loopback port: `config` written to
+    `{name}.yml`, `storage` the flag that places its data, then `flags`."""
+    config_file = workdir / f"{name}.yml"
+    config_file.write_text(config)
+    port = free_port()
+    argv = [
+        binary,
+        f"--config.file={config_file}",
+        storage,
+        f"--web.listen-address=127.0.0.1:{port}",
+        *flags,
+        "--log.level=warn",
+    ]
+    return _server(name, argv, workdir, port)
+
+
 @contextlib.contextmanager
 def prometheus(
     binary: str, workdir: Path, config: str, rule_files: dict[str, str]
@@ -68,42 +87,17 @@ def prometheus(
     """Run Prometheus with `config` (YAML text; `rule_files:` may name the given files)."""
     for name, text in rule_files.items():
         (workdir / name).write_text(text)
-    (workdir / "prometheus.yml").write_text(config)
-    port = free_port()
-    with _server(
-        "prometheus",
-        [
-            binary,
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        workdir,
-        port,
-    ) as base:
+    storage = f"--storage.tsdb.path={workdir / 'data'}"
+    with _prometheus_family("prometheus", binary, workdir, config, storage) as base:
         yield base
 
 
 @contextlib.contextmanager
 def alertmanager(binary: str, workdir: Path, config: str) -> Iterator[str]:
     """Run Alertmanager with `config` (YAML text), gossip off, on a free loopback port."""
-    (workdir / "alertmanager.yml").write_text(config)
-    port = free_port()
     # An empty --cluster.listen-address turns off HA gossip, which would bind 0.0.0.0:9094.
-    with _server(
-        "alertmanager",
-        [
-            binary,
-            f"--config.file={workdir / 'alertmanager.yml'}",
-            f"--storage.path={workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-            "--log.level=warn",
-        ],
-        workdir,
-        port,
-    ) as base:
+    storage, gossip_off = f"--storage.path={workdir / 'am-data'}", "--cluster.listen-address="
+    with _prometheus_family("alertmanager", binary, workdir, config, storage, gossip_off) as base:
         yield base
 
 

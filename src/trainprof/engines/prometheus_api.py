@@ -110,17 +110,18 @@ def add_access_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def access_from_args(args: argparse.Namespace) -> Access:
-    """The `Access` the options of `add_access_arguments` ask for."""
-    return read_access(
-        bearer_token_file=args.bearer_token_file,
-        basic_auth_user=args.basic_auth_user,
-        basic_auth_password_file=args.basic_auth_password_file,
-        headers=args.header,
-        ca_file=args.ca_file,
-        cert_file=args.cert_file,
-        key_file=args.key_file,
-        insecure_skip_verify=args.insecure_skip_verify,
+    """The `Access` the options of `add_access_arguments` ask for (each option is named as
+    `read_access`'s parameter, but --header, which may be given many times)."""
+    options = (
+        "bearer_token_file",
+        "basic_auth_user",
+        "basic_auth_password_file",
+        "ca_file",
+        "cert_file",
+        "key_file",
+        "insecure_skip_verify",
     )
+    return read_access(headers=args.header, **{name: getattr(args, name) for name in options})
 
 
 def read_access(

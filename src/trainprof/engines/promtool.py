@@ -259,23 +259,6 @@ class RuleRun:
     queries: dict[str, dict[float, list[tuple[dict[str, str], float]]]]
 
 
-def run_alerts(
-    groups: list[dict],
-    series: Mapping[str, Sequence[float | None]],
-    interval: float,
-    evaluation_interval: float,
-    end: float,
-    workdir: Path,
-    promtool: str | None = None,
-    timeout: float = 3600,
-) -> dict[float, list[dict[str, str]]]:
-    """Evaluate `groups` over `series` with the real rule engine; the firing alerts at
-    every evaluation time (seconds from the first sample)."""
-    return run_rules(
-        groups, series, interval, evaluation_interval, end, workdir, promtool, timeout
-    ).firing
-
-
 def run_rules(
     groups: list[dict],
     series: SeriesValues,
@@ -290,10 +273,12 @@ def run_rules(
     alerts_from: float | None = None,
     active: bool = False,
 ) -> RuleRun:
-    """`run_alerts`, plus `queries` (name -> (PromQL returning an instant vector, the
-    evaluation times)) over the same series and rules; `ordered`: groups evaluated in the
-    order given at each time, as chained groups need; `active`: `firing` holds the pending
-    alerts too (their condition holds), each with its `alertstate`."""
+    """Evaluate `groups` over `series` with the real rule engine: the firing alerts at every
+    evaluation time (seconds from the first sample), and the results of `queries` (name ->
+    (PromQL returning an instant vector, the evaluation times)) over the same series and rules;
+    `ordered`: groups evaluated in the order given at each time, as chained groups need;
+    `active`: `firing` holds the pending alerts too (their condition holds), each with its
+    `alertstate`."""
     from trainprof.generation.render import to_yaml
 
     promtool = promtool or shutil.which("promtool")

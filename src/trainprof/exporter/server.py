@@ -90,19 +90,13 @@ _LANDING = """<!DOCTYPE html>
 """
 
 
-class _Handler(httpserve.Handler):
+class _Handler(httpserve.ReadHandler):
     server_version = f"trainprof-exporter/{__version__}"
     bodies: ScrapeBodies
     web: WebConfig
     telemetry_path: str
 
-    def do_GET(self) -> None:
-        self._respond(send_body=True)
-
-    def do_HEAD(self) -> None:
-        self._respond(send_body=False)
-
-    def _respond(self, send_body: bool) -> None:
+    def serve(self, send_body: bool) -> None:
         if self.web.users:
             verdict = self._authorized()
             if verdict is not True:

@@ -22,7 +22,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_rule_config_arguments
+from trainprof.cliargs import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    add_rule_config_arguments,
+    read_rule_config,
+)
 
 if TYPE_CHECKING:
     from trainprof.cliargs import Subparsers
@@ -128,16 +133,13 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainprof.rules import files as rule_files
     from trainprof.rules.config import ConfigError
 
     config = None
     custom = args.config or args.scrape_interval or args.datapoint_interval or args.source
     if custom:
         try:
-            config = rule_files.read_config(
-                args.config, args.scrape_interval, args.datapoint_interval, args.source
-            )
+            config = read_rule_config(args)
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -24,6 +24,7 @@ Works with any Keras 3 backend; trainprof's tests run it on the torch backend.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trainprof import extras
@@ -35,6 +36,19 @@ except ModuleNotFoundError as e:
 
 from trainprof.integrations._callbacks import HookTimeline, ensure_started, guarded
 from trainprof.training import session as api
+
+
+def _eval_batch_hooks(mode: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The batch begin and end hooks of a loop that does not train (test, predict): each
+    batch an eval step of `mode`."""
+
+    def batch_begin(self: Any, batch: int, logs: Any = None) -> None:
+        self._eval.begin_step(mode)
+
+    def batch_end(self: Any, batch: int, logs: Any = None) -> None:
+        self._eval.end_step()
+
+    return guarded(batch_begin), guarded(batch_end)
 
 
 class TrainprofCallback(keras.callbacks.Callback):
@@ -89,29 +103,14 @@ class TrainprofCallback(keras.callbacks.Callback):
         self._timeline.cancel_gap()
 
     @guarded
-    def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self._eval.begin_step("eval")
-
-    @guarded
-    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._eval.end_step()
-
-    @guarded
     def on_predict_begin(self, logs: Any = None) -> None:
         self._start()
 
-    @guarded
-    def on_predict_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self._eval.begin_step("predict")
-
-    @guarded
-    def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._eval.end_step()
+    on_test_batch_begin, on_test_batch_end = _eval_batch_hooks("eval")
+    on_predict_batch_begin, on_predict_batch_end = _eval_batch_hooks("predict")
 
     @guarded
     def on_test_end(self, logs: Any = None) -> None:
         self._eval.close()
 
-    @guarded
-    def on_predict_end(self, logs: Any = None) -> None:
-        self._eval.close()
+    on_predict_end = on_test_end

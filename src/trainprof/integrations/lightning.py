@@ -29,6 +29,7 @@ Uses `lightning.pytorch` if installed, else the older `pytorch_lightning` packag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trainprof import extras
@@ -42,6 +43,34 @@ except ImportError:  # the standalone package of Lightning < 2
         import pytorch_lightning as pl  # type: ignore[no-redef]
     except ModuleNotFoundError:
         raise extras.missing("lightning", "trainprof.integrations.lightning") from None
+
+
+def _eval_batch_hooks(
+    mode: str, then: Callable[[Any, Any, Any], None] | None = None
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The batch start and end hooks of a loop that does not train: each batch an eval step
+    of `mode` (none in the sanity check); `then(callback, trainer, outputs)` after each end."""
+
+    def batch_start(
+        self: Any, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if not getattr(trainer, "sanity_checking", False):
+            self._eval.begin_step(mode)
+
+    def batch_end(
+        self: Any,
+        trainer: Any,
+        pl_module: Any,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._eval.end_step()
+        if then is not None:
+            then(self, trainer, outputs)
+
+    return guarded(batch_start), guarded(batch_end)
 
 
 class TrainprofCallback(pl.Callback):
@@ -137,27 +166,7 @@ class TrainprofCallback(pl.Callback):
 
     # --- validation, test, predict ---------------------------------------------------------
 
-    def _begin_eval(self, trainer: Any, mode: str, batch: Any) -> None:
-        if not getattr(trainer, "sanity_checking", False):
-            self._eval.begin_step(mode)
-
-    @guarded
-    def on_validation_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._begin_eval(trainer, "eval", batch)
-
-    @guarded
-    def on_validation_batch_end(
-        self,
-        trainer: Any,
-        pl_module: Any,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval.end_step()
+    def _keep_val_loss(self, trainer: Any, outputs: Any) -> None:
         loss = _loss_of(outputs)
         if loss is not None and not getattr(trainer, "sanity_checking", False):
             self._val_losses.append(loss.detach() if hasattr(loss, "detach") else loss)
@@ -169,41 +178,9 @@ class TrainprofCallback(pl.Callback):
             mean = sum(float(v) for v in losses) / len(losses)
             api.log_loss(mean, "eval", step=int(trainer.global_step))
 
-    @guarded
-    def on_test_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._begin_eval(trainer, "eval", batch)
-
-    @guarded
-    def on_test_batch_end(
-        self,
-        trainer: Any,
-        pl_module: Any,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval.end_step()
-
-    @guarded
-    def on_predict_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._begin_eval(trainer, "predict", batch)
-
-    @guarded
-    def on_predict_batch_end(
-        self,
-        trainer: Any,
-        pl_module: Any,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._eval.end_step()
+    on_validation_batch_start, on_validation_batch_end = _eval_batch_hooks("eval", _keep_val_loss)
+    on_test_batch_start, on_test_batch_end = _eval_batch_hooks("eval")
+    on_predict_batch_start, on_predict_batch_end = _eval_batch_hooks("predict")
 
 
 def _loss_of(outputs: Any) -> Any:

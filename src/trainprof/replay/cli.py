@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING
 from trainprof.cliargs import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
+    add_choice_argument,
     add_json_argument,
     duration,
     source_setting,
@@ -55,14 +56,14 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         metavar="DURATION",
         help="what one datapoint lasts (default: the recording's sampling interval)",
     )
-    replay.add_argument(
+    add_choice_argument(
+        replay,
         "--format",
-        choices=("auto", "sagemaker", "trainprof"),
-        default="auto",
-        help="what SOURCE is: SageMaker profiler output (system/incremental, "
+        ("auto", "sagemaker", "trainprof"),
+        "what SOURCE is: SageMaker profiler output (system/incremental, "
         "framework/pevents), a trainprof recording (.jsonl[.gz]), or auto: a file is a "
         "recording, a folder is searched for SageMaker output at any depth, else for "
-        "recordings (default: auto)",
+        "recordings",
     )
     replay.add_argument(
         "--job",

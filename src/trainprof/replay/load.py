@@ -7,6 +7,7 @@ import os
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from trainprof.contract.names import JOB_LABEL
 from trainprof.contract.sampling import HostSample
@@ -19,6 +20,7 @@ from trainprof.replay.timeline import PhaseTotals, Step, Timeline
 FORMATS = ("auto", "sagemaker", "trainprof")
 # SageMaker's allowed system_monitor_interval_millis values, in seconds.
 SAGEMAKER_INTERVALS = (0.1, 0.2, 0.5, 1.0, 5.0, 60.0)
+T = TypeVar("T")
 
 
 def detect_format(source: str) -> str:
@@ -173,6 +175,20 @@ def _sampling_interval(by_node) -> float:
     return min(SAGEMAKER_INTERVALS, key=lambda i: abs(i - median))
 
 
+def _add_new(seen: set[T], found: T | None) -> int:
+    """Add `found` (None: nothing) to `seen`; 1 where it was there already, a duplicate.
+
+    >>> seen = {1}
+    >>> _add_new(seen, 2), _add_new(seen, 2), _add_new(seen, None), sorted(seen)
+    (0, 1, 0, [1, 2])
+    """
+    if found is None:
+        return 0
+    again = found in seen
+    seen.add(found)
+    return int(again)
+
+
 def _recording_timeline(
     source: str, training_job: str | None, damage: Damage
 ) -> tuple[Timeline, list[str]]:
@@ -211,10 +227,7 @@ def _recording_timeline(
                     duplicates += sample.timestamp in node
                     node[sample.timestamp] = sample
             elif kind == "step":
-                step = recorded.step(record, where, damage)
-                if step is not None:
-                    duplicates += step in steps
-                    steps.add(step)
+                duplicates += _add_new(steps, recorded.step(record, where, damage))
             elif kind == "process":
                 found = recorded.process_start(record, where, damage)
                 if found is not None:
@@ -223,10 +236,7 @@ def _recording_timeline(
                 if named is not None:
                     jobs.setdefault(named, path)
             elif kind == "phases":
-                totals = recorded.phase_totals(record, where, damage)
-                if totals is not None:
-                    duplicates += totals in phases
-                    phases.add(totals)
+                duplicates += _add_new(phases, recorded.phase_totals(record, where, damage))
             elif kind == "end":
                 ended = recorded.process_end(record, where, damage)
                 if ended is not None:

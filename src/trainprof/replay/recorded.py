@@ -81,8 +81,7 @@ def host_sample(record: dict[str, Any], where: str, damage: Damage) -> HostSampl
     except (KeyError, TypeError, ValueError, OverflowError):
         damage.skip("host records without a time or with non-numeric values", where)
         return None
-    if not timestamp_ok(sample.timestamp):
-        damage.skip("with a timestamp outside 2000..2100", where)
+    if not _dated(sample.timestamp, "with a timestamp", where, damage):
         return None
     lists: list[list[float]] = []
     for values in (sample.cpu_utilization, sample.cpu_iowait):
@@ -125,30 +124,35 @@ def step(record: dict[str, Any], where: str, damage: Damage) -> Step | None:
     return result
 
 
+def _dated(t: float, what: str, where: str, damage: Damage) -> bool:
+    """Whether `t` lies in 2000..2100; where not, the record is skipped, reported as `what`
+    (records with a time) outside that range."""
+    if timestamp_ok(t):
+        return True
+    damage.skip(f"{what} outside 2000..2100", where)
+    return False
+
+
+def _rank_time(
+    record: dict[str, Any], where: str, damage: Damage, kind: str, field: str, noun: str
+) -> tuple[tuple[str, int], float] | None:
+    """((node, rank), the time in `field`) of a record of `kind`, or None (reported)."""
+    try:
+        key, t = (str(record["node"]), int(record["rank"])), float(record[field])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        damage.skip(f"{kind} records without node, rank or {field}", where)
+        return None
+    return (key, t) if _dated(t, f"{kind} records with {noun}", where, damage) else None
+
+
 def process_start(record: dict[str, Any], where: str, damage: Damage):
     """((node, rank), start) of a process record, or None (reported)."""
-    try:
-        key, start = (str(record["node"]), int(record["rank"])), float(record["start"])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        damage.skip("process records without node, rank or start", where)
-        return None
-    if not timestamp_ok(start):
-        damage.skip("process records with a start outside 2000..2100", where)
-        return None
-    return key, start
+    return _rank_time(record, where, damage, "process", "start", "a start")
 
 
 def process_end(record: dict[str, Any], where: str, damage: Damage):
     """((node, rank), t) of an end record, or None (reported)."""
-    try:
-        key, t = (str(record["node"]), int(record["rank"])), float(record["t"])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        damage.skip("end records without node, rank or t", where)
-        return None
-    if not timestamp_ok(t):
-        damage.skip("end records with a time outside 2000..2100", where)
-        return None
-    return key, t
+    return _rank_time(record, where, damage, "end", "t", "a time")
 
 
 def phase_totals(record: dict[str, Any], where: str, damage: Damage) -> PhaseTotals | None:
@@ -167,8 +171,7 @@ def phase_totals(record: dict[str, Any], where: str, damage: Damage) -> PhaseTot
     except (KeyError, TypeError, ValueError, OverflowError):
         damage.skip("phases records without node, rank, t or seconds", where)
         return None
-    if not timestamp_ok(result.t):
-        damage.skip("phases records with a time outside 2000..2100", where)
+    if not _dated(result.t, "phases records with a time", where, damage):
         return None
     if not all(math.isfinite(v) and v >= 0 for _, v in result.seconds):
         damage.skip("phases records with negative, NaN or infinite seconds", where)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from trainprof.cliargs import EXIT_BAD_INPUT, EXIT_FAILED, add_source_argument, duration
@@ -109,8 +110,30 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
     return report
 
 
+def data_failed(e: Exception, hidden: Sequence[str]) -> int:
+    """Say on stderr why the data for a report could not be had, with the secrets in `hidden`
+    masked; the exit status: 2 where the input was at fault, else 1."""
+    from trainprof.contract.httpget import redact
+    from trainprof.engines.prometheus_api import PrometheusAPIError
+    from trainprof.report import ReportError
+
+    if isinstance(e, (ReportError, PrometheusAPIError)):
+        print(f"error: {redact(str(e), hidden)}", file=sys.stderr)
+        return EXIT_BAD_INPUT if e.bad_input else EXIT_FAILED
+    print(f"error: the rule engine failed: {e}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def print_notes(notes: Iterable[str], hidden: Sequence[str]) -> None:
+    """Each note on stderr, with the secrets in `hidden` masked."""
+    from trainprof.contract.httpget import redact
+
+    for note in notes:
+        print(f"note: {redact(note, hidden)}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
-    from trainprof.contract.httpget import redact, secrets
+    from trainprof.contract.httpget import secrets
     from trainprof.engines.prometheus_api import PrometheusAPIError, access_from_args
     from trainprof.engines.promtool import PromtoolError
     from trainprof.replay import ReplayError, smdebug
@@ -147,14 +170,9 @@ def run(args: argparse.Namespace) -> int:
     except (ReplayError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (ReportError, PrometheusAPIError) as e:
-        print(f"error: {redact(str(e), hidden)}", file=sys.stderr)
-        return EXIT_BAD_INPUT if e.bad_input else EXIT_FAILED
-    except (PromtoolError, FileNotFoundError) as e:
-        print(f"error: the rule engine failed: {e}", file=sys.stderr)
-        return EXIT_FAILED
-    for note in collected.notes:
-        print(f"note: {redact(note, hidden)}", file=sys.stderr)
+    except (ReportError, PrometheusAPIError, PromtoolError, FileNotFoundError) as e:
+        return data_failed(e, hidden)
+    print_notes(collected.notes, hidden)
     report = build(collected)
     if kernels is not None:
         report.sections.insert(len(report.sections) - 1, kernels)

@@ -351,13 +351,14 @@ def from_prometheus(
         else:
             at = min(end, training_end) if reads_training(q.expr) else end
             results[name] = api.instant(q.expr, at)
-    verdicts = _verdicts(api, compiled, training_job, namespace, start, end, rule_groups)
+    window = _Window(api, compiled, training_job, namespace, start, end)
+    verdicts = _verdicts(window, rule_groups)
     builtins = grafana_builtins(end - start, step, config.scrape_interval)
     for name, (expr, over_time) in status_queries(
         compiled, training_job, namespace, builtins
     ).items():
         results[name] = api.range(expr, start, end, step) if over_time else api.instant(expr, end)
-    found = _affected(api, compiled, training_job, namespace, start, end)
+    found = _affected(window)
     for name, verdict in verdicts.items():
         verdict.status = decide(compiled, name, verdict.fired, results)
         verdict.affected = found.get(name, [])
@@ -390,9 +391,7 @@ def find_runs(
 ) -> list[Run]:
     """The runs of `job` between `start` and `end`, oldest first: each distinct value of
     the job's earliest process start time (a resubmitted job starts again)."""
-    matchers = [f"training_job={quote(job)}"]
-    if namespace is not None:
-        matchers.append(f"namespace={quote(namespace)}")
+    matchers = _job_matchers(job, namespace)
     expr = f"min(trainprof_training_start_timestamp_seconds{{{', '.join(matchers)}}})"
     step = max(15.0, float(math.ceil((end - start) / 10_000)))
     runs: dict[float, list[float]] = {}
@@ -475,26 +474,46 @@ def _loaded_rules(
     return found, as_compiled(groups)
 
 
-def _verdicts(
-    api: PrometheusAPI,
-    compiled: Compiled,
-    job: str,
-    namespace: str | None,
-    start: float,
-    end: float,
-    groups: list[dict] | None = None,
-) -> dict[str, Verdict]:
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """The job whose rules' verdicts a report reads, and the range it reads them over."""
+
+    api: PrometheusAPI
+    compiled: Compiled
+    job: str
+    namespace: str | None
+    start: float
+    end: float
+
+    def step(self, interval: float) -> float:
+        """`interval`, or wider where the range would need more than 10,000 points."""
+        return max(interval, (self.end - self.start) / 10_000)
+
+
+def _job_matchers(job: str, namespace: str | None) -> list[str]:
+    """The label matchers of one job's series (in `namespace` where given).
+
+    >>> _job_matchers("bert", None), _job_matchers("bert", "team-a")
+    (['training_job="bert"'], ['training_job="bert"', 'namespace="team-a"'])
+    """
+    return [f"{JOB_LABEL}={quote(job)}"] + (
+        [] if namespace is None else [f"namespace={quote(namespace)}"]
+    )
+
+
+def _verdicts(w: _Window, groups: list[dict] | None = None) -> dict[str, Verdict]:
     """Each rule's alerts with the evaluation at which each started firing, derived from the
     alert's own expression and `for:` over the range (stored ALERTS samples can be missing,
     and are only seen to a query step); `groups`: the rules as Prometheus evaluates them
     (default: as compiled)."""
     from trainprof.contract.durations import parse_duration
 
-    config = compiled.config
+    api, job, namespace, start, end = w.api, w.job, w.namespace, w.start, w.end
+    config = w.compiled.config
     verdicts = {i.spec.name: Verdict() for i in alerting(config)}
     slack: dict[str, float] = {i.spec.name: 0.0 for i in alerting(config)}
-    for group in compiled.groups if groups is None else groups:
-        step = max(parse_duration(group["interval"]), (end - start) / 10_000)
+    for group in w.compiled.groups if groups is None else groups:
+        step = w.step(parse_duration(group["interval"]))
         for rule in group["rules"]:
             name = (rule.get("labels") or {}).get("rule")
             if "alert" not in rule or name not in verdicts:
@@ -519,7 +538,7 @@ def _verdicts(
     # The rule manager may have fired an alert in the last evaluations, before its
     # expression's recordings reach the range's end: keep what ALERTS saw and the
     # expressions did not.
-    for name, alerts in _alerts_series(api, config, job, namespace, start, end).items():
+    for name, alerts in _alerts_series(w).items():
         derived = verdicts[name].alerts
         for alert in alerts:
             if not any(
@@ -532,49 +551,32 @@ def _verdicts(
     return verdicts
 
 
-def _affected(
-    api: PrometheusAPI,
-    compiled: Compiled,
-    job: str,
-    namespace: str | None,
-    start: float,
-    end: float,
-) -> dict[str, list[AffectedUnit]]:
+def _affected(w: _Window) -> dict[str, list[AffectedUnit]]:
     """Each rule's units its alerts found over the range (their `affected` recordings),
     read at the fastest rule group's interval."""
-    matchers = [f"{JOB_LABEL}={quote(job)}"]
-    if namespace is not None:
-        matchers.append(f"namespace={quote(namespace)}")
-    fastest = min((i.evaluation_interval for i in alerting(compiled.config)), default=60.0)
-    step = max(fastest, (end - start) / 10_000)
+    config = w.compiled.config
+    step = w.step(min((i.evaluation_interval for i in alerting(config)), default=60.0))
+    selector = affected_selector(_job_matchers(w.job, w.namespace))
     by_time: dict[float, list[tuple[dict[str, str], float]]] = {}
-    for labels, points in api.range(affected_selector(matchers), start, end, step):
+    for labels, points in w.api.range(selector, w.start, w.end, step):
         for t, value in points:
             by_time.setdefault(t, []).append((labels, value))
-    return units_found(by_time, compiled.affected, compiled.config.job_labels)
+    return units_found(by_time, w.compiled.affected, config.job_labels)
 
 
-def _alerts_series(
-    api: PrometheusAPI,
-    config: RulesConfig,
-    job: str,
-    namespace: str | None,
-    start: float,
-    end: float,
-) -> dict[str, list[FiredAlert]]:
+def _alerts_series(w: _Window) -> dict[str, list[FiredAlert]]:
     """Each rule's rising edges of ALERTS at its evaluation interval."""
     out: dict[str, list[FiredAlert]] = {}
-    for instance in alerting(config):
-        step = max(instance.evaluation_interval, (end - start) / 10_000)
+    for instance in alerting(w.compiled.config):
+        step = w.step(instance.evaluation_interval)
         matchers = [
             'alertstate="firing"',
             f"rule={quote(instance.spec.name)}",
-            f"training_job={quote(job)}",
+            *_job_matchers(w.job, w.namespace),
         ]
-        if namespace is not None:
-            matchers.append(f"namespace={quote(namespace)}")
         found = out.setdefault(instance.spec.name, [])
-        for labels, points in api.range("ALERTS{" + ", ".join(matchers) + "}", start, end, step):
+        selector = "ALERTS{" + ", ".join(matchers) + "}"
+        for labels, points in w.api.range(selector, w.start, w.end, step):
             labels = {k: v for k, v in labels.items() if k not in ("__name__", "alertstate")}
             previous = None
             for t, _ in points:

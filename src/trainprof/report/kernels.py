@@ -62,6 +62,18 @@ def _merge_kernels(ranks: dict[str, dict[str, Any]], key: str) -> list[list]:
     return [[n, t[0], t[1]] for n, t in totals.items()]
 
 
+def _kernels_table(kernels: list[list], caption: str, launches_first: bool = False) -> Table:
+    """One row a kernel ([name, seconds, launches]): its time and launches (or launches and
+    time), and the mean time of a launch."""
+    columns = ["Launches", "Time"] if launches_first else ["Time", "Launches"]
+    rows = []
+    for n, t, c in kernels:
+        took, launched = fmt.duration(t), fmt.number(c)
+        middle = [launched, took] if launches_first else [took, launched]
+        rows.append([_name(n), *middle, fmt.duration(t / c)])
+    return Table(["Kernel", *columns, "Mean"], rows, numeric=(1, 2, 3), caption=caption)
+
+
 def _sum(ranks: dict[str, dict[str, Any]], key: str) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for s in ranks.values():
@@ -161,32 +173,14 @@ def kernel_section(ranks: dict[str, dict[str, Any]], notes: list[str] | None = N
         chart = _share("Top kernels by time (all ranks)", top_share)
         if chart:
             section.charts.append(chart)
-        section.tables.append(
-            Table(
-                ["Kernel", "Time", "Launches", "Mean"],
-                [
-                    [_name(n), fmt.duration(t), fmt.number(c), fmt.duration(t / c)]
-                    for n, t, c in by_time
-                ],
-                numeric=(1, 2, 3),
-                caption=f"Top {len(by_time)} kernels by time (memcpy and memset included)",
-            )
-        )
+        caption = f"Top {len(by_time)} kernels by time (memcpy and memset included)"
+        section.tables.append(_kernels_table(by_time, caption))
     by_launches = sorted(
         _merge_kernels(ranks, "top_kernels_by_launches"), key=lambda k: (-k[2], -k[1], k[0])
     )[:TOP]
     if by_launches:
-        section.tables.append(
-            Table(
-                ["Kernel", "Launches", "Time", "Mean"],
-                [
-                    [_name(n), fmt.number(c), fmt.duration(t), fmt.duration(t / c)]
-                    for n, t, c in by_launches
-                ],
-                numeric=(1, 2, 3),
-                caption=f"Top {len(by_launches)} kernels by launches",
-            )
-        )
+        caption = f"Top {len(by_launches)} kernels by launches"
+        section.tables.append(_kernels_table(by_launches, caption, launches_first=True))
     for title, key in (
         ("Kernel precision", "precision_seconds"),
         ("GPU activity", "activity_seconds"),

@@ -230,6 +230,21 @@ def _detail(d: RuleDetail) -> str:
     return "".join(parts)
 
 
+def head(title: str, style: str) -> str:
+    """A page's start up to its body: `title` is markup (escaped already), `style` the CSS.
+
+    >>> head("A &amp; B", "p{}")[-64:]
+    'scale=1"><title>A &amp; B</title><style>p{}</style></head><body>'
+    """
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title><style>{style}</style></head><body>"
+    )
+
+
 def render(report: Report) -> str:
     sections = report.sections
     rules_extra = (_chart(report.timeline) if report.timeline else "") + _rules_table(report)
@@ -247,13 +262,8 @@ def render(report: Report) -> str:
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
     notes_html = f"<p>Notes:</p><ul>{notes}</ul>" if notes else ""
     return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>Profiling report: {esc(report.training_job)}</title>"
-        f"<style>{STYLE}</style></head><body>"
-        '<header><div class="wrap"><h1>Training profiling report</h1>'
+        head(f"Profiling report: {esc(report.training_job)}", STYLE)
+        + '<header><div class="wrap"><h1>Training profiling report</h1>'
         f'<p class="job">{esc(report.training_job)}</p>'
         f'<p class="meta">{esc(fmt.when(report.start))} to {esc(fmt.when(report.end))} · '
         f"{esc(report.source)}</p></div></header>"

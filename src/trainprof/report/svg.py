@@ -40,7 +40,56 @@ def color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def _nice_step(span: float, ticks: int) -> float:
+def opening(width: int, height: int, label: str, css: str = "chart") -> list[str]:
+    """The `<svg>` start tag of a chart, its label for screen readers, as the first piece."""
+    return [
+        f'<svg class="{css}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+
+
+def y_axis(out: list[str], top: float, unit: str, plot_h: float, width: int) -> None:
+    """Horizontal grid lines at round steps from 0 to `top`, each labelled in `unit`."""
+    for tick in _frange(0, top, nice_step(top)):
+        ty = TOP + plot_h - tick / top * plot_h
+        out.append(
+            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
+        )
+        out.append(
+            f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
+            f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>'
+        )
+
+
+def category(i: int, slot: float, plot_h: float, name: str) -> str:
+    """The name under the `i`-th slot of a bar chart."""
+    return (
+        f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{TOP + plot_h + 14}" '
+        f'class="tick" text-anchor="middle">{esc(name)}</text>'
+    )
+
+
+def bar(x: float, h: float, width: float, plot_h: float, fill: str, title: str) -> str:
+    """A bar `h` high standing on the plot's floor, `title` (markup) as its tooltip."""
+    return (
+        f'<rect x="{x:.1f}" y="{TOP + plot_h - h:.1f}" width="{width:.1f}" '
+        f'height="{h:.1f}" fill="{fill}"><title>{title}</title></rect>'
+    )
+
+
+def framed(out: list[str], plot_w: float, plot_h: float) -> str:
+    """The chart's markup, closed with the frame around its plot area."""
+    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def nice_step(span: float, ticks: int = 4) -> float:
+    """A round step (1, 2, 2.5 or 5 times a power of ten) that cuts `span` into about `ticks`.
+
+    >>> nice_step(7.3), nice_step(0.9), nice_step(3600, 6)
+    (2, 0.25, 1000)
+    """
     raw = span / max(ticks, 1)
     power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
     for m in (1, 2, 2.5, 5, 10):
@@ -72,7 +121,7 @@ def _y_max(values: Sequence[float], unit: str, threshold: float | None) -> float
         return max(1.0, top)
     if top <= 0:
         return 1.0
-    step = _nice_step(top, 4)
+    step = nice_step(top)
     return step * math.ceil(top / step)
 
 
@@ -102,10 +151,7 @@ def line_chart(
     def y(v: float) -> float:
         return TOP + plot_h - max(min(v, top), 0) / top * plot_h
 
-    out = [
-        f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
-        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
+    out = opening(width, HEIGHT, label)
     for a, b in firing:
         a, b = max(a, start), min(b, end)
         if b > a:
@@ -120,16 +166,7 @@ def line_chart(
             f'<rect x="{LEFT}" y="{band[0]:.1f}" width="{plot_w}" '
             f'height="{max(band[1], 0):.1f}" fill="{FIRING_FILL}" fill-opacity="0.05"/>'
         )
-    step = _nice_step(top, 4)
-    for tick in _frange(0, top, step):
-        ty = y(tick)
-        out.append(
-            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
-        )
-        out.append(
-            f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
-            f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>'
-        )
+    y_axis(out, top, unit, plot_h, width)
     for t in _time_ticks(start, end):
         tx = x(t)
         out.append(
@@ -160,9 +197,7 @@ def line_chart(
             f'<text x="{width - RIGHT - 4}" y="{ty - 4:.1f}" class="threshold" '
             f'text-anchor="end">{esc(threshold_text)}</text>'
         )
-    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
-    out.append("</svg>")
-    return "".join(out)
+    return framed(out, plot_w, plot_h)
 
 
 def _segments(points: Sequence[tuple[float, float]]) -> list[list[tuple[float, float]]]:
@@ -192,45 +227,22 @@ def bar_chart(
     plot_w = width - LEFT - RIGHT
     top = _y_max([v for _, v in bars], unit, None)
     slot = plot_w / max(len(bars), 1)
-    out = [
-        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    step = _nice_step(top, 4)
-    for tick in _frange(0, top, step):
-        ty = TOP + plot_h - tick / top * plot_h
-        out.append(
-            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" class="grid"/>'
-        )
-        out.append(
-            f'<text x="{LEFT - 6}" y="{ty + 3.5:.1f}" class="tick" '
-            f'text-anchor="end">{esc(fmt.axis(tick, unit))}</text>'
-        )
+    out = opening(width, height, label)
+    y_axis(out, top, unit, plot_h, width)
     for i, (name, v) in enumerate(bars):
         h = v / top * plot_h if top else 0
         bx = LEFT + i * slot + slot * 0.12
-        out.append(
-            f'<rect x="{bx:.1f}" y="{TOP + plot_h - h:.1f}" width="{slot * 0.76:.1f}" '
-            f'height="{h:.1f}" fill="{PALETTE[0]}"><title>{esc(name)}: '
-            f"{esc(fmt.value(v, value_unit or unit))}</title></rect>"
-        )
-        out.append(
-            f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{TOP + plot_h + 14}" '
-            f'class="tick" text-anchor="middle">{esc(name)}</text>'
-        )
-    out.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>')
-    out.append("</svg>")
-    return "".join(out)
+        title = f"{esc(name)}: {esc(fmt.value(v, value_unit or unit))}"
+        out.append(bar(bx, h, slot * 0.76, plot_h, PALETTE[0], title))
+        out.append(category(i, slot, plot_h, name))
+    return framed(out, plot_w, plot_h)
 
 
 def share_bar(parts: Sequence[tuple[str, float]], label: str = "") -> str:
     """One horizontal bar split into shares (a phase breakdown)."""
     height, bar_h = 34, 22
     total = sum(v for _, v in parts) or 1
-    out = [
-        f'<svg class="chart share" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
+    out = opening(WIDTH, height, label, "chart share")
     x0 = 0.0
     for i, (name, v) in enumerate(parts):
         w = v / total * WIDTH
@@ -264,10 +276,7 @@ def timeline(
     def x(t: float) -> float:
         return left + (min(max(t, start), end) - start) / (end - start) * plot_w
 
-    out = [
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
-        f'aria-label="{esc(label)}" xmlns="http://www.w3.org/2000/svg">'
-    ]
+    out = opening(WIDTH, height, label)
     for t in _time_ticks(start, end):
         out.append(
             f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" '

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 from trainprof.cliargs import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
-    LinkedOutput,
+    add_choice_argument,
     add_rule_config_arguments,
     kubernetes_name,
     label,
     namespace,
+    not_written,
+    read_rule_config,
     write_below,
 )
 
@@ -43,13 +45,13 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         metavar="DIR",
         help="directory to write into (created if missing), or - for stdout",
     )
-    compile_.add_argument(
+    add_choice_argument(
+        compile_,
         "--format",
-        choices=("rules", "prometheusrule", "helm-values"),
-        default="rules",
-        help="plain rule file (Prometheus, Thanos, Mimir, vmalert), a "
+        ("rules", "prometheusrule", "helm-values"),
+        "plain rule file (Prometheus, Thanos, Mimir, vmalert), a "
         "prometheus-operator PrometheusRule, or a values file for the helm/trainprof "
-        "chart (helm install -f trainprof.values.yaml) (default: rules)",
+        "chart (helm install -f trainprof.values.yaml)",
     )
     compile_.add_argument(
         "--name",
@@ -66,13 +68,13 @@ def add_parser(commands: Subparsers) -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="extra PrometheusRule label, e.g. release=kube-prometheus-stack (repeatable)",
     )
-    compile_.add_argument(
+    add_choice_argument(
+        compile_,
         "--tier",
-        choices=("all", "shard", "global"),
-        default="all",
-        help="all: every group, for one Prometheus; shard: node_exporter's per-core "
+        ("all", "shard", "global"),
+        "all: every group, for one Prometheus; shard: node_exporter's per-core "
         "reduction, for Prometheus servers sharded by node; global: the rest, for the server "
-        "that federates the shards' per-node recordings (docs/sources.md) (default: all)",
+        "that federates the shards' per-node recordings (docs/sources.md)",
     )
     compile_.add_argument("-q", "--quiet", action="store_true", help="do not print warnings")
 
@@ -95,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from trainprof.rules.compiler import compile_rules
 
     try:
-        config = files.read_config(
-            args.config, args.scrape_interval, args.datapoint_interval, args.source
-        )
+        config = read_rule_config(args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -143,11 +143,8 @@ def run(args: argparse.Namespace) -> int:
     path = os.path.join(args.output, files.OUTPUT_NAMES[args.format])
     try:
         write_below(args.output, files.OUTPUT_NAMES[args.format], text)
-    except LinkedOutput as e:
-        print(f"error: refusing to write {path}: {e}", file=sys.stderr)
-        return EXIT_FAILED
     except OSError as e:
-        print(f"error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        print(f"error: {not_written(path, e)}", file=sys.stderr)
         return EXIT_FAILED
     n_alerts = sum(1 for g in compiled.groups for r in g["rules"] if "alert" in r)
     n_records = sum(1 for g in compiled.groups for r in g["rules"] if "record" in r)

@@ -86,11 +86,24 @@ def _count(value):
     return int(number)
 
 
-def _non_negative_int(value):
+def whole_at_least(value: Any, least: int, what: str) -> int:
+    """`value` as a whole number of at least `least`; else a ValueError: it is not `what`.
+
+    >>> whole_at_least("3", 1, "a whole number of steps")
+    3
+    >>> whole_at_least(2.5, 1, "a whole number of steps")
+    Traceback (most recent call last):
+    ...
+    ValueError: 2.5 is not a whole number of steps
+    """
     number = _number(value)
-    if number != int(number) or number < 0:
-        raise ValueError(f"{value!r} is not a whole number of 0 or more")
+    if number != int(number) or number < least:
+        raise ValueError(f"{value!r} is not {what}")
     return int(number)
+
+
+def _non_negative_int(value):
+    return whole_at_least(value, 0, "a whole number of 0 or more")
 
 
 def _positive(value):

@@ -12,35 +12,23 @@ ValueError: '0' is not a whole number of steps of at least 1
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from trainprof.rules.params import Kind, _number
+from trainprof.rules.params import Kind, _non_negative_int, _number, whole_at_least
 
 
 def _is_none(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in ("", "none"))
 
 
-def _optional_number(value):
-    return None if _is_none(value) else _number(value)
+def _or_none(parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`parse`, but None for an empty value or "None" (as the SDK sends an unset one)."""
+    return lambda value: None if _is_none(value) else parse(value)
 
 
 def _steps(value):
-    number = _number(value)
-    if number != int(number) or number < 1:
-        raise ValueError(f"{value!r} is not a whole number of steps of at least 1")
-    return int(number)
-
-
-def _optional_steps(value):
-    return None if _is_none(value) else _steps(value)
-
-
-def _whole(value):
-    number = _number(value)
-    if number != int(number) or number < 0:
-        raise ValueError(f"{value!r} is not a whole number of 0 or more")
-    return int(number)
+    return whole_at_least(value, 1, "a whole number of steps of at least 1")
 
 
 def _flag(value):
@@ -78,10 +66,6 @@ def _regex(value):
     return value
 
 
-def _text(value):
-    return None if _is_none(value) else str(value)
-
-
 def _numbers(value):
     names = _names(value)
     try:
@@ -91,12 +75,12 @@ def _numbers(value):
 
 
 NUMBER = Kind("number", "", _number, "a number")
-OPTIONAL_NUMBER = Kind("number", "", _optional_number, "a number, or None")
+OPTIONAL_NUMBER = Kind("number", "", _or_none(_number), "a number, or None")
 STEPS = Kind("steps", "steps", _steps, "a whole number of training steps, at least 1")
-OPTIONAL_STEPS = Kind("steps", "steps", _optional_steps, "a whole number of steps, or None")
-WHOLE = Kind("count", "", _whole, "a whole number")
+OPTIONAL_STEPS = Kind("steps", "steps", _or_none(_steps), "a whole number of steps, or None")
+WHOLE = Kind("count", "", _non_negative_int, "a whole number")
 FLAG = Kind("flag", "", _flag, "True or False")
 NAMES = Kind("names", "", _names, "comma-separated names")
 REGEX = Kind("regex", "", _regex, "a regular expression (RE2, as Prometheus reads it), or None")
-TEXT = Kind("text", "", _text, "text, or None")
+TEXT = Kind("text", "", _or_none(str), "text, or None")
 NUMBERS = Kind("numbers", "", _numbers, "comma-separated numbers")

@@ -129,12 +129,7 @@ class KernelSeries:
         yield fam.counter(
             contract.KERNEL_PROFILE_OVERHEAD_SECONDS_TOTAL, [], [(ident, self.overhead)]
         )
-        if self.last_window is not None:
-            yield fam.gauge(
-                contract.KERNEL_LAST_WINDOW_TIMESTAMP_SECONDS,
-                [],
-                [(ident, self.last_window)],
-            )
+        yield from fam.known(contract.KERNEL_LAST_WINDOW_TIMESTAMP_SECONDS, ident, self.last_window)
         yield fam.counter(
             contract.KERNEL_HOST_DEVICE_BUSY_SECONDS_TOTAL,
             ["side"],

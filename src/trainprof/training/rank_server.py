@@ -85,16 +85,10 @@ class _Bodies:
         return flight, content_type
 
 
-class _Handler(httpserve.Handler):
+class _Handler(httpserve.ReadHandler):
     bodies: _Bodies
 
-    def do_GET(self) -> None:
-        self._serve(send_body=True)
-
-    def do_HEAD(self) -> None:
-        self._serve(send_body=False)
-
-    def _serve(self, send_body: bool) -> None:
+    def serve(self, send_body: bool) -> None:
         if self.path.startswith("/favicon.ico"):
             self.respond(404, b"Not Found\n", "text/plain; charset=utf-8", send_body=send_body)
             return

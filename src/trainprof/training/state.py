@@ -357,20 +357,13 @@ class TrainingState:
 
         info = [k for k in contract.metric(contract.TRAINING_INFO).labels if k in self.info]
         yield fam.gauge(contract.TRAINING_INFO, info, [(ident + [self.info[k] for k in info], 1)])
-        if self.start_time is not None:
-            yield fam.gauge(
-                contract.TRAINING_START_TIMESTAMP_SECONDS, [], [(ident, self.start_time)]
-            )
-        if self.first_step_time is not None:
-            yield fam.gauge(
-                contract.TRAINING_FIRST_STEP_TIMESTAMP_SECONDS,
-                [],
-                [(ident, self.first_step_time)],
-            )
-        if self.last_step_time is not None:
-            yield fam.gauge(
-                contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, [], [(ident, self.last_step_time)]
-            )
+        yield from fam.known(contract.TRAINING_START_TIMESTAMP_SECONDS, ident, self.start_time)
+        yield from fam.known(
+            contract.TRAINING_FIRST_STEP_TIMESTAMP_SECONDS, ident, self.first_step_time
+        )
+        yield from fam.known(
+            contract.TRAINING_LAST_STEP_TIMESTAMP_SECONDS, ident, self.last_step_time
+        )
 
         modes = [(m, self.modes[m]) for m in contract.MODES if m in self.modes]
         yield fam.counter(
@@ -395,10 +388,7 @@ class TrainingState:
             ["phase"],
             [(ident + [p], v) for p, v in self.phases.items()],
         )
-        if self.dataloader_workers is not None:
-            yield fam.gauge(
-                contract.TRAINING_DATALOADER_WORKERS, [], [(ident, self.dataloader_workers)]
-            )
+        yield from fam.known(contract.TRAINING_DATALOADER_WORKERS, ident, self.dataloader_workers)
         yield fam.counter(contract.TRAINING_SAMPLES_TOTAL, [], [(ident, self.samples)])
         yield fam.counter(contract.TRAINING_TOKENS_TOTAL, [], [(ident, self.tokens)])
         if self.gpus:

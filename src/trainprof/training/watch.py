@@ -32,12 +32,13 @@ name (`weights/fc1.weight`, `gradients/fc1.weight`, `relu_output/net.1`) matches
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Concatenate, ParamSpec
 
 from trainprof import extras
 
@@ -67,6 +68,27 @@ _ACTIVATIONS = {
     torch.nn.Tanh: ("tanh_input", r.TANH_BOUNDS),
     torch.nn.Sigmoid: ("sigmoid_input", r.SIGMOID_BOUNDS),
 }
+
+
+_P = ParamSpec("_P")
+
+
+def _on_saving_steps(
+    log: Callable[Concatenate[Watcher, _P], None],
+) -> Callable[Concatenate[Watcher, _P], None]:
+    """A `log_*` method of the training loop: it runs on saving steps only, and counts (never
+    raises) what goes wrong inside it."""
+
+    @functools.wraps(log)
+    def on_saving_steps(self: Watcher, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        if not self.saving:
+            return
+        try:
+            log(self, *args, **kwargs)
+        except Exception:
+            self.session._error()
+
+    return on_saving_steps
 
 
 class Watcher:
@@ -273,44 +295,32 @@ class Watcher:
 
     # --- what the training loop logs -------------------------------------------------------
 
+    @_on_saving_steps
     def log_predictions(
         self, labels: torch.Tensor, predictions: torch.Tensor, argmax: bool | None = None
     ) -> None:
         """True classes and predictions (class ids, or scores: argmax over the last axis when
         `predictions` has one more axis than `labels`, or argmax=True)."""
-        if not self.saving:
-            return
-        try:
-            if argmax or (argmax is None and predictions.dim() > labels.dim()):
-                predictions = predictions.argmax(dim=-1)
-            pairs = r.confusion_pairs(labels, predictions, contract.MAX_CLASSES + 1)
-            self._classes = pairs if self._classes is None else self._classes + pairs
-        except Exception:
-            self.session._error()
+        if argmax or (argmax is None and predictions.dim() > labels.dim()):
+            predictions = predictions.argmax(dim=-1)
+        pairs = r.confusion_pairs(labels, predictions, contract.MAX_CLASSES + 1)
+        self._classes = pairs if self._classes is None else self._classes + pairs
 
+    @_on_saving_steps
     def log_inputs(self, images: torch.Tensor) -> None:
         """A batch of inputs (N x C x ...): per-channel means for CheckInputImages."""
-        if not self.saving:
-            return
-        try:
-            sums = r.channel_sums(images, contract.MAX_CHANNELS)
-            n = float(images.shape[0]) if images.dim() else 1.0
-            if self._inputs is not None:
-                n, sums = n + self._inputs[0], sums + self._inputs[1]
-            self._inputs = (n, sums)
-        except Exception:
-            self.session._error()
+        sums = r.channel_sums(images, contract.MAX_CHANNELS)
+        n = float(images.shape[0]) if images.dim() else 1.0
+        if self._inputs is not None:
+            n, sums = n + self._inputs[0], sums + self._inputs[1]
+        self._inputs = (n, sums)
 
+    @_on_saving_steps
     def log_tokens(self, ids: torch.Tensor) -> None:
         """A batch of token ids: positions and matches of the watched token values."""
-        if not self.saving:
-            return
-        try:
-            values = tuple(int(t) for t in self.session.health.token_matches)
-            counts = r.token_counts(ids, values)
-            self._tokens = counts if self._tokens is None else self._tokens + counts
-        except Exception:
-            self.session._error()
+        values = tuple(int(t) for t in self.session.health.token_matches)
+        counts = r.token_counts(ids, values)
+        self._tokens = counts if self._tokens is None else self._tokens + counts
 
     # --- publication ---------------------------------------------------------------------
 

@@ -282,12 +282,10 @@ class HealthState:
         fam = Families(ident_names)
         if self.saves:
             yield fam.counter(contract.TENSOR_SAVES_TOTAL, [], [(ident, self.saves)])
-        if self.last_save_step is not None:
-            yield fam.gauge(contract.TENSOR_LAST_SAVE_STEP, [], [(ident, self.last_save_step)])
-        if self.last_save_time is not None:
-            yield fam.gauge(
-                contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS, [], [(ident, self.last_save_time)]
-            )
+        yield from fam.known(contract.TENSOR_LAST_SAVE_STEP, ident, self.last_save_step)
+        yield from fam.known(
+            contract.TENSOR_LAST_SAVE_TIMESTAMP_SECONDS, ident, self.last_save_time
+        )
         if self.tensors:
             yield from self._tensor_families(fam, ident)
         if self.losses:
@@ -318,8 +316,7 @@ class HealthState:
         if self.feature_top:
             rows = [(ident + [str(i + 1)], v) for i, v in enumerate(self.feature_top)]
             yield fam.gauge(contract.XGBOOST_FEATURE_IMPORTANCE_TOP_RATIO, ["top"], rows)
-        if self.tree_depth is not None:
-            yield fam.gauge(contract.XGBOOST_TREE_DEPTH, [], [(ident, self.tree_depth)])
+        yield from fam.known(contract.XGBOOST_TREE_DEPTH, ident, self.tree_depth)
 
     def _tensor_families(self, fam: Families, ident: list[str]) -> Iterator[MetricFamily]:
         by_collection: dict[str, list[tuple[str, dict[str, float]]]] = {}

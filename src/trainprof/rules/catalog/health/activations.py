@@ -4,6 +4,7 @@ activations' inputs and the gradients of the first steps)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from trainprof.contract import metrics as contract
 from trainprof.rules.catalog._text import JOB
@@ -17,7 +18,7 @@ from trainprof.rules.catalog.health.common import (
     threshold_signal,
     warn_process_default,
 )
-from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, Threshold
+from trainprof.rules.model import NUMBER_UNIT, RATIO_UNIT, Build, RuleOutput, RuleSpec, Threshold
 from trainprof.rules.params import PERCENT, param, scan_interval_param
 from trainprof.rules.tensor_params import NUMBER, REGEX, STEPS
 
@@ -52,7 +53,26 @@ def _activation_inputs(b) -> dict:
     return {"threshold_inactivity": b.p.threshold_inactivity}
 
 
-DEAD_RELU = tensor_rule(
+def _layer_share_rule(metric: str, drawn: str, **fields: Any) -> RuleSpec:
+    """A rule on the share of a layer's units (`metric`, a ratio) that are dead or saturated:
+    its signal, `drawn`, is the worst layer's share against `threshold_layer`."""
+    return tensor_rule(
+        severity="warning",
+        signals=threshold_signal(
+            drawn,
+            RATIO_UNIT,
+            metric,
+            setting("threshold_layer", "above", suffix="%"),
+            aggregate="max",
+        ),
+        inputs=_activation_inputs,
+        **fields,
+    )
+
+
+DEAD_RELU = _layer_share_rule(
+    contract.TENSOR_DEAD_UNIT_RATIO,
+    "Dead ReLU units",
     name="DeadRelu",
     summary="Dead ReLUs",
     detects=(
@@ -63,17 +83,8 @@ DEAD_RELU = tensor_rule(
         "Lower the learning rate, use LeakyReLU/GELU, check the initialisation and bias "
         "initialisation, or add normalisation before the activation."
     ),
-    severity="warning",
     parameters=DeadReluParams,
     build=_dead_relu,
-    signals=threshold_signal(
-        "Dead ReLU units",
-        RATIO_UNIT,
-        contract.TENSOR_DEAD_UNIT_RATIO,
-        setting("threshold_layer", "above", suffix="%"),
-        aggregate="max",
-    ),
-    inputs=_activation_inputs,
     differences=(
         "Units are the channels (axis 1) of N x C x ... activations, else the last axis; the "
         "training process watches nn.ReLU modules (functional relu calls are not seen)."
@@ -113,7 +124,9 @@ def _saturated(b: Build[SaturatedActivationParams]) -> RuleOutput:
     )
 
 
-SATURATED_ACTIVATION = tensor_rule(
+SATURATED_ACTIVATION = _layer_share_rule(
+    contract.TENSOR_SATURATED_UNIT_RATIO,
+    "Saturated units",
     name="SaturatedActivation",
     summary="Saturated tanh/sigmoid",
     detects=(
@@ -124,17 +137,8 @@ SATURATED_ACTIVATION = tensor_rule(
         "Normalise the inputs of the activation (batch/layer norm), lower the learning rate, "
         "or use an activation that does not saturate."
     ),
-    severity="warning",
     parameters=SaturatedActivationParams,
     build=_saturated,
-    signals=threshold_signal(
-        "Saturated units",
-        RATIO_UNIT,
-        contract.TENSOR_SATURATED_UNIT_RATIO,
-        setting("threshold_layer", "above", suffix="%"),
-        aggregate="max",
-    ),
-    inputs=_activation_inputs,
     differences="The bounds are the training process's (SageMaker's defaults).",
 )
 
