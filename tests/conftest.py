@@ -8,6 +8,10 @@ asks for, directly or through another fixture (`live_job` brings `prometheus_bin
 training frameworks its module imports. A test that runs a tool, even through trainprof's own
 code (`replay` finds promtool on PATH), asks for the tool's fixture, which is also what skips
 it where the tool is missing. `make test-fast` deselects the slow tiers by these markers.
+
+A test that is slow by nature without such a fixture (a load test, an interpreter per module,
+gigabytes of input, hours of replayed job, seconds of real time) is marked where it is
+written, `@pytest.mark.slow(reason=...)`: the reason is required, so the tier says why.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ TIERS = {
     "browser": {"chromium", "grafana_schema"},
     "hta": {"hta_peer", "hta_diff_peer"},
     "real_data": {"real_data"},
+    "slow": {"wheel"},  # builds trainprof's wheel (and installs it into a fresh venv)
 }
 # Every fixture that fails under TRAINPROF_REQUIRE_TOOLS=1 where its tool is missing.
 TOOLS = set().union(*(TIERS[t] for t in ("promtool", "live", "helm", "browser", "hta"))) | {
@@ -89,6 +94,9 @@ def _frameworks(module) -> bool:
 def pytest_collection_modifyitems(config, items):
     frameworks: dict[object, bool] = {}
     for item in items:
+        for mark in item.iter_markers("slow"):
+            if not mark.kwargs.get("reason"):  # checked before the fixtures' markers are added
+                raise pytest.UsageError(f"{item.nodeid}: pytest.mark.slow needs a reason=")
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in TIERS.items():
             if used & fixtures:

@@ -48,6 +48,7 @@ class Case:
     exit_code: int
     says: str  # in the one line that reports it
     still_read: str = ""  # on stdout: the rest of the input was read
+    slow: str = ""  # why the case is in the slow tier (make test runs it, test-fast not)
 
 
 # --- tensor trials ---------------------------------------------------------------------------
@@ -244,7 +245,14 @@ CASES = [
     Case("1 GiB system file", stray_system_file, 0, "larger than a minute", "LowGPUUtilization"),
     Case("1 GiB framework trace", stray_trace_file, 0, "larger than smdebug", "LowGPUUtilization"),
     Case("1 GiB one-line recording", one_line_recording, 0, "longer than 1 MiB", "1440 samples"),
-    Case("trace: 2 GiB gzip bomb", trace_gzip_bomb, 2, "more than 2 GiB", "rank 0"),
+    Case(
+        "trace: 2 GiB gzip bomb",
+        trace_gzip_bomb,
+        2,
+        "more than 2 GiB",
+        "rank 0",
+        slow="decompresses 2 GiB",
+    ),
     Case("trace: 200,000-deep", trace_deep, 2, "nested too deeply", "rank 0"),
     Case("trace: 40 MiB event", trace_huge_event, 2, "runs past 16 MiB", "rank 0"),
     Case("trace: 1 GiB of NUL", trace_stray_file, 2, "not valid JSON", "rank 0"),
@@ -284,7 +292,13 @@ def run_case(args: list[str], timeout: float = TIMEOUT) -> tuple[int, str, str, 
         return child.returncode, *text, seconds, usage.ru_maxrss / 1024
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c.name, marks=[pytest.mark.slow(reason=c.slow)] if c.slow else [])
+        for c in CASES
+    ],
+)
 def test_hostile_input_is_one_line_and_the_rest_is_read(case, tmp_path, promtool):
     code, stdout, stderr, _, _ = run_case(case.build(tmp_path))
     assert "Traceback" not in stderr, stderr[-3000:]
