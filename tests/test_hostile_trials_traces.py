@@ -232,7 +232,14 @@ def trace_stray_file(tmp: Path) -> list[str]:
 
 TRIAL_READ = "5 saved steps (0 to 4)"
 CASES = [
-    Case("include_regex ^(a+)+$", redos, 0, "matching took over 2 s", TRIAL_READ),
+    Case(
+        "include_regex ^(a+)+$",
+        redos,
+        0,
+        "matching took over 2 s",
+        TRIAL_READ,
+        slow="waits out the 2 s matching budget",
+    ),
     Case("shape [100000, 100000]", shape_bomb, 0, "shape [100000, 100000]", TRIAL_READ),
     Case("wrong wire type", wrong_wire_type, 0, "summary (field 5) is a varint", TRIAL_READ),
     Case("tensor_names: 5", tensor_names_5, 0, "tensor_names is not a list", TRIAL_READ),
@@ -244,7 +251,14 @@ CASES = [
     Case("1 GiB collections", stray_collections_and_marker, 0, "skipped unread", TRIAL_READ),
     Case("1 GiB system file", stray_system_file, 0, "larger than a minute", "LowGPUUtilization"),
     Case("1 GiB framework trace", stray_trace_file, 0, "larger than smdebug", "LowGPUUtilization"),
-    Case("1 GiB one-line recording", one_line_recording, 0, "longer than 1 MiB", "1440 samples"),
+    Case(
+        "1 GiB one-line recording",
+        one_line_recording,
+        0,
+        "longer than 1 MiB",
+        "1440 samples",
+        slow="reads through the 1 GiB line",
+    ),
     Case(
         "trace: 2 GiB gzip bomb",
         trace_gzip_bomb,
