@@ -1,5 +1,6 @@
 """Hostile tensor trials, profiler output, recordings and Kineto traces, each fed to the
-command line in its own process under a memory limit and a timeout: a clear one-line error
+command line in its own process (tests/warm_cli.py: a fork of a Python with torch imported)
+under a memory limit and a timeout: a clear one-line error
 (exit 2) or a skipped-and-reported part with the rest still read, never a traceback, a hang
 or memory unbounded by the input.
 
@@ -15,13 +16,9 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import os
-import resource
 import struct
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +30,7 @@ from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay.synthetic import write_system
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import warm_cli  # noqa: E402
 from smdebug_writer import _bytes, _int, _key, event, masked, record, write_trial  # noqa: E402
 
 GIB = 1 << 30
@@ -273,37 +271,14 @@ CASES = [
 ]
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
-def run_case(args: list[str], timeout: float = TIMEOUT) -> tuple[int, str, str, float, float]:
+def run_case(
+    args: list[str], timeout: float = TIMEOUT, fresh: bool = False
+) -> tuple[int, str, str, float, float]:
     """(exit code, stdout, stderr, seconds, peak RSS in MB) of `trainprof ARGS` run in its own
-    process under MEMORY_LIMIT; exit code -9 when killed at the timeout."""
-    started = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "trainprof.cli", *args],
-            stdout=out,
-            stderr=err,
-            preexec_fn=_limit_memory,
-        )
-        deadline = started + timeout
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                child.kill()
-                pid, status, usage = os.wait4(child.pid, 0)
-                break
-            time.sleep(0.05)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        seconds = time.perf_counter() - started
-        text = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
-        return child.returncode, *text, seconds, usage.ru_maxrss / 1024
+    process under MEMORY_LIMIT (a fork of tests/warm_cli.py's server, torch already imported;
+    `fresh`: a new interpreter); exit code -9 when killed at the timeout."""
+    run = warm_cli.run(*args, timeout=timeout, memory=MEMORY_LIMIT, fresh=fresh)
+    return run.returncode, run.stdout, run.stderr, run.seconds, run.maxrss_kb / 1024
 
 
 @pytest.mark.parametrize(
@@ -333,7 +308,7 @@ def main(names: list[str]) -> None:
         if names and case.name not in names:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            code, _, stderr, seconds, peak = run_case(case.build(Path(tmp)), timeout)
+            code, _, stderr, seconds, peak = run_case(case.build(Path(tmp)), timeout, fresh=True)
         lines = [line for line in stderr.splitlines() if line.strip()]
         tail = "Traceback: " + lines[-1] if "Traceback" in stderr else (lines or ["-"])[-1]
         tail = "killed at the timeout" if code == -9 else tail
