@@ -48,11 +48,11 @@ test: setup
 
 # The tiers are markers tests/conftest.py sets from the fixtures each test uses. --dist
 # loadgroup keeps each scenario file's cases on one worker, so it runs in one promtool process.
-# The compiled test modules (pytest's assertion rewriting) are kept under build/pycache even
-# where PYTHONDONTWRITEBYTECODE is set: each worker imports every test module.
+# Compiled modules are kept (__pycache__, as Python does by default) even where
+# PYTHONDONTWRITEBYTECODE is set: each worker imports every test module, rewritten by pytest.
 JOBS ?= auto
 FAST := not (live or helm or browser or hta or torch or slow)
-PYCACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/build/pycache
+PYCACHE := PYTHONDONTWRITEBYTECODE=
 
 test-fast: setup
 	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PYCACHE) $(PY) -m pytest -q -n $(JOBS) \
