@@ -140,8 +140,8 @@ def _as_text(result) -> str:
     return json.dumps(result.as_json())
 
 
-# The 2.5 h job's replays, in one pass and in chunks (about 20 CPU-seconds together); the
-# chunked replay's agreement with promtool stays in the quick tier below.
+# The 2.5 h job's replays, in one pass and in chunks (about 20 CPU-seconds together). The
+# quick tier keeps the planning tests here and test_trial_bounds' chunked trial replay.
 LONG_JOB = pytest.mark.slow(reason="replays a 2.5 h two-node job five times")
 
 
@@ -301,6 +301,7 @@ def _edges(firing):
     return sorted((t, tuple(sorted(lb.items()))) for t, labels in firing.items() for lb in labels)
 
 
+@pytest.mark.slow(reason="over 40 chunks, each a promtool run, twice, and the one pass")
 def test_chunks_reproduce_promtool_exactly_and_one_evaluation_less_warm_up_does_not(
     tmp_path, promtool
 ):
