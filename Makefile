@@ -8,10 +8,10 @@ PYTHON ?= python3
 help:
 	@echo "make demo      set up, then watch a starved training job through exporter, Prometheus and Alertmanager (KEEP=1: keep them running)"
 	@echo "make test      set up, then run every test (real promtool / prometheus / amtool) and list the 30 slowest"
-	@echo "make test-fast the unit, doctest and promtool tiers in parallel (about 4 CPU-minutes): run it before each commit;"
+	@echo "make test-fast the unit, doctest and promtool tiers in parallel (about 3 CPU-minutes): run it before each commit;"
 	@echo "               it leaves out the tiers marked live (Prometheus, Alertmanager, VictoriaMetrics), helm,"
 	@echo "               browser (Chromium, node), hta (Holistic Trace Analysis), torch (training a model)"
-	@echo "               and slow (the exporter's image), which make test runs"
+	@echo "               and slow (the wheel and the image, load tests, GiB inputs, long replays), which make test runs"
 	@echo "make generate  rewrite every generated artifact (rules/, docs/, alerting/, dashboards/, helm/)"
 	@echo "make image     build the exporter's OCI image into build/image/ (Debian's python3 + the wheel; needs root)"
 	@echo "make release   the wheel, sdist, image and packaged chart (trainprof-VERSION.tgz + index.yaml) in build/release/"
@@ -48,11 +48,14 @@ test: setup
 
 # The tiers are markers tests/conftest.py sets from the fixtures each test uses. --dist
 # loadgroup keeps each scenario file's cases on one worker, so it runs in one promtool process.
+# Compiled modules are kept (__pycache__, as Python does by default) even where
+# PYTHONDONTWRITEBYTECODE is set: each worker imports every test module, rewritten by pytest.
 JOBS ?= auto
 FAST := not (live or helm or browser or hta or torch or slow)
+PYCACHE := PYTHONDONTWRITEBYTECODE=
 
 test-fast: setup
-	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PY) -m pytest -q -n $(JOBS) \
+	TRAINPROF_REQUIRE_TOOLS=$${TRAINPROF_REQUIRE_TOOLS:-1} $(PYCACHE) $(PY) -m pytest -q -n $(JOBS) \
 	  --dist loadgroup -m "$(FAST)"
 
 generate: $(VENV)/.installed

@@ -8,6 +8,10 @@ asks for, directly or through another fixture (`live_job` brings `prometheus_bin
 training frameworks its module imports. A test that runs a tool, even through trainprof's own
 code (`replay` finds promtool on PATH), asks for the tool's fixture, which is also what skips
 it where the tool is missing. `make test-fast` deselects the slow tiers by these markers.
+
+A test that is slow by nature without such a fixture (a load test, an interpreter per module,
+gigabytes of input, hours of replayed job, seconds of real time) is marked where it is
+written, `@pytest.mark.slow(reason=...)`: the reason is required, so the tier says why.
 """
 
 from __future__ import annotations
@@ -33,8 +37,34 @@ def pytest_configure(config):
     _READS.start()
 
 
+@pytest.hookimpl(tryfirst=True)  # before the worker sends the ids to the controller
 def pytest_collection_finish(session):
     _READS.outside_tests += _READS.take()
+    _keep_groups(session)
+
+
+def _keep_groups(session) -> None:
+    """Under `--dist loadgroup` a pytest-xdist worker appends each grouped test's group to
+    its id (`id@group`), which is all that keeps the group on one worker. pytest 9.2 keeps
+    ids in a structure pytest-xdist 3.8 does not change (pytest-dev/pytest-xdist#1386), so
+    every scenario file's promtool batch ran on each worker: the group is appended here where
+    it is missing, and a pytest whose ids cannot take it stops the session."""
+    config = session.config
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        node_id = getattr(item, "_id", None)
+        if callable(getattr(node_id, "parse", None)):
+            item._id = type(node_id).parse(item.nodeid + suffix)
+        if not item.nodeid.endswith(suffix):
+            raise pytest.UsageError(f"cannot keep {item.nodeid}'s xdist_group on one worker")
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +97,7 @@ TIERS = {
     "browser": {"chromium", "grafana_schema"},
     "hta": {"hta_peer", "hta_diff_peer"},
     "real_data": {"real_data"},
+    "slow": {"wheel"},  # builds trainprof's wheel (and installs it into a fresh venv)
 }
 # Every fixture that fails under TRAINPROF_REQUIRE_TOOLS=1 where its tool is missing.
 TOOLS = set().union(*(TIERS[t] for t in ("promtool", "live", "helm", "browser", "hta"))) | {
@@ -86,9 +117,26 @@ def _frameworks(module) -> bool:
     return False
 
 
+def _module_fixture(item) -> bool:
+    """Whether the test uses a module-scoped fixture (set up once per module and worker)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    defs = info.name2fixturedefs
+    return any(d.scope == "module" for name in item.fixturenames for d in defs.get(name, ()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     frameworks: dict[object, bool] = {}
     for item in items:
+        # A module's tests that share a module-scoped fixture run on one pytest-xdist worker
+        # (--dist loadgroup), so the fixture (a training run, a replay) is made once.
+        if _module_fixture(item) and not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        for mark in item.iter_markers("slow"):
+            if not mark.kwargs.get("reason"):  # checked before the fixtures' markers are added
+                raise pytest.UsageError(f"{item.nodeid}: pytest.mark.slow needs a reason=")
         used = set(getattr(item, "fixturenames", ()))
         for marker, fixtures in TIERS.items():
             if used & fixtures:

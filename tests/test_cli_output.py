@@ -5,12 +5,11 @@ exit 1 naming it, never a traceback."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import warm_cli
 from smdebug_writer import write_trial
 
 # One rank, one kernel of 10 us on stream 7: a trace PyTorch's profiler could have written.
@@ -30,16 +29,12 @@ TRACE = {
 }
 
 
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainprof.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def cli(*args) -> warm_cli.Run:
+    """`python -m trainprof.cli ARGS` in a process of its own (forked with torch imported)."""
+    return warm_cli.run(*args, timeout=300)
 
 
-def _unwritable(done: subprocess.CompletedProcess, path) -> None:
+def _unwritable(done: warm_cli.Run, path) -> None:
     assert done.returncode == 1, done.stderr
     assert f"error: cannot write {path}: No such file or directory" in done.stderr
     assert "Traceback" not in done.stderr

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 
 import jsonschema
 import pytest
 
+import warm_cli
 from browser import dump_dom, screenshot
 from synthetic_runs import write_run
 
@@ -27,10 +26,9 @@ rules:
 HOSTILE = 'bert<script>alert("x")</script>&"q'
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainprof.cli", *args], capture_output=True, text=True, timeout=300
-    )
+def cli(*args: str) -> warm_cli.Run:
+    """`python -m trainprof.cli ARGS` in a process of its own (forked with torch imported)."""
+    return warm_cli.run(*args, timeout=300)
 
 
 def schema(root) -> jsonschema.Draft202012Validator:

@@ -28,6 +28,10 @@ from hypothesis import strategies as st
 from trainprof.cli import main
 from trainprof.rules import catalog
 
+# The promtool check reads what the fuzz test accepted (ACCEPTED): on one pytest-xdist worker,
+# the fuzz runs once.
+pytestmark = pytest.mark.xdist_group("config_fuzz")
+
 # Inputs are drawn from the catalog's names (so a new rule is fuzzed too) and near misses.
 RULES = [catalog.PROFILER_REPORT] + [spec.name for spec in catalog.CATALOG]
 NEAR_RULES = ["LowGPUUtilisation", "lowgpuutilization", "Dataloader", "vanishing_gradient", "X"]

@@ -15,6 +15,8 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
 from servers import free_port
 
 SCRAPERS = 50
@@ -36,6 +38,7 @@ def scrape(url: str, prometheus_like: bool) -> None:
             assert b"trainprof_samples_total" in body
 
 
+@pytest.mark.slow(reason="a load test: 50 scrapers against a real exporter for 20 s")
 def test_50_scrapers_for_a_minute_with_slow_clients(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"

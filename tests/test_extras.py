@@ -9,6 +9,7 @@ clean install with only `[all]` is tests/test_wheel.py.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import json
 import os
@@ -35,8 +36,14 @@ def _names(requirements: list[str]) -> set[str]:
     return names - {"trainprof"}
 
 
+@functools.cache
+def _installed() -> dict[str, list[str]]:
+    """Import name -> distributions, read once (every installed distribution's file list)."""
+    return importlib.metadata.packages_distributions()
+
+
 def _distributions(module: str) -> set[str]:
-    return {d.lower() for d in importlib.metadata.packages_distributions().get(module, [])}
+    return {d.lower() for d in _installed().get(module, [])}
 
 
 def test_every_module_is_installed_by_the_extra_its_error_names():

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import warm_cli
 from smdebug_writer import write_trial
 
 LOSS = "CrossEntropyLoss_output_0"
 
 
-def run(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "trainprof.cli", *args], capture_output=True, text=True, timeout=120
-    )
+def run(*args) -> warm_cli.Run:
+    """`python -m trainprof.cli ARGS` in a process of its own (forked with torch imported)."""
+    return warm_cli.run(*args, timeout=120)
 
 
 def _trial(tmp_path):

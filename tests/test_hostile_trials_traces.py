@@ -1,5 +1,6 @@
 """Hostile tensor trials, profiler output, recordings and Kineto traces, each fed to the
-command line in its own process under a memory limit and a timeout: a clear one-line error
+command line in its own process (tests/warm_cli.py: a fork of a Python with torch imported)
+under a memory limit and a timeout: a clear one-line error
 (exit 2) or a skipped-and-reported part with the rest still read, never a traceback, a hang
 or memory unbounded by the input.
 
@@ -15,13 +16,9 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import os
-import resource
 import struct
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +30,7 @@ from trainprof.contract.sampling import GpuSample, HostSample
 from trainprof.replay.synthetic import write_system
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import warm_cli  # noqa: E402
 from smdebug_writer import _bytes, _int, _key, event, masked, record, write_trial  # noqa: E402
 
 GIB = 1 << 30
@@ -48,6 +46,7 @@ class Case:
     exit_code: int
     says: str  # in the one line that reports it
     still_read: str = ""  # on stdout: the rest of the input was read
+    slow: str = ""  # why the case is in the slow tier (make test runs it, test-fast not)
 
 
 # --- tensor trials ---------------------------------------------------------------------------
@@ -231,7 +230,14 @@ def trace_stray_file(tmp: Path) -> list[str]:
 
 TRIAL_READ = "5 saved steps (0 to 4)"
 CASES = [
-    Case("include_regex ^(a+)+$", redos, 0, "matching took over 2 s", TRIAL_READ),
+    Case(
+        "include_regex ^(a+)+$",
+        redos,
+        0,
+        "matching took over 2 s",
+        TRIAL_READ,
+        slow="waits out the 2 s matching budget",
+    ),
     Case("shape [100000, 100000]", shape_bomb, 0, "shape [100000, 100000]", TRIAL_READ),
     Case("wrong wire type", wrong_wire_type, 0, "summary (field 5) is a varint", TRIAL_READ),
     Case("tensor_names: 5", tensor_names_5, 0, "tensor_names is not a list", TRIAL_READ),
@@ -243,48 +249,45 @@ CASES = [
     Case("1 GiB collections", stray_collections_and_marker, 0, "skipped unread", TRIAL_READ),
     Case("1 GiB system file", stray_system_file, 0, "larger than a minute", "LowGPUUtilization"),
     Case("1 GiB framework trace", stray_trace_file, 0, "larger than smdebug", "LowGPUUtilization"),
-    Case("1 GiB one-line recording", one_line_recording, 0, "longer than 1 MiB", "1440 samples"),
-    Case("trace: 2 GiB gzip bomb", trace_gzip_bomb, 2, "more than 2 GiB", "rank 0"),
+    Case(
+        "1 GiB one-line recording",
+        one_line_recording,
+        0,
+        "longer than 1 MiB",
+        "1440 samples",
+        slow="reads through the 1 GiB line",
+    ),
+    Case(
+        "trace: 2 GiB gzip bomb",
+        trace_gzip_bomb,
+        2,
+        "more than 2 GiB",
+        "rank 0",
+        slow="decompresses 2 GiB",
+    ),
     Case("trace: 200,000-deep", trace_deep, 2, "nested too deeply", "rank 0"),
     Case("trace: 40 MiB event", trace_huge_event, 2, "runs past 16 MiB", "rank 0"),
     Case("trace: 1 GiB of NUL", trace_stray_file, 2, "not valid JSON", "rank 0"),
 ]
 
 
-def _limit_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
-
-def run_case(args: list[str], timeout: float = TIMEOUT) -> tuple[int, str, str, float, float]:
+def run_case(
+    args: list[str], timeout: float = TIMEOUT, fresh: bool = False
+) -> tuple[int, str, str, float, float]:
     """(exit code, stdout, stderr, seconds, peak RSS in MB) of `trainprof ARGS` run in its own
-    process under MEMORY_LIMIT; exit code -9 when killed at the timeout."""
-    started = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "trainprof.cli", *args],
-            stdout=out,
-            stderr=err,
-            preexec_fn=_limit_memory,
-        )
-        deadline = started + timeout
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                child.kill()
-                pid, status, usage = os.wait4(child.pid, 0)
-                break
-            time.sleep(0.05)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        seconds = time.perf_counter() - started
-        text = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
-        return child.returncode, *text, seconds, usage.ru_maxrss / 1024
+    process under MEMORY_LIMIT (a fork of tests/warm_cli.py's server, torch already imported;
+    `fresh`: a new interpreter); exit code -9 when killed at the timeout."""
+    run = warm_cli.run(*args, timeout=timeout, memory=MEMORY_LIMIT, fresh=fresh)
+    return run.returncode, run.stdout, run.stderr, run.seconds, run.maxrss_kb / 1024
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c.name, marks=[pytest.mark.slow(reason=c.slow)] if c.slow else [])
+        for c in CASES
+    ],
+)
 def test_hostile_input_is_one_line_and_the_rest_is_read(case, tmp_path, promtool):
     code, stdout, stderr, _, _ = run_case(case.build(tmp_path))
     assert "Traceback" not in stderr, stderr[-3000:]
@@ -305,7 +308,7 @@ def main(names: list[str]) -> None:
         if names and case.name not in names:
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            code, _, stderr, seconds, peak = run_case(case.build(Path(tmp)), timeout)
+            code, _, stderr, seconds, peak = run_case(case.build(Path(tmp)), timeout, fresh=True)
         lines = [line for line in stderr.splitlines() if line.strip()]
         tail = "Traceback: " + lines[-1] if "Traceback" in stderr else (lines or ["-"])[-1]
         tail = "killed at the timeout" if code == -9 else tail

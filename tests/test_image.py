@@ -30,7 +30,7 @@ from conftest import skip_or_fail
 from servers import free_port, get_json, prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.tools, pytest.mark.slow]
+pytestmark = [pytest.mark.tools, pytest.mark.slow(reason="builds the image from Debian's packages")]
 UNPACKED_LIMIT = 150 * 2**20  # python:3.11-slim unpacks to about that
 
 

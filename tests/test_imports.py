@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
@@ -133,6 +135,7 @@ LIBRARIES = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow(reason="a fresh interpreter per module, every framework preloaded")
 def test_every_module_imports_on_its_own():
     """Each module first, in a fresh interpreter: no module relies on another having been
     imported before it."""

@@ -97,6 +97,11 @@ def rules_file(tmp_path_factory):
     return str(path)
 
 
+# Both record a real exporter and a real rank in real time, past the stall threshold.
+REAL_TIME = pytest.mark.slow(reason="15 s of a real exporter and rank recording in real time")
+
+
+@REAL_TIME
 def test_a_rank_that_ended_is_not_stalled_however_long_the_host_records(
     tmp_path, rules_file, promtool
 ):
@@ -114,6 +119,7 @@ def test_a_rank_that_ended_is_not_stalled_however_long_the_host_records(
     assert stalled.status.status == "quiet"
 
 
+@REAL_TIME
 def test_a_rank_that_stalled_while_alive_still_fires(tmp_path, rules_file, promtool):
     folder = tmp_path / "runs" / "stalled"
     record_job(folder, stall=THRESHOLD + 4, after=1.0)

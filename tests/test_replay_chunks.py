@@ -140,6 +140,11 @@ def _as_text(result) -> str:
     return json.dumps(result.as_json())
 
 
+# The 2.5 h job's replays, in one pass and in chunks (about 20 CPU-seconds together). The
+# quick tier keeps the planning tests here and test_trial_bounds' chunked trial replay.
+LONG_JOB = pytest.mark.slow(reason="replays a 2.5 h two-node job five times")
+
+
 @pytest.fixture(scope="module")
 def long_job(tmp_path_factory):
     """2.5 h, two nodes: algo-1's GPUs idle from 4060 s to 5400 s, algo-2's from 5900 s
@@ -177,6 +182,7 @@ def long_job_runs(long_job, promtool):
     return single, chunked
 
 
+@LONG_JOB
 def test_chunked_replay_is_the_single_pass_byte_for_byte(long_job_runs):
     single, chunked = long_job_runs
     assert single.chunks == 1 and chunked.chunks >= 3, chunked.one_pass
@@ -188,6 +194,7 @@ def test_chunked_replay_is_the_single_pass_byte_for_byte(long_job_runs):
     assert {u.labels["node"] for u in found} == {"algo-1", "algo-2"}
 
 
+@LONG_JOB
 def test_alerts_straddle_chunk_boundaries_and_fire_in_the_warm_up(long_job_runs):
     """What makes the identity above mean something: an alert pending across a chunk's
     start and firing after it, and one firing inside the next chunk's warm-up."""
@@ -200,6 +207,7 @@ def test_alerts_straddle_chunk_boundaries_and_fire_in_the_warm_up(long_job_runs)
     assert any(s - warm < t < s for t in at for s in starts), (at, starts, warm)
 
 
+@LONG_JOB
 def test_a_job_short_enough_for_one_chunk_takes_one_promtool_run(tmp_path, long_job, long_job_runs):
     out = str(tmp_path / "job")
     _job(out, 2400, {"algo-1": {"cores": 2, "gpus": 1, "timeline": [{"gpu_util": 0.05}]}})
@@ -293,6 +301,7 @@ def _edges(firing):
     return sorted((t, tuple(sorted(lb.items()))) for t, labels in firing.items() for lb in labels)
 
 
+@pytest.mark.slow(reason="over 40 chunks, each a promtool run, twice, and the one pass")
 def test_chunks_reproduce_promtool_exactly_and_one_evaluation_less_warm_up_does_not(
     tmp_path, promtool
 ):

@@ -5,22 +5,20 @@ same verdicts `trainprof replay DIR --json -` gives."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from html.parser import HTMLParser
 
 import numpy as np
 import pytest
 
+import warm_cli
 from smdebug_writer import write_trial
 
 RULES = "rules:\n  - rule: LossNotDecreasing\n  - rule: AllZero\n  - rule: UnchangedTensor\n"
 
 
-def cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "trainprof.cli", *args], capture_output=True, text=True, timeout=300
-    )
+def cli(*args) -> warm_cli.Run:
+    """`python -m trainprof.cli ARGS` in a process of its own (forked with torch imported)."""
+    return warm_cli.run(*args, timeout=300)
 
 
 class Rows(HTMLParser):

@@ -15,9 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from scenario import load_cases, promtool_files
+from scenario import load_cases, load_yaml, promtool_files
 
 CASES = load_cases()
 BATCHES = pytest.StashKey[dict]()
@@ -100,7 +99,7 @@ def test_scenario(case_id, promtool, tmp_path_factory, request):
 def _expected_alerts(workdir: Path, case_id: str) -> list[dict]:
     for case in workdir.glob("*/case"):
         if case.read_text() == case_id:
-            test = yaml.safe_load((case.parent / "test.yaml").read_text())["tests"][0]
+            test = load_yaml((case.parent / "test.yaml").read_text())["tests"][0]
             return test.get("alert_rule_test", [])
     return []
 
