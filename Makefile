@@ -50,7 +50,9 @@ test: setup
 # loadgroup keeps each scenario file's cases on one worker, so it runs in one promtool process.
 # Compiled modules are kept (__pycache__, as Python does by default) even where
 # PYTHONDONTWRITEBYTECODE is set: each worker imports every test module, rewritten by pytest.
-JOBS ?= auto
+# One worker more than cores: a few tests wait on real time (a training process recording,
+# a timeout running out), and the extra worker has the core meanwhile.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null) && echo $$((n + 1)) || echo auto)
 FAST := not (live or helm or browser or hta or torch or slow)
 PYCACHE := PYTHONDONTWRITEBYTECODE=
 
